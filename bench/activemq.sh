@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# Run Debian's ActiveMQ 5.17 as a private, loopback-only STOMP broker for
+# side-by-side benchmarks with Meshgate.
+#
+#   bench/activemq.sh start DATA_DIR [STOMP_PORT]   # default port 61700
+#   bench/activemq.sh stop  DATA_DIR
+#
+# Everything (config, KahaDB, logs, PID file) lives under DATA_DIR so the
+# system instance in /var/lib/activemq is never touched. See bench/README.md.
+#
+# Tunables (environment):
+#   ACTIVEMQ_HEAP        JVM max heap                    (default 1g)
+#   ACTIVEMQ_STOMP_SCHEME  stomp+nio or stomp (blocking)  (default stomp+nio)
+#   ACTIVEMQ_START_TIMEOUT / ACTIVEMQ_STOP_TIMEOUT  seconds (default 60 / 20)
+set -euo pipefail
+
+ACTIVEMQ_HOME=${ACTIVEMQ_HOME:-/usr/share/activemq}
+HEAP=${ACTIVEMQ_HEAP:-1g}
+SCHEME=${ACTIVEMQ_STOMP_SCHEME:-stomp+nio}
+START_TIMEOUT=${ACTIVEMQ_START_TIMEOUT:-60}
+STOP_TIMEOUT=${ACTIVEMQ_STOP_TIMEOUT:-20}
+
+usage() {
+    echo "usage: $0 start|stop DATA_DIR [STOMP_PORT]" >&2
+    exit 2
+}
+
+[ $# -ge 2 ] || usage
+ACTION=$1
+DATA_DIR=$2
+PORT=${3:-61700}
+PIDFILE="$DATA_DIR/activemq.pid"
+
+is_running() {
+    [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
+}
+
+port_open() {
+    # bash's /dev/tcp avoids depending on nc/ss being installed.
+    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null
+}
+
+write_config() {
+    local conf=$1
+    mkdir -p "$conf" "$DATA_DIR/data" "$DATA_DIR/tmp"
+    # Debian's build logs through log4j 1.2 (lib/optional), so the shipped
+    # log4j2.properties is ignored; without this file the broker is silent.
+    cat >"$conf/log4j.properties" <<'EOF'
+log4j.rootLogger=INFO, out
+log4j.logger.org.springframework=WARN
+log4j.logger.org.apache.xbean=WARN
+log4j.appender.out=org.apache.log4j.ConsoleAppender
+log4j.appender.out.layout=org.apache.log4j.PatternLayout
+log4j.appender.out.layout.ConversionPattern=%d | %-5p | %m | %c | %t%n
+EOF
+    # Based on Debian's instances-available/main/activemq.xml. Deviations:
+    # - KahaDB lives under DATA_DIR; its defaults (journal disk syncs on every
+    #   sync send, i.e. every SEND that asks for a receipt) are kept so the
+    #   persistent numbers are honest.
+    # - Only a STOMP connector, bound to loopback; maximumConnections is raised
+    #   for the idle-connections scenario (NIO so 10k sockets don't need 10k
+    #   threads).
+    # - Memory and store limits are raised and producer flow control is off so
+    #   100k x 256 B (or 10k x 64 KiB) can sit in a queue without the producer
+    #   being blocked; non-persistent overflow spills to the temp store.
+    cat >"$conf/activemq.xml" <<EOF
+<beans
+  xmlns="http://www.springframework.org/schema/beans"
+  xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+  xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
+  http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
+
+    <bean class="org.springframework.beans.factory.config.PropertyPlaceholderConfigurer"/>
+
+    <broker xmlns="http://activemq.apache.org/schema/core"
+            useJmx="false"
+            brokerName="meshgate-bench"
+            dataDirectory="$DATA_DIR/data"
+            tmpDataDirectory="$DATA_DIR/tmp">
+
+        <destinationPolicy>
+            <policyMap>
+                <policyEntries>
+                    <policyEntry queue="&gt;" producerFlowControl="false"/>
+                    <policyEntry topic="&gt;" producerFlowControl="false"/>
+                </policyEntries>
+            </policyMap>
+        </destinationPolicy>
+
+        <managementContext>
+            <managementContext createConnector="false"/>
+        </managementContext>
+
+        <persistenceAdapter>
+            <kahaDB directory="$DATA_DIR/kahadb"/>
+        </persistenceAdapter>
+
+        <systemUsage>
+            <systemUsage sendFailIfNoSpace="false">
+                <memoryUsage><memoryUsage limit="600 mb"/></memoryUsage>
+                <storeUsage><storeUsage limit="20 gb"/></storeUsage>
+                <tempUsage><tempUsage limit="10 gb"/></tempUsage>
+            </systemUsage>
+        </systemUsage>
+
+        <transportConnectors>
+            <transportConnector name="stomp"
+                uri="$SCHEME://127.0.0.1:$PORT?maximumConnections=20000&amp;wireFormat.maxFrameSize=104857600"/>
+        </transportConnectors>
+    </broker>
+</beans>
+EOF
+}
+
+start() {
+    if is_running; then
+        echo "activemq already running (pid $(cat "$PIDFILE"))" >&2
+        exit 1
+    fi
+    if port_open; then
+        echo "port $PORT is already in use" >&2
+        exit 1
+    fi
+    mkdir -p "$DATA_DIR"
+    DATA_DIR=$(cd "$DATA_DIR" && pwd -P)
+    PIDFILE="$DATA_DIR/activemq.pid"
+    local conf="$DATA_DIR/conf"
+    write_config "$conf"
+
+    # 10k idle connections need 10k fds in the broker.
+    ulimit -n "$(ulimit -Hn)"
+    # Same JVM flags as /usr/bin/activemq for Java > 8, minus the dedicated
+    # task runner (a thread per connection) that /etc/default/activemq sets.
+    # setsid: the broker must not die with the shell that started it.
+    setsid java "-Xmx$HEAP" \
+        -Djava.util.logging.config.file=logging.properties \
+        --add-reads=java.xml=java.logging \
+        --add-opens java.base/java.security=ALL-UNNAMED \
+        --add-opens java.base/java.net=ALL-UNNAMED \
+        --add-opens java.base/java.lang=ALL-UNNAMED \
+        --add-opens java.base/java.util=ALL-UNNAMED \
+        --add-opens java.naming/javax.naming.spi=ALL-UNNAMED \
+        --add-opens java.rmi/sun.rmi.transport.tcp=ALL-UNNAMED \
+        --add-opens java.base/java.util.concurrent=ALL-UNNAMED \
+        --add-opens java.base/java.util.concurrent.atomic=ALL-UNNAMED \
+        --add-exports=java.base/sun.net.www.protocol.http=ALL-UNNAMED \
+        --add-exports=java.base/sun.net.www.protocol.https=ALL-UNNAMED \
+        --add-exports=java.base/sun.net.www.protocol.jar=ALL-UNNAMED \
+        --add-exports=jdk.xml.dom/org.w3c.dom.html=ALL-UNNAMED \
+        --add-exports=jdk.naming.rmi/com.sun.jndi.url.rmi=ALL-UNNAMED \
+        -Dactivemq.classpath="$conf:$ACTIVEMQ_HOME/lib/" \
+        -Dactivemq.home="$ACTIVEMQ_HOME" \
+        -Dactivemq.base="$DATA_DIR" \
+        -Dactivemq.conf="$conf" \
+        -Dactivemq.data="$DATA_DIR/data" \
+        -Djava.io.tmpdir="$DATA_DIR/tmp" \
+        -jar "$ACTIVEMQ_HOME/bin/activemq.jar" start "xbean:file:$conf/activemq.xml" \
+        >"$DATA_DIR/activemq.out" 2>&1 </dev/null &
+    local pid=$!
+    echo "$pid" >"$PIDFILE"
+
+    local deadline=$((SECONDS + START_TIMEOUT))
+    until port_open; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "activemq exited during startup; see $DATA_DIR/activemq.out" >&2
+            tail -n 20 "$DATA_DIR/activemq.out" >&2 || true
+            rm -f "$PIDFILE"
+            exit 1
+        fi
+        if [ $SECONDS -ge $deadline ]; then
+            echo "activemq did not open port $PORT within ${START_TIMEOUT}s" >&2
+            stop
+            exit 1
+        fi
+        sleep 0.5
+    done
+    echo "activemq running: pid $pid, stomp 127.0.0.1:$PORT, data $DATA_DIR"
+}
+
+stop() {
+    if ! is_running; then
+        echo "activemq not running (no live pid in $PIDFILE)"
+        rm -f "$PIDFILE"
+        return 0
+    fi
+    local pid
+    pid=$(cat "$PIDFILE")
+    kill -TERM "$pid"
+    local deadline=$((SECONDS + STOP_TIMEOUT))
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ $SECONDS -ge $deadline ]; then
+            echo "activemq (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT}s; sending SIGKILL" >&2
+            kill -KILL "$pid" 2>/dev/null || true
+            break
+        fi
+        sleep 0.5
+    done
+    rm -f "$PIDFILE"
+    echo "activemq stopped (pid $pid)"
+}
+
+case "$ACTION" in
+    start) start ;;
+    stop) stop ;;
+    *) usage ;;
+esac

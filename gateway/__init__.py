@@ -1,0 +1,3 @@
+"""Meshgate broker node."""
+
+__version__ = "0.1.0"

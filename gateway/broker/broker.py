@@ -1,0 +1,350 @@
+"""The broker core: routes messages to queues and topic subscriptions, settles
+deliveries against the store, dead-letters, expires and meters memory."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Callable, Protocol
+
+from gateway.broker.errors import BrokerError
+from gateway.broker.message import QUEUE, TOPIC, Message
+from gateway.broker.queue import ACK_MODES, Queue, Subscription
+from gateway.broker.session import DeliverySink, Session
+from gateway.store.base import Store
+from gateway.wildcard import compile_pattern
+
+TEMP = "temp"
+_TOPIC_CACHE_LIMIT = 10_000
+
+
+class Clock(Protocol):
+    def seconds(self) -> float: ...
+
+
+class _WallClock:
+    def seconds(self) -> float:
+        return time.time()
+
+
+class _Binding:
+    """A topic subscription's queue and what it receives."""
+
+    __slots__ = ("pattern", "matches", "selector", "selector_text", "queue", "durable", "active")
+
+    def __init__(self, pattern: str, selector: Callable | None, selector_text: str | None, queue: Queue,
+                 durable: bool) -> None:
+        self.pattern = pattern
+        self.matches = compile_pattern(pattern)
+        self.selector = selector
+        self.selector_text = selector_text
+        self.queue = queue
+        self.durable = durable
+        self.active: Subscription | None = None
+
+
+class Broker:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        message_id_prefix: str = "m-",
+        clock: Clock | None = None,
+        memory_limit: int = 256 * 1024 * 1024,
+        default_prefetch: int = 1000,
+        max_delivery_attempts: int = 10,
+        dead_letter_queue: str = "DLQ",
+        expiry_queue: str = "",
+        compile_selector: Callable[[str], Callable] | None = None,
+    ) -> None:
+        self.store = store
+        self.clock = clock or _WallClock()
+        self.memory_limit = memory_limit
+        self.default_prefetch = default_prefetch
+        self.max_delivery_attempts = max_delivery_attempts
+        self.dead_letter_queue = dead_letter_queue
+        self.expiry_queue = expiry_queue
+        self._compile_selector = compile_selector
+        self._id_prefix = message_id_prefix
+        self._ids = itertools.count(1)
+        self.queues: dict[str, Queue] = {}
+        self.temp_queues: dict[str, Queue] = {}
+        self.bindings: dict[str, _Binding] = {}  # by subscription queue name
+        self._topic_cache: dict[str, list[_Binding]] = {}
+        self._temp_ids = itertools.count(1)
+        self.memory_used = 0
+        self._memory_waiters: list[Callable[[], None]] = []
+        self.expired = 0
+        self.dropped = 0
+
+    # -- start-up -------------------------------------------------------------------------
+
+    def recover(self) -> int:
+        """Rebuild queues, durable subscriptions and persistent messages from the store."""
+        catalog = self.store.load_catalog()
+        for name in catalog.get("queues", []):
+            self._create_queue(name, save=False)
+        for name, spec in catalog.get("durable", {}).items():
+            self._bind(name, spec["topic"], spec.get("selector"), durable=True)
+        by_key = {q.key: q for q in self.queues.values()}
+        by_key.update((b.queue.key, b.queue) for b in self.bindings.values())
+        count = 0
+        for key, message in self.store.recover():
+            queue = by_key.get(key)
+            if queue is None:
+                queue = self._queue_for_key(key)
+                by_key[key] = queue
+            # It may have been delivered before the restart: say so.
+            message.deliveries = max(message.deliveries, 1)
+            self.memory_used += message.size
+            queue.put(message)
+            count += 1
+        return count
+
+    def _queue_for_key(self, key: str) -> Queue:
+        kind, _, name = key.partition(":")
+        if kind == "D":
+            raise BrokerError(f"store holds messages for unknown durable subscription {name!r}")
+        return self._create_queue(name)
+
+    # -- time and ids ---------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int(self.clock.seconds() * 1000)
+
+    def next_message_id(self) -> str:
+        return self._id_prefix + str(next(self._ids))
+
+    # -- destinations ---------------------------------------------------------------------
+
+    def queue(self, name: str) -> Queue:
+        queue = self.queues.get(name)
+        return queue if queue is not None else self._create_queue(name)
+
+    def _create_queue(self, name: str, save: bool = True) -> Queue:
+        queue = Queue(self, name, "Q:" + name)
+        self.queues[name] = queue
+        if save:
+            self._save_catalog()
+        return queue
+
+    def create_temp_queue(self, session: Session, name: str) -> Queue:
+        global_name = f"{session.name}.{next(self._temp_ids)}.{name}"
+        queue = Queue(self, global_name, "T:" + global_name, durable=False, temporary=True)
+        self.temp_queues[global_name] = queue
+        return queue
+
+    def delete_queue(self, queue: Queue) -> None:
+        for message in queue.take_all():
+            self.consumed(queue, message)
+        if queue.temporary:
+            self.temp_queues.pop(queue.name, None)
+        elif self.queues.pop(queue.name, None) is not None:
+            self._save_catalog()
+
+    def _save_catalog(self) -> None:
+        durable = {
+            name: {"topic": b.pattern, "selector": b.selector_text}
+            for name, b in self.bindings.items()
+            if b.durable
+        }
+        self.store.save_catalog({"queues": sorted(self.queues), "durable": durable})
+
+    # -- producing ------------------------------------------------------------------------
+
+    def send(self, kind: str, address: str, headers: dict[str, str], body: bytes, persistent: bool = False,
+             priority: int = 4, expires: int = 0, session: Session | None = None) -> Message | None:
+        if expires and expires <= self.now_ms():
+            self.expired += 1
+            return None
+        message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
+        if kind == QUEUE:
+            queue = self.queues.get(address)
+            self._enqueue(queue if queue is not None else self._create_queue(address), message)
+        elif kind == TOPIC:
+            bindings = self._topic_cache.get(address)
+            if bindings is None:
+                bindings = self._match_bindings(address)
+            first = True
+            for binding in bindings:
+                if binding.selector is not None and not binding.selector(headers):
+                    continue
+                self._enqueue(binding.queue, message if first else message.copy())
+                first = False
+        elif kind == TEMP:
+            queue = self.temp_queues.get(address)
+            if queue is None:
+                self.dropped += 1  # its owner has gone; nobody can ever read it
+                return None
+            self._enqueue(queue, message)
+        else:
+            raise BrokerError(f"unknown destination kind {kind!r}")
+        return message
+
+    def _enqueue(self, queue: Queue, message: Message) -> None:
+        if message.persistent and queue.durable:
+            self.store.add(queue.key, message)
+        self.memory_used += message.size
+        queue.put(message)
+
+    def _match_bindings(self, address: str) -> list[_Binding]:
+        bindings = [b for b in self.bindings.values() if b.matches(address)]
+        if len(self._topic_cache) >= _TOPIC_CACHE_LIMIT:
+            self._topic_cache.clear()
+        self._topic_cache[address] = bindings
+        return bindings
+
+    # -- memory ---------------------------------------------------------------------------
+
+    @property
+    def memory_full(self) -> bool:
+        return self.memory_used >= self.memory_limit
+
+    def when_memory_available(self, callback: Callable[[], None]) -> None:
+        self._memory_waiters.append(callback)
+
+    def _release_producers(self) -> None:
+        waiters, self._memory_waiters = self._memory_waiters, []
+        for callback in waiters:
+            callback()
+
+    # -- consuming ------------------------------------------------------------------------
+
+    def subscribe(self, session: Session, subscription_id: str, kind: str, address: str, ack_mode: str,
+                  prefetch: int | None, selector: str | None, durable_name: str | None,
+                  tag: object = None) -> Subscription:
+        if ack_mode not in ACK_MODES:
+            raise BrokerError(f"unknown ack mode {ack_mode!r}; use one of {', '.join(ACK_MODES)}")
+        predicate = self._selector(selector)
+        prefetch = prefetch or self.default_prefetch
+        if kind == TOPIC:
+            binding = self._topic_binding(session, subscription_id, address, predicate, selector, durable_name)
+            sub = Subscription(session, subscription_id, binding.queue, ack_mode, prefetch, None, selector,
+                               topic=address, durable=binding.durable)
+            binding.active = sub
+        else:
+            if kind == QUEUE:
+                queue = self.queue(address)
+            elif kind == TEMP:
+                queue = self.temp_queues.get(address)
+                if queue is None:
+                    raise BrokerError(f"temporary queue {address!r} no longer exists")
+            else:
+                raise BrokerError(f"unknown destination kind {kind!r}")
+            sub = Subscription(session, subscription_id, queue, ack_mode, prefetch, predicate, selector)
+        sub.tag = tag
+        sub.queue.add_consumer(sub)
+        return sub
+
+    def _selector(self, text: str | None) -> Callable | None:
+        if not text:
+            return None
+        if self._compile_selector is None:
+            raise BrokerError("selectors are not supported by this broker")
+        try:
+            return self._compile_selector(text)
+        except ValueError as error:
+            raise BrokerError(str(error)) from None
+
+    def _topic_binding(self, session: Session, subscription_id: str, pattern: str, predicate: Callable | None,
+                       selector: str | None, durable_name: str | None) -> _Binding:
+        if durable_name is None:
+            name = f"{session.name}/{subscription_id}"
+            return self._bind(name, pattern, selector, durable=False, predicate=predicate)
+        binding = self.bindings.get(durable_name)
+        if binding is not None and binding.durable:
+            if binding.active is not None:
+                raise BrokerError(f"durable subscription {durable_name!r} is already active on another connection")
+            if binding.pattern == pattern and binding.selector_text == (selector or None):
+                return binding
+            # A changed topic or selector makes a new subscription, as in JMS.
+            self.remove_durable(durable_name)
+        binding = self._bind(durable_name, pattern, selector, durable=True, predicate=predicate)
+        self._save_catalog()
+        return binding
+
+    def _bind(self, name: str, pattern: str, selector: str | None, durable: bool,
+              predicate: Callable | None = None) -> _Binding:
+        if predicate is None and selector:
+            predicate = self._selector(selector)
+        prefix = "D:" if durable else "S:"
+        queue = Queue(self, name, prefix + name, durable=durable)
+        binding = _Binding(pattern, predicate, selector or None, queue, durable)
+        self.bindings[name] = binding
+        self._topic_cache.clear()
+        return binding
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        queue = sub.queue
+        queue.remove_consumer(sub)
+        binding = self.bindings.get(queue.name) if sub.topic is not None else None
+        if binding is None or binding.queue is not queue:
+            return
+        binding.active = None
+        if not binding.durable:
+            self._unbind(binding)
+
+    def remove_durable(self, name: str) -> None:
+        binding = self.bindings.get(name)
+        if binding is None or not binding.durable:
+            raise BrokerError(f"no durable subscription named {name!r}")
+        if binding.active is not None:
+            binding.active.queue.remove_consumer(binding.active)
+            binding.active = None
+        self._unbind(binding)
+        self._save_catalog()
+
+    def _unbind(self, binding: _Binding) -> None:
+        del self.bindings[binding.queue.name]
+        self._topic_cache.clear()
+        for message in binding.queue.take_all():
+            self.consumed(binding.queue, message)
+
+    def consumed(self, queue: Queue, message: Message) -> None:
+        if message.persistent and queue.durable:
+            self.store.remove(queue.key, message)
+        self.memory_used -= message.size
+        if self._memory_waiters and self.memory_used < self.memory_limit * 0.9:
+            self._release_producers()
+
+    def requeue(self, queue: Queue, messages: list[Message]) -> None:
+        """Unacked deliveries come back (NACK, unsubscribe, disconnect, rollback)."""
+        keep = []
+        for message in messages:
+            if message.deliveries >= self.max_delivery_attempts and queue.name != self.dead_letter_queue:
+                self._move(queue, message, self.dead_letter_queue, "max-delivery-attempts")
+            else:
+                keep.append(message)
+        if keep:
+            queue.put_back(keep)
+            queue.dispatch()
+
+    def expire(self, queue: Queue, message: Message) -> None:
+        self.expired += 1
+        if self.expiry_queue and queue.name != self.expiry_queue:
+            self._move(queue, message, self.expiry_queue, "expired")
+        else:
+            self.consumed(queue, message)
+
+    def sweep_expired(self) -> int:
+        now = self.now_ms()
+        count = 0
+        for queue in [*self.queues.values(), *(b.queue for b in self.bindings.values())]:
+            for message in queue.remove_expired(now):
+                self.expire(queue, message)
+                count += 1
+        return count
+
+    def _move(self, queue: Queue, message: Message, target: str, reason: str) -> None:
+        self.consumed(queue, message)
+        headers = dict(message.headers)
+        headers.setdefault("original-destination", f"/{message.kind}/{message.address}")
+        headers["original-message-id"] = message.id
+        headers["dead-letter-reason"] = reason
+        headers.pop("expires", None)
+        self.send(QUEUE, target, headers, message.body, message.persistent, message.priority)
+
+    # -- sessions -------------------------------------------------------------------------
+
+    def open_session(self, sink: DeliverySink, name: str, client_id: str | None = None) -> Session:
+        return Session(self, sink, name, client_id)

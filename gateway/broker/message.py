@@ -1,0 +1,81 @@
+"""A message as the broker core holds it."""
+
+from __future__ import annotations
+
+QUEUE = "queue"
+TOPIC = "topic"
+DEFAULT_PRIORITY = 4
+# What a queued message costs beyond its body and headers (object, dict, deque
+# slot); counted so a flood of tiny messages still meets the memory limit.
+MESSAGE_OVERHEAD = 400
+
+
+class Message:
+    """One message in one queue. Fan-out makes per-queue copies that share the
+    immutable parts (headers, body, encodings) and keep their own delivery count."""
+
+    __slots__ = (
+        "id",
+        "kind",
+        "address",
+        "headers",
+        "body",
+        "persistent",
+        "priority",
+        "expires",
+        "deliveries",
+        "size",
+        "encoded",
+        "segment",
+    )
+
+    def __init__(
+        self,
+        message_id: str,
+        kind: str,
+        address: str,
+        headers: dict[str, str],
+        body: bytes,
+        persistent: bool = False,
+        priority: int = DEFAULT_PRIORITY,
+        expires: int = 0,
+        deliveries: int = 0,
+    ) -> None:
+        self.id = message_id
+        self.kind = kind
+        self.address = address
+        self.headers = headers
+        self.body = body
+        self.persistent = persistent
+        self.priority = priority
+        self.expires = expires
+        self.deliveries = deliveries
+        self.size = len(body) + MESSAGE_OVERHEAD
+        # Protocol adapters cache their serialised header block here, keyed by
+        # whatever they need (e.g. STOMP version); shared between fan-out copies.
+        self.encoded: dict = {}
+        # Which journal segment holds the message, for the store's bookkeeping.
+        self.segment = 0
+
+    def copy(self) -> Message:
+        twin = Message.__new__(Message)
+        twin.id = self.id
+        twin.kind = self.kind
+        twin.address = self.address
+        twin.headers = self.headers
+        twin.body = self.body
+        twin.persistent = self.persistent
+        twin.priority = self.priority
+        twin.expires = self.expires
+        twin.deliveries = 0
+        twin.size = self.size
+        twin.encoded = self.encoded
+        twin.segment = 0
+        return twin
+
+    @property
+    def redelivered(self) -> bool:
+        return self.deliveries > 0
+
+    def __repr__(self) -> str:
+        return f"<Message {self.id} {self.kind}:{self.address} p={self.priority} d={self.deliveries}>"

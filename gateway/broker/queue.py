@@ -1,0 +1,206 @@
+"""A queue: priority-ordered messages and competing subscriptions with credit."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+
+from gateway.broker.message import Message
+
+if TYPE_CHECKING:
+    from gateway.broker.broker import Broker
+    from gateway.broker.session import Session
+
+AUTO = "auto"
+CLIENT = "client"
+CLIENT_INDIVIDUAL = "client-individual"
+ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
+
+Selector = Callable[[Mapping[str, str]], bool]
+
+
+class Subscription:
+    """A consumer attached to one queue on behalf of a session."""
+
+    __slots__ = (
+        "session",
+        "id",
+        "queue",
+        "ack_mode",
+        "prefetch",
+        "selector",
+        "selector_text",
+        "inflight",
+        "topic",
+        "durable",
+        "tag",
+    )
+
+    def __init__(
+        self,
+        session: Session,
+        subscription_id: str,
+        queue: Queue,
+        ack_mode: str,
+        prefetch: int,
+        selector: Selector | None,
+        selector_text: str | None = None,
+        topic: str | None = None,
+        durable: bool = False,
+    ) -> None:
+        self.session = session
+        self.id = subscription_id
+        self.queue = queue
+        self.ack_mode = ack_mode
+        self.prefetch = prefetch
+        self.selector = selector
+        self.selector_text = selector_text
+        # message id -> message, in delivery order (client mode acks are cumulative)
+        self.inflight: OrderedDict[str, Message] = OrderedDict()
+        self.topic = topic
+        self.durable = durable
+        # Whatever the protocol adapter wants to keep per subscription
+        # (e.g. STOMP's pre-encoded MESSAGE prefix).
+        self.tag: object = None
+
+    def ready(self) -> bool:
+        if not self.session.writable:
+            return False
+        return self.ack_mode == AUTO or len(self.inflight) < self.prefetch
+
+    def __repr__(self) -> str:
+        return f"<Subscription {self.id} on {self.queue.name} {self.ack_mode}>"
+
+
+class Queue:
+    """Messages by priority (0-9, FIFO within one), dispatched round-robin to
+    subscriptions that have credit and whose selector matches."""
+
+    def __init__(self, broker: Broker, name: str, key: str, durable: bool = True, temporary: bool = False) -> None:
+        self.broker = broker
+        self.name = name
+        # The store's name for the queue; distinct namespaces for queues and
+        # durable topic subscriptions that share a name.
+        self.key = key
+        self.durable = durable
+        self.temporary = temporary
+        self.consumers: list[Subscription] = []
+        self._levels: list[deque[Message]] = [deque() for _ in range(10)]
+        self._high = 0  # no level above this one holds a message
+        self._count = 0
+        self._next = 0
+        self._dispatching = False
+        self._has_selectors = False
+        self.enqueued = 0
+        self.dequeued = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[Message]:
+        for level in reversed(self._levels):
+            yield from level
+
+    @property
+    def inflight(self) -> int:
+        return sum(len(sub.inflight) for sub in self.consumers)
+
+    def put(self, message: Message) -> None:
+        priority = message.priority
+        self._levels[priority].append(message)
+        if priority > self._high:
+            self._high = priority
+        self._count += 1
+        self.enqueued += 1
+        if self.consumers:
+            self.dispatch()
+
+    def put_back(self, messages: list[Message]) -> None:
+        """Return messages (in their delivery order) to the head of the queue."""
+        for message in reversed(messages):
+            priority = message.priority
+            self._levels[priority].appendleft(message)
+            if priority > self._high:
+                self._high = priority
+            self._count += 1
+
+    def take_all(self) -> list[Message]:
+        messages = list(self)
+        for level in self._levels:
+            level.clear()
+        self._count = 0
+        return messages
+
+    def add_consumer(self, subscription: Subscription) -> None:
+        self.consumers.append(subscription)
+        self._has_selectors = any(sub.selector for sub in self.consumers)
+        self.dispatch()
+
+    def remove_consumer(self, subscription: Subscription) -> None:
+        self.consumers.remove(subscription)
+        self._has_selectors = any(sub.selector for sub in self.consumers)
+
+    def dispatch(self) -> None:
+        if self._dispatching or not self._count or not self.consumers:
+            return
+        self._dispatching = True
+        try:
+            self._dispatch_loop()
+        finally:
+            self._dispatching = False
+
+    def _dispatch_loop(self) -> None:
+        consumers = self.consumers
+        broker = self.broker
+        index = self._next
+        idle = 0
+        while self._count and consumers and idle < len(consumers):
+            sub = consumers[index % len(consumers)]
+            index += 1
+            if not sub.ready():
+                idle += 1
+                continue
+            message = self._take_for(sub) if self._has_selectors else self._take()
+            if message is None:
+                idle += 1
+                continue
+            if message.expires and message.expires <= broker.now_ms():
+                broker.expire(self, message)
+                continue
+            idle = 0
+            self.dequeued += 1
+            sub.session.deliver(sub, message)
+        self._next = index % len(consumers) if consumers else 0
+
+    def _take(self) -> Message | None:
+        levels = self._levels
+        high = self._high
+        while not levels[high]:
+            high -= 1
+        self._high = high
+        self._count -= 1
+        return levels[high].popleft()
+
+    def _take_for(self, sub: Subscription) -> Message | None:
+        selector = sub.selector
+        if selector is None:
+            return self._take()
+        for priority in range(self._high, -1, -1):
+            level = self._levels[priority]
+            for position, message in enumerate(level):
+                if selector(message.headers):
+                    del level[position]
+                    self._count -= 1
+                    return message
+        return None
+
+    def remove_expired(self, now_ms: int) -> list[Message]:
+        expired = []
+        for level in self._levels:
+            keep = [m for m in level if not (m.expires and m.expires <= now_ms)]
+            if len(keep) != len(level):
+                expired.extend(m for m in level if m.expires and m.expires <= now_ms)
+                level.clear()
+                level.extend(keep)
+        self._count -= len(expired)
+        return expired

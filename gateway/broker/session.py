@@ -1,0 +1,198 @@
+"""A client's session with the broker core: its subscriptions, unacked
+deliveries, transactions and temporary queues. Protocol adapters own one each."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from gateway.broker.errors import BrokerError
+from gateway.broker.message import Message
+from gateway.broker.queue import AUTO, CLIENT, Queue, Subscription
+
+if TYPE_CHECKING:
+    from gateway.broker.broker import Broker
+
+
+class DeliverySink(Protocol):
+    """What a protocol adapter gives the core to receive messages."""
+
+    def deliver(self, subscription: Subscription, message: Message) -> None: ...
+
+
+class _Transaction:
+    __slots__ = ("sends", "acks")
+
+    def __init__(self) -> None:
+        self.sends: list[tuple] = []
+        self.acks: list[tuple[Queue, Message]] = []
+
+
+class Session:
+    def __init__(self, broker: Broker, sink: DeliverySink, name: str, client_id: str | None = None) -> None:
+        self.broker = broker
+        self.sink = sink
+        self.name = name
+        self.client_id = client_id
+        # False while the client's socket is backed up: no dispatch to it then.
+        self.writable = True
+        self.subscriptions: dict[str, Subscription] = {}
+        self.transactions: dict[str, _Transaction] = {}
+        self.temp_queues: dict[str, Queue] = {}
+        self.closed = False
+
+    # -- delivery (called by queues) ------------------------------------------------
+
+    def deliver(self, sub: Subscription, message: Message) -> None:
+        message.deliveries += 1
+        if sub.ack_mode == AUTO:
+            self.sink.deliver(sub, message)
+            self.broker.consumed(sub.queue, message)
+        else:
+            sub.inflight[message.id] = message
+            self.sink.deliver(sub, message)
+
+    def set_writable(self, writable: bool) -> None:
+        self.writable = writable
+        if writable:
+            for queue in {sub.queue for sub in self.subscriptions.values()}:
+                queue.dispatch()
+
+    # -- subscriptions ------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        subscription_id: str,
+        kind: str,
+        address: str,
+        ack_mode: str = AUTO,
+        prefetch: int | None = None,
+        selector: str | None = None,
+        durable_name: str | None = None,
+        tag: object = None,
+    ) -> Subscription:
+        if subscription_id in self.subscriptions:
+            raise BrokerError(f"subscription id {subscription_id!r} is already in use on this connection")
+        sub = self.broker.subscribe(self, subscription_id, kind, address, ack_mode, prefetch, selector, durable_name,
+                                    tag)
+        self.subscriptions[subscription_id] = sub
+        return sub
+
+    def unsubscribe(self, subscription_id: str, remove_durable: bool = False) -> None:
+        sub = self.subscriptions.pop(subscription_id, None)
+        if sub is None:
+            raise BrokerError(f"no subscription with id {subscription_id!r} on this connection")
+        self._detach(sub)
+        if remove_durable and sub.durable:
+            self.broker.remove_durable(sub.queue.name)
+
+    def _detach(self, sub: Subscription) -> None:
+        returned = list(sub.inflight.values())
+        sub.inflight.clear()
+        self.broker.unsubscribe(sub)
+        if returned:
+            self.broker.requeue(sub.queue, returned)
+
+    # -- acknowledgement ------------------------------------------------------------------
+
+    def settle(self, sub: Subscription, message_id: str, cumulative: bool, transaction: str | None = None,
+               accept: bool = True) -> None:
+        """ACK (accept) or NACK one delivery; cumulative covers every earlier
+        delivery on the same subscription too, as STOMP's client mode does."""
+        inflight = sub.inflight
+        if message_id not in inflight:
+            raise BrokerError(f"message {message_id!r} is not awaiting acknowledgement on subscription {sub.id!r}")
+        if cumulative and sub.ack_mode == CLIENT:
+            settled = []
+            while True:
+                mid, message = inflight.popitem(last=False)
+                settled.append(message)
+                if mid == message_id:
+                    break
+        else:
+            settled = [inflight.pop(message_id)]
+        if transaction is not None:
+            tx = self._transaction(transaction)
+            if accept:
+                tx.acks.extend((sub.queue, m) for m in settled)
+                sub.queue.dispatch()
+                return
+        queue = sub.queue
+        if accept:
+            consumed = self.broker.consumed
+            for message in settled:
+                consumed(queue, message)
+        else:
+            self.broker.requeue(queue, settled)
+        queue.dispatch()
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def _transaction(self, name: str) -> _Transaction:
+        try:
+            return self.transactions[name]
+        except KeyError:
+            raise BrokerError(f"transaction {name!r} is not active") from None
+
+    def begin(self, name: str) -> None:
+        if name in self.transactions:
+            raise BrokerError(f"transaction {name!r} is already active")
+        self.transactions[name] = _Transaction()
+
+    def send(self, kind: str, address: str, headers: dict[str, str], body: bytes, persistent: bool,
+             priority: int, expires: int, transaction: str | None = None) -> None:
+        if transaction is not None:
+            self._transaction(transaction).sends.append((kind, address, headers, body, persistent, priority, expires))
+            return
+        self.broker.send(kind, address, headers, body, persistent, priority, expires, self)
+
+    def commit(self, name: str) -> None:
+        tx = self.transactions.pop(name, None)
+        if tx is None:
+            raise BrokerError(f"transaction {name!r} is not active")
+        send = self.broker.send
+        for args in tx.sends:
+            send(*args, self)
+        consumed = self.broker.consumed
+        for queue, message in tx.acks:
+            consumed(queue, message)
+
+    def abort(self, name: str) -> None:
+        tx = self.transactions.pop(name, None)
+        if tx is None:
+            raise BrokerError(f"transaction {name!r} is not active")
+        self._rollback(tx)
+
+    def _rollback(self, tx: _Transaction) -> None:
+        # Acks undone by a rollback mean redelivery, as for a JMS transacted session.
+        by_queue: dict[Queue, list[Message]] = {}
+        for queue, message in tx.acks:
+            by_queue.setdefault(queue, []).append(message)
+        for queue, messages in by_queue.items():
+            self.broker.requeue(queue, messages)
+
+    # -- temporary queues -----------------------------------------------------------------
+
+    def temp_queue(self, name: str) -> Queue:
+        queue = self.temp_queues.get(name)
+        if queue is None:
+            queue = self.broker.create_temp_queue(self, name)
+            self.temp_queues[name] = queue
+        return queue
+
+    # -- end ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """The client went away: open transactions abort, unacked messages return."""
+        if self.closed:
+            return
+        self.closed = True
+        self.writable = False
+        for tx in self.transactions.values():
+            self._rollback(tx)
+        self.transactions.clear()
+        for sub in list(self.subscriptions.values()):
+            self._detach(sub)
+        self.subscriptions.clear()
+        for queue in self.temp_queues.values():
+            self.broker.delete_queue(queue)
+        self.temp_queues.clear()

@@ -1,0 +1,99 @@
+"""The ``meshgate`` command."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import logging
+import sys
+
+from gateway import __version__
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="meshgate", description="Meshgate message-broker mesh")
+    parser.add_argument("--version", action="version", version=f"meshgate {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    broker = commands.add_parser("broker", help="run a broker node")
+    broker.add_argument("--config", help="node configuration (TOML); see docs/configuration.md")
+    broker.add_argument("--name", help="node name (default: the host name)")
+    broker.add_argument("--stomp", metavar="HOST:PORT", help="STOMP listener (default 127.0.0.1:61613)")
+    broker.add_argument("--data", metavar="DIR", help="data directory (default ./data/<name>)")
+    broker.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                        help="override a configuration key, e.g. --set broker.memory_limit=64MiB")
+    broker.add_argument("--log-level", default="INFO")
+
+    passwd = commands.add_parser("passwd", help="hash a password for [security.users]")
+    passwd.add_argument("--stdin", action="store_true", help="read the password from standard input")
+
+    args = parser.parse_args(argv)
+    if args.command == "passwd":
+        return _passwd(args)
+    return _broker(args)
+
+
+def _passwd(args: argparse.Namespace) -> int:
+    from gateway.auth import hash_password
+
+    password = sys.stdin.readline().rstrip("\n") if args.stdin else getpass.getpass("password: ")
+    if not password:
+        print("meshgate passwd: empty password", file=sys.stderr)
+        return 2
+    print(hash_password(password))
+    return 0
+
+
+def _broker(args: argparse.Namespace) -> int:
+    from gateway.config import ConfigError, load_config, parse_override
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        overrides = dict(parse_override(item) for item in args.set)
+        if args.name:
+            overrides["name"] = args.name
+        if args.stomp:
+            overrides["stomp.bind"] = args.stomp
+        if args.data:
+            overrides["data_dir"] = args.data
+        config = load_config(args.config, overrides)
+    except ConfigError as error:
+        print(f"meshgate: configuration error: {error}", file=sys.stderr)
+        return 2
+
+    from twisted.internet import epollreactor
+
+    epollreactor.install()
+    from twisted.internet import reactor
+
+    from gateway.node import Node, NodeStartError
+
+    node = Node(config, reactor)
+    outcome = {"status": 0}
+
+    def started(node: Node) -> None:
+        reactor.addSystemEventTrigger("before", "shutdown", node.stop)
+        for scheme, host, port in node.addresses():
+            print(f"meshgate node {config.name} ({node.identity['id']}) listening on {scheme}://{host}:{port}",
+                  flush=True)
+        print(f"connect with any STOMP client, e.g. python -c \"import stomp; c = stomp.Connection([('{host}', "
+              f"{node.addresses()[0][2]})]); c.connect(wait=True)\"", flush=True)
+
+    def failed(failure) -> None:
+        if failure.check(NodeStartError):
+            print(f"meshgate: {failure.value}", file=sys.stderr)
+        else:
+            print(f"meshgate: cannot start: {failure.getErrorMessage()}", file=sys.stderr)
+        outcome["status"] = 1
+        reactor.stop()
+
+    def begin() -> None:
+        node.start().addCallbacks(started, failed)
+
+    reactor.callWhenRunning(begin)
+    reactor.run()
+    return outcome["status"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""A broker node: its data dir (identity and lock), store, broker core and listeners."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import resource
+import uuid
+from pathlib import Path
+
+from twisted.internet import defer, endpoints, task
+
+from gateway.auth import Authenticator, Authorizer
+from gateway.broker.broker import Broker
+from gateway.config import NodeConfig
+from gateway.selector import compile_selector
+from gateway.stomp.protocol import StompFactory, StompSettings
+from gateway.store.journal import JournalStore
+
+log = logging.getLogger(__name__)
+
+EXPIRY_SWEEP_SECONDS = 5.0
+
+
+class NodeStartError(Exception):
+    """The node cannot start; the message says why and what to do."""
+
+
+class DataDir:
+    """The node's directory: its persistent identity and an exclusive lock."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+        self._lock_file = None
+
+    def lock(self) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        handle = open(self.path / "lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            handle.close()
+            raise NodeStartError(
+                f"data dir {self.path} is in use by another meshgate process (pid {holder}); "
+                "stop that node or give this one another --data directory"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self._lock_file = handle
+
+    def unlock(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    def identity(self, name: str) -> dict:
+        """Load or create the node id; count this start (a part of message ids)."""
+        path = self.path / "node.json"
+        if path.exists():
+            identity = json.loads(path.read_text())
+        else:
+            identity = {"id": str(uuid.uuid4()), "name": name, "boots": 0}
+        identity["boots"] += 1
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(identity, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return identity
+
+
+class Node:
+    def __init__(self, config: NodeConfig, reactor) -> None:
+        self.config = config
+        self.reactor = reactor
+        self.data_dir = DataDir(config.data_dir or os.path.join("data", config.name))
+        self.identity: dict = {}
+        self.store: JournalStore | None = None
+        self.broker: Broker | None = None
+        self.stomp_factory: StompFactory | None = None
+        self.ports: list = []
+        self._sweeper: task.LoopingCall | None = None
+
+    @defer.inlineCallbacks
+    def start(self):
+        config = self.config
+        _raise_fd_limit()
+        self.data_dir.lock()
+        self.identity = self.data_dir.identity(config.name)
+        self.store = JournalStore(
+            self.data_dir.path,
+            self.reactor,
+            sync=config.store.sync == "always",
+            segment_size=config.store.journal_file_size,
+            max_sync_delay_ms=config.store.max_sync_delay_ms,
+        )
+        self.broker = Broker(
+            self.store,
+            message_id_prefix=f"{self.identity['id'][:8]}-{self.identity['boots']}-",
+            clock=self.reactor,
+            memory_limit=config.broker.memory_limit,
+            default_prefetch=config.broker.default_prefetch,
+            max_delivery_attempts=config.broker.max_delivery_attempts,
+            dead_letter_queue=config.broker.dead_letter_queue,
+            expiry_queue=config.broker.expiry_queue,
+            compile_selector=compile_selector,
+        )
+        recovered = self.broker.recover()
+        if recovered:
+            log.info("recovered %d persistent messages", recovered)
+        if config.anonymous:
+            log.warning("no users configured: any client may connect without credentials")
+        stomp = config.stomp
+        settings = StompSettings(
+            max_frame_size=stomp.max_frame_size,
+            max_headers=stomp.max_headers,
+            max_header_length=stomp.max_header_length,
+            heartbeat_send_ms=stomp.heartbeat_send_ms,
+            heartbeat_receive_ms=stomp.heartbeat_receive_ms,
+            heartbeat_grace=stomp.heartbeat_grace,
+            max_connections=stomp.max_connections,
+        )
+        self.stomp_factory = StompFactory(
+            self.broker,
+            settings,
+            Authenticator(config.security.users),
+            Authorizer(config.security.authorization, enabled=not config.anonymous),
+            self.reactor,
+            node_name=config.name,
+        )
+        host, port = stomp.bind
+        endpoint = endpoints.TCP4ServerEndpoint(self.reactor, port, backlog=1024, interface=host)
+        self.ports.append((yield endpoint.listen(self.stomp_factory)))
+        if stomp.tls is not None:
+            self.ports.append((yield self._listen_tls(stomp.tls)))
+        self._sweeper = task.LoopingCall(self.broker.sweep_expired)
+        self._sweeper.clock = self.reactor
+        self._sweeper.start(EXPIRY_SWEEP_SECONDS, now=False)
+        return self
+
+    def _listen_tls(self, tls):
+        from twisted.internet import ssl
+
+        key = ssl.PrivateCertificate.loadPEM(
+            Path(tls.certificate).read_text() + Path(tls.private_key).read_text()
+        )
+        # With a CA, only clients holding a certificate it signed get in.
+        authorities = [ssl.Certificate.loadPEM(Path(tls.ca_certificate).read_text())] if tls.ca_certificate else []
+        context = key.options(*authorities)
+        host, port = tls.bind
+        endpoint = endpoints.SSL4ServerEndpoint(self.reactor, port, context, backlog=1024, interface=host)
+        return endpoint.listen(self.stomp_factory)
+
+    def addresses(self) -> list[tuple[str, str, int]]:
+        result = []
+        for index, port in enumerate(self.ports):
+            address = port.getHost()
+            result.append(("stomp+ssl" if index else "stomp", address.host, address.port))
+        return result
+
+    @defer.inlineCallbacks
+    def stop(self):
+        """Stop accepting, close clients, let in-flight store writes finish."""
+        if self._sweeper is not None and self._sweeper.running:
+            self._sweeper.stop()
+        for port in self.ports:
+            yield port.stopListening()
+        self.ports = []
+        if self.stomp_factory is not None:
+            for connection in list(self.stomp_factory.connections):
+                connection.closing = True
+                connection.transport.loseConnection()
+        if self.store is not None:
+            yield self.store.close()
+        self.data_dir.unlock()
+
+
+def _raise_fd_limit() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

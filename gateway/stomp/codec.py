@@ -1,0 +1,259 @@
+"""Sans-I/O STOMP frame codec: feed bytes, get frames; no sockets, no reactor.
+
+The parser accepts LF or CR LF line ends, any number of EOLs between frames
+(heart-beats), ``content-length`` bodies that contain NULs, frames split at any
+byte and many frames per read. Anything malformed or over a limit raises
+:class:`FrameError`, and only that.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+__all__ = [
+    "Frame",
+    "FrameError",
+    "FrameParser",
+    "encode_frame",
+    "escape_header",
+    "HEARTBEAT",
+]
+
+HEARTBEAT = b"\n"
+
+# Which escape table applies: 1.0 has none; 1.2 adds \r to 1.1's set.
+_UNESCAPES = {
+    "1.0": None,
+    "1.1": {"n": "\n", "c": ":", "\\": "\\"},
+    "1.2": {"n": "\n", "c": ":", "\\": "\\", "r": "\r"},
+}
+_ESCAPE_11 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"})
+_ESCAPE_12 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"})
+_ESCAPES = {"1.0": None, "1.1": _ESCAPE_11, "1.2": _ESCAPE_12}
+_ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
+# CONNECT and CONNECTED are never escaped, so pre-1.1 clients can negotiate.
+_UNESCAPED_COMMANDS = frozenset({"CONNECT", "CONNECTED", "STOMP"})
+
+
+class FrameError(Exception):
+    """A frame that cannot be accepted. ``receipt`` is the receipt header of the
+    offending frame when it could be read, so the ERROR can carry ``receipt-id``."""
+
+    def __init__(self, message: str, receipt: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.receipt = receipt
+
+
+class Frame:
+    __slots__ = ("command", "headers", "body")
+
+    def __init__(self, command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+        self.command = command
+        self.headers = {} if headers is None else headers
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"Frame({self.command!r}, {self.headers!r}, {self.body[:64]!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Frame)
+            and self.command == other.command
+            and self.headers == other.headers
+            and self.body == other.body
+        )
+
+
+def escape_header(text: str, version: str) -> str:
+    table = _ESCAPES[version]
+    return text if table is None else text.translate(table)
+
+
+def encode_frame(
+    command: str,
+    headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+    body: bytes = b"",
+    version: str = "1.2",
+) -> bytes:
+    """Serialise one frame. Headers are escaped as ``version`` requires."""
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    table = None if command in _UNESCAPED_COMMANDS else _ESCAPES[version]
+    if table is None:
+        lines = [f"{k}:{v}" for k, v in items]
+    else:
+        lines = [f"{k.translate(table)}:{v.translate(table)}" for k, v in items]
+    head = command + "\n" + "".join(line + "\n" for line in lines) + "\n"
+    return head.encode() + body + b"\0"
+
+
+class FrameParser:
+    """Incremental parser. ``version`` selects header unescaping and may be
+    changed by the protocol once CONNECT has negotiated it."""
+
+    __slots__ = (
+        "version",
+        "max_frame_size",
+        "max_headers",
+        "max_header_length",
+        "_buffer",
+        "_pending",
+        "_scan_from",
+    )
+
+    def __init__(
+        self,
+        version: str = "1.0",
+        max_frame_size: int = 10 * 1024 * 1024,
+        max_headers: int = 1000,
+        max_header_length: int = 10240,
+    ) -> None:
+        self.version = version
+        self.max_frame_size = max_frame_size
+        self.max_headers = max_headers
+        self.max_header_length = max_header_length
+        self._buffer = bytearray()
+        # (frame, body_start, content_length or -1) once a header block is parsed
+        # and the body is still incomplete, so headers are never parsed twice.
+        self._pending: tuple[Frame, int, int] | None = None
+        # Where the next NUL search starts, so a large body arriving in small
+        # reads is scanned once, not once per read.
+        self._scan_from = 0
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        """Consume ``data`` and return every frame it completes (possibly none)."""
+        buf = self._buffer
+        buf += data
+        frames: list[Frame] = []
+        pos = 0
+        end = len(buf)
+        while pos < end:
+            if self._pending is None:
+                # EOLs between frames are heart-beats or ActiveMQ-style trailers.
+                byte = buf[pos]
+                if byte == 10:
+                    pos += 1
+                    continue
+                if byte == 13:
+                    if pos + 1 >= end:
+                        break
+                    if buf[pos + 1] != 10:
+                        raise FrameError("stray carriage return between frames")
+                    pos += 2
+                    continue
+                head_end, body_start = _find_header_end(buf, pos)
+                if head_end < 0:
+                    if buf.find(b"\0", pos) >= 0:
+                        raise FrameError("frame ended (NUL) before the blank line that ends its headers")
+                    if end - pos > self._max_header_block():
+                        raise FrameError("frame header block exceeds the maximum header size")
+                    break
+                frame, length = self._parse_head(bytes(buf[pos:head_end]))
+                self._pending = (frame, body_start, length)
+                self._scan_from = body_start
+            frame, body_start, length = self._pending
+            if length >= 0:
+                stop = body_start + length
+                if stop >= end:
+                    break
+                if buf[stop] != 0:
+                    raise FrameError(
+                        "frame body is not terminated by NUL after content-length bytes",
+                        frame.headers.get("receipt"),
+                    )
+            else:
+                stop = buf.find(b"\0", self._scan_from)
+                if stop < 0:
+                    if end - body_start > self.max_frame_size:
+                        raise FrameError(
+                            f"frame body exceeds the maximum frame size of {self.max_frame_size} bytes",
+                            frame.headers.get("receipt"),
+                        )
+                    self._scan_from = end
+                    break
+            frame.body = bytes(buf[body_start:stop])
+            frames.append(frame)
+            self._pending = None
+            pos = stop + 1
+        if pos:
+            del buf[:pos]
+            if self._pending is not None:
+                frame, body_start, length = self._pending
+                self._pending = (frame, body_start - pos, length)
+                self._scan_from -= pos
+        return frames
+
+    def _max_header_block(self) -> int:
+        return (self.max_headers + 1) * (self.max_header_length + 2)
+
+    def _parse_head(self, block: bytes) -> tuple[Frame, int]:
+        if b"\0" in block:
+            raise FrameError("frame ended (NUL) before the blank line that ends its headers")
+        try:
+            text = block.decode("utf-8")
+        except UnicodeDecodeError:
+            raise FrameError("frame header block is not valid UTF-8") from None
+        lines = text.split("\n")
+        if "\r" in text:
+            lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+        command = lines[0]
+        if not command or not command.isalpha():
+            raise FrameError(f"malformed command line {command[:40]!r}")
+        if len(lines) - 1 > self.max_headers:
+            raise FrameError(f"frame has more than {self.max_headers} headers")
+        unescape = None if command in _UNESCAPED_COMMANDS else _UNESCAPES[self.version]
+        headers: dict[str, str] = {}
+        max_length = self.max_header_length
+        for line in lines[1:]:
+            if len(line) > max_length:
+                raise FrameError(f"header exceeds the maximum header length of {max_length}")
+            name, colon, value = line.partition(":")
+            if not colon:
+                raise FrameError(f"malformed header line {line[:40]!r}: no colon")
+            if unescape is not None and ("\\" in name or "\\" in value):
+                name = _unescape(name, unescape)
+                value = _unescape(value, unescape)
+            if name not in headers:  # repeated headers: the first one wins
+                headers[name] = value
+        frame = Frame(command, headers)
+        length = -1
+        raw_length = headers.get("content-length")
+        if raw_length is not None:
+            if not raw_length.isdigit():
+                raise FrameError(
+                    f"content-length {raw_length[:20]!r} is not a number", headers.get("receipt")
+                )
+            length = int(raw_length)
+            if length > self.max_frame_size:
+                raise FrameError(
+                    f"content-length {length} exceeds the maximum frame size of {self.max_frame_size} bytes",
+                    headers.get("receipt"),
+                )
+        return frame, length
+
+
+def _find_header_end(buf: bytearray, pos: int) -> tuple[int, int]:
+    """Return (end of header block, start of body) or (-1, -1) when incomplete.
+    The block ends at the first empty line, whether lines end in LF or CR LF."""
+    lf = buf.find(b"\n\n", pos)
+    crlf = buf.find(b"\n\r\n", pos)
+    if crlf >= 0 and (lf < 0 or crlf < lf):
+        return crlf, crlf + 3
+    if lf >= 0:
+        return lf, lf + 2
+    return -1, -1
+
+
+def _unescape(text: str, table: dict[str, str]) -> str:
+    def replace(match: re.Match[str]) -> str:
+        try:
+            return table[match.group(1)]
+        except KeyError:
+            raise FrameError(f"undefined escape sequence \\{match.group(1)} in header") from None
+
+    return _ESCAPE_SEQUENCE.sub(replace, text)

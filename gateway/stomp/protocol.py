@@ -1,0 +1,293 @@
+"""The Twisted side of STOMP: bytes in and out, CONNECT negotiation,
+heart-beats, receipts in order, flow control and errors. Frame handling lives
+in :mod:`gateway.stomp.versions`."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+from twisted.internet import interfaces
+from twisted.internet.protocol import Protocol, ServerFactory
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from gateway import __version__
+from gateway.broker.broker import Broker
+from gateway.broker.errors import BrokerError
+from gateway.stomp.codec import HEARTBEAT, Frame, FrameError, FrameParser, encode_frame
+from gateway.stomp.versions import SUPPORTED, VERSIONS, Stomp10, StompError
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT = 30.0
+
+
+@dataclass
+class StompSettings:
+    max_frame_size: int = 10 * 1024 * 1024
+    max_headers: int = 1000
+    max_header_length: int = 10240
+    heartbeat_send_ms: int = 10000
+    heartbeat_receive_ms: int = 10000
+    heartbeat_grace: float = 1.5
+    max_connections: int = 100000
+
+
+@implementer(interfaces.IPushProducer)
+class StompProtocol(Protocol):
+    factory: StompFactory
+
+    def __init__(self) -> None:
+        self.parser: FrameParser | None = None
+        self.handler: Stomp10 | None = None
+        self.closing = False
+        self.sent_since_beat = False
+        self.received_since_check = False
+        self._receipts: deque[list] = deque()
+        self._disconnect_after_receipts = False
+        self._timers: list = []
+        self._reading_paused = False
+
+    # -- connection lifecycle -------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        factory = self.factory
+        settings = factory.settings
+        self.parser = FrameParser("1.0", settings.max_frame_size, settings.max_headers, settings.max_header_length)
+        self.clock = factory.clock
+        factory.connections.add(self)
+        self.transport.registerProducer(self, True)
+        if len(factory.connections) > settings.max_connections:
+            self.fail("too many connections to this broker")
+            return
+        self._timers.append(self.clock.callLater(CONNECT_TIMEOUT, self._connect_timeout))
+
+    def connectionLost(self, reason: Failure = None) -> None:
+        self.closing = True
+        for timer in self._timers:
+            if timer.active():
+                timer.cancel()
+        self._timers.clear()
+        self.factory.connections.discard(self)
+        if self.handler is not None:
+            self.handler.session.close()
+            self.handler = None
+
+    def _connect_timeout(self) -> None:
+        if self.handler is None and not self.closing:
+            self.fail("no CONNECT frame received in time")
+
+    # -- bytes in -------------------------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.received_since_check = True
+        try:
+            frames = self.parser.feed(data)
+        except FrameError as error:
+            self.fail(error.message, error.receipt)
+            return
+        store = self.factory.broker.store
+        sent = False
+        for frame in frames:
+            if self.closing:
+                return
+            handler = self.handler
+            if handler is None:
+                self.connect(frame)
+                continue
+            receipt = frame.headers.get("receipt")
+            before = store.position
+            try:
+                handler.handle(frame)
+            except (StompError, BrokerError) as error:
+                self.fail(str(error), receipt)
+                return
+            if receipt is not None:
+                self.receipt(receipt, store.position != before)
+            if frame.command == "SEND":
+                sent = True
+        if sent and self.factory.broker.memory_full and not self._reading_paused:
+            # Producer flow control: stop reading this client until memory drains.
+            self._reading_paused = True
+            self.transport.pauseProducing()
+            self.factory.broker.when_memory_available(self._resume_reading)
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and not self.closing:
+            self._reading_paused = False
+            self.transport.resumeProducing()
+
+    # -- CONNECT --------------------------------------------------------------------------
+
+    def connect(self, frame: Frame) -> None:
+        headers = frame.headers
+        if frame.command not in ("CONNECT", "STOMP"):
+            self.fail(f"expected CONNECT or STOMP as the first frame, got {frame.command}", headers.get("receipt"))
+            return
+        version = _negotiate(headers.get("accept-version"))
+        if version is None:
+            self.fail(
+                f"no supported protocol version in accept-version {headers.get('accept-version')!r}",
+                extra={"version": ",".join(SUPPORTED)},
+            )
+            return
+        factory = self.factory
+        principal = factory.authenticator.authenticate(headers.get("login"), headers.get("passcode"))
+        if principal is None:
+            self.fail(f"access refused for user {headers.get('login')!r}: wrong login or passcode")
+            return
+        session_id = f"{factory.node_name}-{next(factory.session_ids)}"
+        reply = {"version": version, "server": f"meshgate/{__version__}", "session": session_id}
+        if version != "1.0":
+            beats = _parse_heartbeat(headers.get("heart-beat", "0,0"))
+            if beats is None:
+                self.fail(f"malformed heart-beat header {headers.get('heart-beat')!r}: expected 'cx,cy'")
+                return
+            settings = factory.settings
+            reply["heart-beat"] = f"{settings.heartbeat_send_ms},{settings.heartbeat_receive_ms}"
+            self._start_heartbeats(beats, settings)
+        self.parser.version = version
+        session = factory.broker.open_session(self, session_id, headers.get("client-id"))
+        self.handler = VERSIONS[version](self, session, principal)
+        self.write(encode_frame("CONNECTED", reply, version=version))
+
+    # -- heart-beats ----------------------------------------------------------------------
+
+    def _start_heartbeats(self, client: tuple[int, int], settings: StompSettings) -> None:
+        client_send, client_receive = client
+        if settings.heartbeat_send_ms and client_receive:
+            self._schedule(max(settings.heartbeat_send_ms, client_receive) / 1000.0, self._beat)
+        if settings.heartbeat_receive_ms and client_send:
+            interval = max(settings.heartbeat_receive_ms, client_send) / 1000.0
+            self._schedule(interval * settings.heartbeat_grace, self._check_alive)
+
+    def _schedule(self, interval: float, tick) -> None:
+        def run() -> None:
+            if self.closing:
+                return
+            tick()
+            if not self.closing:
+                self._timers[index] = self.clock.callLater(interval, run)
+
+        index = len(self._timers)
+        self._timers.append(self.clock.callLater(interval, run))
+
+    def _beat(self) -> None:
+        if not self.sent_since_beat:
+            self.transport.write(HEARTBEAT)
+        self.sent_since_beat = False
+
+    def _check_alive(self) -> None:
+        if not self.received_since_check:
+            log.info("closing %s: no heart-beat from the client in time", self.transport.getPeer())
+            self.closing = True
+            self.transport.abortConnection()
+            return
+        self.received_since_check = False
+
+    # -- bytes out ------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        self.sent_since_beat = True
+        self.transport.write(data)
+
+    def deliver(self, subscription, message) -> None:
+        self.handler.deliver(subscription, message)
+
+    def receipt(self, receipt_id: str, needs_sync: bool) -> None:
+        """Receipts go out in the order their frames came, each once its effects are durable."""
+        frame = encode_frame("RECEIPT", {"receipt-id": receipt_id}, version=self.parser.version)
+        if not needs_sync and not self._receipts:
+            self.write(frame)
+            return
+        entry = [frame, not needs_sync]
+        self._receipts.append(entry)
+        if needs_sync:
+            self.factory.broker.store.when_durable().addCallback(self._durable, entry)
+        else:
+            self._drain_receipts()
+
+    def _durable(self, _: object, entry: list) -> None:
+        entry[1] = True
+        self._drain_receipts()
+
+    def _drain_receipts(self) -> None:
+        receipts = self._receipts
+        while receipts and receipts[0][1]:
+            if not self.closing or self._disconnect_after_receipts:
+                self.write(receipts.popleft()[0])
+            else:
+                receipts.popleft()
+        if not receipts and self._disconnect_after_receipts:
+            self.transport.loseConnection()
+
+    def disconnect_requested(self) -> None:
+        self.closing = True
+        self._disconnect_after_receipts = True
+        # The DISCONNECT's own receipt is queued after this returns.
+        self.clock.callLater(0, self._drain_receipts)
+
+    def fail(self, message: str, receipt: str | None = None, extra: dict | None = None) -> None:
+        """Answer a client mistake with an ERROR naming it, then close."""
+        if self.closing and not self._disconnect_after_receipts:
+            return
+        headers = {"message": message.replace("\n", " ")[:500], "content-type": "text/plain"}
+        if receipt is not None:
+            headers["receipt-id"] = receipt
+        if extra:
+            headers.update(extra)
+        version = self.parser.version if self.parser is not None else "1.0"
+        self.write(encode_frame("ERROR", headers, message.encode(), version=version))
+        self.closing = True
+        self.transport.loseConnection()
+
+    # -- IPushProducer: the transport tells us when its buffer is full ------------------
+
+    def pauseProducing(self) -> None:
+        if self.handler is not None:
+            self.handler.session.writable = False
+
+    def resumeProducing(self) -> None:
+        if self.handler is not None and not self.closing:
+            self.handler.session.set_writable(True)
+
+    def stopProducing(self) -> None:
+        pass
+
+
+class StompFactory(ServerFactory):
+    protocol = StompProtocol
+
+    def __init__(self, broker: Broker, settings: StompSettings, authenticator, authorizer, clock,
+                 node_name: str = "meshgate") -> None:
+        self.broker = broker
+        self.settings = settings
+        self.authenticator = authenticator
+        self.authorizer = authorizer
+        self.clock = clock
+        self.node_name = node_name
+        self.connections: set[StompProtocol] = set()
+        self.session_ids = itertools.count(1)
+
+
+def _negotiate(accept_version: str | None) -> str | None:
+    if accept_version is None:
+        return "1.0"
+    offered = {v.strip() for v in accept_version.split(",")}
+    for version in reversed(SUPPORTED):
+        if version in offered:
+            return version
+    return None
+
+
+def _parse_heartbeat(value: str) -> tuple[int, int] | None:
+    send, sep, receive = value.partition(",")
+    send, receive = send.strip(), receive.strip()
+    if not sep or not send.isdigit() or not receive.isdigit():
+        return None
+    return int(send), int(receive)

@@ -1,0 +1,281 @@
+"""What differs between STOMP 1.0, 1.1 and 1.2, one class per version.
+
+Each class handles the frames of a connected client (``frame_<COMMAND>``) by
+driving a broker-core session; the Twisted protocol only feeds it frames."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway.broker.broker import TEMP
+from gateway.broker.message import QUEUE, TOPIC, Message
+from gateway.broker.queue import AUTO, CLIENT, CLIENT_INDIVIDUAL, Subscription
+from gateway.stomp.codec import Frame, escape_header
+
+if TYPE_CHECKING:
+    from gateway.auth import Principal
+    from gateway.broker.session import Session
+    from gateway.stomp.protocol import StompProtocol
+
+# Headers of a SEND that describe the frame, not the message.
+_FRAME_ONLY_HEADERS = ("destination", "receipt", "transaction", "content-length", "message-id")
+_ACK_MODES = {"auto": AUTO, "client": CLIENT, "client-individual": CLIENT_INDIVIDUAL}
+_PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
+
+
+class StompError(Exception):
+    """A client mistake: answered with an ERROR frame, then the connection closes."""
+
+
+class Stomp10:
+    version = "1.0"
+
+    def __init__(self, protocol: StompProtocol, session: Session, principal: Principal) -> None:
+        self.protocol = protocol
+        self.session = session
+        self.principal = principal
+        self.broker = session.broker
+        self.authorizer = protocol.factory.authorizer
+        self._subscription_numbers: dict[int, Subscription] = {}
+        self._next_number = 0
+        self._temp_names: dict[str, str] = {}  # global temp queue name -> name the client used
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def handle(self, frame: Frame) -> None:
+        handler = getattr(self, "frame_" + frame.command, None)
+        if handler is None:
+            raise StompError(f"unknown command {frame.command!r} for STOMP {self.version}")
+        handler(frame)
+
+    def frame_CONNECT(self, frame: Frame) -> None:
+        raise StompError("already connected")
+
+    frame_STOMP = frame_CONNECT
+
+    # -- helpers --------------------------------------------------------------------------
+
+    @staticmethod
+    def required(frame: Frame, name: str) -> str:
+        value = frame.headers.get(name)
+        if value is None or value == "":
+            raise StompError(f"{frame.command} frame is missing the required '{name}' header")
+        return value
+
+    def destination(self, text: str) -> tuple[str, str]:
+        """Map a STOMP destination to the core's (kind, address)."""
+        kind, sep, name = text[1:].partition("/")
+        if not sep or not name or text[0] != "/":
+            raise StompError(f"invalid destination {text!r}: use /queue/NAME, /topic/NAME or /temp-queue/NAME")
+        if kind == "queue":
+            return QUEUE, name
+        if kind == "topic":
+            return TOPIC, name
+        if kind == "temp-queue":
+            queue = self.session.temp_queue(name)
+            self._temp_names[queue.name] = text
+            return TEMP, queue.name
+        if kind == "remote-temp-queue":
+            return TEMP, name
+        raise StompError(f"invalid destination {text!r}: use /queue/NAME, /topic/NAME or /temp-queue/NAME")
+
+    def format_destination(self, message: Message) -> str:
+        if message.kind == TEMP:
+            return self._temp_names.get(message.address) or "/remote-temp-queue/" + message.address
+        return f"/{message.kind}/{message.address}"
+
+    def authorize(self, action: str, destination: str) -> None:
+        if not self.authorizer.allowed(self.principal, action, destination):
+            raise StompError(f"user {self.principal.name!r} is not authorized to {action} {destination}")
+
+    # -- producing ------------------------------------------------------------------------
+
+    def frame_SEND(self, frame: Frame) -> None:
+        headers = frame.headers
+        target = self.required(frame, "destination")
+        kind, address = self.destination(target)
+        if kind != TEMP:
+            self.authorize("write", target)
+        transaction = headers.get("transaction")
+        for name in _FRAME_ONLY_HEADERS:
+            headers.pop(name, None)
+        persistent = headers.get("persistent") == "true"
+        priority = 4
+        expires = 0
+        if "priority" in headers:
+            raw = headers["priority"]
+            if not (raw.isdigit() and int(raw) <= 9):
+                raise StompError(f"priority must be an integer from 0 to 9, got {raw!r}")
+            priority = int(raw)
+        if "expires" in headers:
+            raw = headers["expires"]
+            if not raw.isdigit():
+                raise StompError(f"expires must be a time in epoch milliseconds, got {raw!r}")
+            expires = int(raw)
+        reply_to = headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith("/temp-queue/"):
+            headers["reply-to"] = "/remote-temp-queue/" + self.destination(reply_to)[1]
+        self.session.send(kind, address, headers, frame.body, persistent, priority, expires, transaction)
+
+    # -- consuming ------------------------------------------------------------------------
+
+    def subscription_id(self, frame: Frame) -> str:
+        # 1.0 made the id optional; the destination then names the subscription.
+        return frame.headers.get("id") or self.required(frame, "destination")
+
+    def frame_SUBSCRIBE(self, frame: Frame) -> None:
+        headers = frame.headers
+        target = self.required(frame, "destination")
+        sub_id = self.subscription_id(frame)
+        kind, address = self.destination(target)
+        if kind != TEMP:
+            self.authorize("read", target)
+        mode = _ACK_MODES.get(headers.get("ack", "auto"))
+        if mode is None:
+            raise StompError(f"unknown ack mode {headers['ack']!r}: use auto, client or client-individual")
+        prefetch = None
+        for name in _PREFETCH_HEADERS:
+            raw = headers.get(name)
+            if raw is not None:
+                if not raw.isdigit() or int(raw) < 1:
+                    raise StompError(f"{name} must be a positive integer, got {raw!r}")
+                prefetch = int(raw)
+                break
+        durable_name = self.durable_name(frame, kind)
+        self._next_number += 1
+        number = self._next_number
+        sub = self.session.subscribe(sub_id, kind, address, mode, prefetch, headers.get("selector"), durable_name,
+                                     tag=(number, self.message_prefix(sub_id)))
+        self._subscription_numbers[number] = sub
+
+    def durable_name(self, frame: Frame, kind: str) -> str | None:
+        headers = frame.headers
+        name = headers.get("activemq.subscriptionName")
+        if name is not None:
+            if kind != TOPIC:
+                raise StompError("activemq.subscriptionName applies to /topic/ destinations only")
+            client_id = self.session.client_id
+            if not client_id:
+                raise StompError("a durable subscription needs a client-id header on CONNECT")
+            return f"{client_id}.{name}"
+        # RabbitMQ's form; on a queue it is moot, since queues are always durable.
+        if kind == TOPIC and (headers.get("durable") == "true" or headers.get("persistent") == "true"):
+            return self.required(frame, "id")
+        return None
+
+    def message_prefix(self, sub_id: str) -> bytes:
+        return b"MESSAGE\nsubscription:" + escape_header(sub_id, self.version).encode() + b"\n"
+
+    def frame_UNSUBSCRIBE(self, frame: Frame) -> None:
+        headers = frame.headers
+        sub_id = self.subscription_id(frame)
+        remove = "activemq.subscriptionName" in headers or headers.get("durable") == "true"
+        sub = self.session.subscriptions.get(sub_id)
+        if sub is not None and sub.tag is not None:
+            self._subscription_numbers.pop(sub.tag[0], None)
+        if remove and sub is not None and sub.topic is not None:
+            self.authorize("admin", "/topic/" + sub.topic)
+        self.session.unsubscribe(sub_id, remove_durable=remove)
+
+    def deliver(self, sub: Subscription, message: Message) -> None:
+        block = message.encoded.get(self.version)
+        if block is None:
+            block = self.encode_block(message)
+        number, prefix = sub.tag
+        parts = [prefix]
+        if sub.ack_mode != AUTO:
+            ack = self.ack_header(number, message)
+            if ack:
+                parts.append(ack)
+        if message.deliveries > 1:
+            parts.append(b"redelivered:true\n")
+        parts += (block, message.body, b"\0")
+        self.protocol.write(b"".join(parts))
+
+    def encode_block(self, message: Message) -> bytes:
+        version = self.version
+        lines = [f"destination:{self.format_destination(message)}\nmessage-id:{message.id}\n"]
+        if version == "1.0":
+            lines += [f"{k}:{v}\n" for k, v in message.headers.items()]
+        else:
+            lines += [f"{escape_header(k, version)}:{escape_header(v, version)}\n" for k, v in message.headers.items()]
+        lines.append(f"content-length:{len(message.body)}\n\n")
+        block = "".join(lines).encode()
+        if message.kind != TEMP:  # temp destinations read differently per owner
+            message.encoded[version] = block
+        return block
+
+    def ack_header(self, number: int, message: Message) -> bytes:
+        return b""
+
+    # -- acknowledging --------------------------------------------------------------------
+
+    def ack_target(self, frame: Frame) -> tuple[Subscription, str]:
+        message_id = self.required(frame, "message-id")
+        sub_id = frame.headers.get("subscription")
+        if sub_id is not None:
+            sub = self.session.subscriptions.get(sub_id)
+            if sub is None:
+                raise StompError(f"no subscription with id {sub_id!r}")
+            return sub, message_id
+        for sub in self.session.subscriptions.values():
+            if message_id in sub.inflight:
+                return sub, message_id
+        raise StompError(f"message {message_id!r} is not awaiting acknowledgement")
+
+    def frame_ACK(self, frame: Frame) -> None:
+        sub, message_id = self.ack_target(frame)
+        self.session.settle(sub, message_id, cumulative=True, transaction=frame.headers.get("transaction"))
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def frame_BEGIN(self, frame: Frame) -> None:
+        self.session.begin(self.required(frame, "transaction"))
+
+    def frame_COMMIT(self, frame: Frame) -> None:
+        self.session.commit(self.required(frame, "transaction"))
+
+    def frame_ABORT(self, frame: Frame) -> None:
+        self.session.abort(self.required(frame, "transaction"))
+
+    def frame_DISCONNECT(self, frame: Frame) -> None:
+        self.protocol.disconnect_requested()
+
+
+class Stomp11(Stomp10):
+    version = "1.1"
+
+    def subscription_id(self, frame: Frame) -> str:
+        return self.required(frame, "id")
+
+    def frame_NACK(self, frame: Frame) -> None:
+        sub, message_id = self.ack_target(frame)
+        self.session.settle(sub, message_id, cumulative=True, accept=False)
+
+    def ack_target(self, frame: Frame) -> tuple[Subscription, str]:
+        message_id = self.required(frame, "message-id")
+        sub_id = self.required(frame, "subscription")
+        sub = self.session.subscriptions.get(sub_id)
+        if sub is None:
+            raise StompError(f"no subscription with id {sub_id!r}")
+        return sub, message_id
+
+
+class Stomp12(Stomp11):
+    version = "1.2"
+
+    def ack_header(self, number: int, message: Message) -> bytes:
+        return f"ack:{message.id}#{number}\n".encode()
+
+    def ack_target(self, frame: Frame) -> tuple[Subscription, str]:
+        ack_id = self.required(frame, "id")
+        message_id, _, number = ack_id.rpartition("#")
+        sub = self._subscription_numbers.get(int(number)) if number.isdigit() else None
+        if sub is None or not message_id:
+            raise StompError(f"ack id {ack_id!r} does not name a delivery awaiting acknowledgement")
+        return sub, message_id
+
+
+VERSIONS = {"1.0": Stomp10, "1.1": Stomp11, "1.2": Stomp12}
+SUPPORTED = ("1.0", "1.1", "1.2")
+

@@ -1,0 +1,1 @@
+"""Message stores: where persistent messages and definitions live across restarts."""

@@ -1,0 +1,33 @@
+"""The seam between the broker core and a storage backend."""
+
+from __future__ import annotations
+
+from typing import Iterator, Protocol
+
+from twisted.internet.defer import Deferred
+
+from gateway.broker.message import Message
+
+
+class Store(Protocol):
+    position: int  # grows with every record; unchanged means nothing new to sync
+
+    def add(self, queue_key: str, message: Message) -> None:
+        """Record a persistent message in a queue (durable once a sync covers it)."""
+
+    def remove(self, queue_key: str, message: Message) -> None:
+        """Record that a stored message was consumed."""
+
+    def when_durable(self) -> Deferred:
+        """Fire once everything recorded so far is on stable storage."""
+
+    def recover(self) -> Iterator[tuple[str, Message]]:
+        """Every stored message not yet removed, in the order it was added."""
+
+    def load_catalog(self) -> dict: ...
+
+    def save_catalog(self, catalog: dict) -> None:
+        """Durably replace the catalog (queue and durable subscription definitions)."""
+
+    def close(self) -> Deferred:
+        """Sync what is pending and release the files."""

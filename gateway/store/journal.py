@@ -1,0 +1,375 @@
+"""An append-only journal with group commit, the default durable store.
+
+Records (message added / message removed) are appended to segment files.
+Writes are buffered within one reactor turn and written with one ``write``;
+a sync thread then covers everything written so far with one ``fdatasync``
+and fires every waiter it covers, so many connections' persistent sends share
+one disk sync. Segments are deleted oldest-first once nothing in them is live
+(which keeps removals of older segments' messages safe to forget), and an old
+segment that is mostly dead has its live messages re-appended so one stuck
+message cannot pin the disk. See docs/architecture.md for why a journal.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import threading
+import zlib
+from collections import deque
+from pathlib import Path
+from typing import Iterator
+
+from twisted.internet.defer import Deferred, succeed
+
+from gateway.broker.message import Message
+
+log = logging.getLogger(__name__)
+
+_ADD = 1
+_REMOVE = 2
+_HEAD = struct.Struct("<IIB")  # payload length, crc32 of type+payload, type
+_ADD_FIELDS = struct.Struct("<HHBHIIBqHB")
+_REMOVE_FIELDS = struct.Struct("<HH")
+_KINDS = {"queue": 0, "topic": 1, "temp": 2}
+_KIND_NAMES = {v: k for k, v in _KINDS.items()}
+_SEGMENT_SUFFIX = ".log"
+
+
+def _encode_headers(headers: dict[str, str]) -> tuple[bytes, int]:
+    if not headers:
+        return b"", 0
+    text = "\0".join([f"{k}\0{v}" for k, v in headers.items()])
+    if text.count("\0") == 2 * len(headers) - 1:
+        return text.encode(), 0
+    return json.dumps(headers).encode(), 1  # a NUL inside a header: fall back
+
+
+def _decode_headers(blob: bytes, encoding: int) -> dict[str, str]:
+    if not blob:
+        return {}
+    if encoding == 1:
+        return json.loads(blob)
+    parts = blob.decode().split("\0")
+    return dict(zip(parts[::2], parts[1::2], strict=True))
+
+
+class _Syncer(threading.Thread):
+    """Runs fdatasync off the reactor thread; writes made meanwhile join the next sync."""
+
+    def __init__(self, store: JournalStore, delay: float) -> None:
+        super().__init__(name="journal-sync", daemon=True)
+        self.store = store
+        self.delay = delay
+        self.cond = threading.Condition()
+        self.requested = 0
+        self.synced = 0
+        self.retired: list[int] = []  # rolled-over segment fds still to sync and close
+        self.current_fd = -1
+        self.stopping = False
+
+    def request(self, position: int) -> None:
+        with self.cond:
+            if position > self.requested:
+                self.requested = position
+                self.cond.notify()
+
+    def run(self) -> None:
+        while True:
+            with self.cond:
+                while self.requested <= self.synced and not self.stopping and not self.retired:
+                    self.cond.wait()
+                if self.stopping and self.requested <= self.synced and not self.retired:
+                    return
+            if self.delay:
+                threading.Event().wait(self.delay)
+            with self.cond:
+                target = self.requested
+                retired, self.retired = self.retired, []
+                current = self.current_fd
+            for fd in retired:
+                os.fdatasync(fd)
+                os.close(fd)
+            os.fdatasync(current)
+            self.synced = target
+            self.store.reactor.callFromThread(self.store._synced, target)
+
+
+class JournalStore:
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        reactor,
+        *,
+        sync: bool = True,
+        segment_size: int = 32 * 1024 * 1024,
+        max_sync_delay_ms: int = 0,
+    ) -> None:
+        self.root = Path(directory)
+        self.dir = self.root / "journal"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.reactor = reactor
+        self.sync = sync
+        self.segment_size = segment_size
+        self._buffer = bytearray()
+        self._appended = 0  # logical bytes appended, across segments
+        self._written = 0
+        self._durable = 0
+        self._waiters: deque[tuple[int, Deferred]] = deque()
+        self._flush_scheduled = False
+        # segment number -> {(queue key, message id): message}: what is live in it
+        self._live: dict[int, dict[tuple[str, str], Message]] = {}
+        self._live_bytes: dict[int, int] = {}
+        self._segment = 0
+        self._segment_bytes = 0
+        self._fd = -1
+        self._syncer: _Syncer | None = None
+        self._max_sync_delay = max_sync_delay_ms / 1000.0
+        self.syncs = 0
+
+    @property
+    def position(self) -> int:
+        """Bytes recorded so far; a change means there is something to make durable."""
+        return self._appended
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def recover(self) -> Iterator[tuple[str, Message]]:
+        live: dict[tuple[str, str], tuple[str, Message]] = {}
+        segments = self._segment_numbers()
+        for number in segments:
+            self._live.setdefault(number, {})
+            self._live_bytes.setdefault(number, 0)
+            self._replay(number, live, last=number == segments[-1])
+        for key, (_, message) in live.items():
+            self._live[message.segment][key] = message
+            self._live_bytes[message.segment] += message.size
+        self._open_segment((segments[-1] + 1) if segments else 1)
+        self._collect()
+        return (entry for entry in live.values())
+
+    def _segment_numbers(self) -> list[int]:
+        return sorted(int(p.stem) for p in self.dir.glob("*" + _SEGMENT_SUFFIX) if p.stem.isdigit())
+
+    def _path(self, number: int) -> Path:
+        return self.dir / f"{number:08d}{_SEGMENT_SUFFIX}"
+
+    def _replay(self, number: int, live: dict, last: bool) -> None:
+        path = self._path(number)
+        data = path.read_bytes()
+        pos = 0
+        size = len(data)
+        while pos < size:
+            if pos + _HEAD.size > size:
+                break
+            length, crc, kind = _HEAD.unpack_from(data, pos)
+            start = pos + _HEAD.size
+            payload = data[start:start + length]
+            if len(payload) < length or zlib.crc32(payload, kind) != crc:
+                break
+            if kind == _ADD:
+                queue_key, message = self._decode_add(payload)
+                message.segment = number
+                live[(queue_key, message.id)] = (queue_key, message)
+            elif kind == _REMOVE:
+                klen, ilen = _REMOVE_FIELDS.unpack_from(payload)
+                off = _REMOVE_FIELDS.size
+                queue_key = payload[off:off + klen].decode()
+                message_id = payload[off + klen:off + klen + ilen].decode()
+                live.pop((queue_key, message_id), None)
+            pos = start + length
+        if pos < size:
+            if last:
+                # A torn tail from a crash mid-write: nothing after it was ever acknowledged.
+                log.warning("journal %s: truncating %d bytes of torn tail", path.name, size - pos)
+                with open(path, "r+b") as f:
+                    f.truncate(pos)
+            else:
+                log.error("journal %s: corrupt record at offset %d; skipping the rest of the segment", path.name, pos)
+
+    @staticmethod
+    def _decode_add(payload: bytes) -> tuple[str, Message]:
+        (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc) = _ADD_FIELDS.unpack_from(payload)
+        off = _ADD_FIELDS.size
+        queue_key = payload[off:off + klen].decode()
+        off += klen
+        message_id = payload[off:off + ilen].decode()
+        off += ilen
+        address = payload[off:off + alen].decode()
+        off += alen
+        headers = _decode_headers(payload[off:off + hlen], henc)
+        off += hlen
+        body = payload[off:off + blen]
+        message = Message(message_id, _KIND_NAMES[kind], address, headers, body, True, priority, expires, deliveries)
+        return queue_key, message
+
+    # -- writing --------------------------------------------------------------------------
+
+    def add(self, queue_key: str, message: Message) -> None:
+        key = queue_key.encode()
+        mid = message.id.encode()
+        address = message.address.encode()
+        headers, henc = _encode_headers(message.headers)
+        body = message.body
+        payload = b"".join((
+            _ADD_FIELDS.pack(len(key), len(mid), _KINDS[message.kind], len(address), len(headers), len(body),
+                             message.priority, message.expires, min(message.deliveries, 65535), henc),
+            key, mid, address, headers, body,
+        ))
+        self._append(_ADD, payload)
+        segment = self._segment
+        message.segment = segment
+        self._live[segment][(queue_key, message.id)] = message
+        self._live_bytes[segment] += message.size
+
+    def remove(self, queue_key: str, message: Message) -> None:
+        live = self._live.get(message.segment)
+        if live is None or live.pop((queue_key, message.id), None) is None:
+            return
+        self._live_bytes[message.segment] -= message.size
+        key = queue_key.encode()
+        mid = message.id.encode()
+        self._append(_REMOVE, _REMOVE_FIELDS.pack(len(key), len(mid)) + key + mid)
+
+    def _append(self, kind: int, payload: bytes) -> None:
+        self._buffer += _HEAD.pack(len(payload), zlib.crc32(payload, kind), kind)
+        self._buffer += payload
+        self._appended += _HEAD.size + len(payload)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.reactor.callLater(0, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        buffer = self._buffer
+        if buffer:
+            view = memoryview(buffer)
+            while view:
+                view = view[os.write(self._fd, view):]
+            view.release()
+            self._segment_bytes += len(buffer)
+            self._written = self._appended
+            buffer.clear()
+            if self._segment_bytes >= self.segment_size:
+                self._roll_over()
+        if self.sync and self._syncer is not None:
+            if self._written > self._durable:
+                self._syncer.request(self._written)
+        else:
+            self._synced(self._written)
+
+    def _synced(self, position: int) -> None:
+        if position > self._durable:
+            self._durable = position
+        self.syncs += 1
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= self._durable:
+            waiters.popleft()[1].callback(None)
+
+    def when_durable(self) -> Deferred:
+        if self._appended <= self._durable:
+            return succeed(None)
+        d = Deferred()
+        self._waiters.append((self._appended, d))
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.reactor.callLater(0, self._flush)
+        return d
+
+    # -- segments -------------------------------------------------------------------------
+
+    def _open_segment(self, number: int) -> None:
+        fd = os.open(self._path(number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        _fsync_dir(self.dir)
+        old = self._fd
+        self._fd = fd
+        self._segment = number
+        self._segment_bytes = os.fstat(fd).st_size
+        self._live.setdefault(number, {})
+        self._live_bytes.setdefault(number, 0)
+        if self.sync:
+            if self._syncer is None:
+                self._syncer = _Syncer(self, self._max_sync_delay)
+                self._syncer.current_fd = fd
+                self._syncer.start()
+            else:
+                with self._syncer.cond:
+                    self._syncer.retired.append(old)
+                    self._syncer.current_fd = fd
+                    self._syncer.cond.notify()
+        elif old >= 0:
+            os.close(old)
+
+    def _roll_over(self) -> None:
+        self._open_segment(self._segment + 1)
+        self._collect()
+
+    def _collect(self) -> None:
+        """Delete dead segments, oldest first; compact a mostly-dead oldest one."""
+        while len(self._live) >= 2:
+            oldest = min(self._live)
+            live = self._live[oldest]
+            path = self._path(oldest)
+            if not live:
+                del self._live[oldest], self._live_bytes[oldest]
+                path.unlink(missing_ok=True)
+                continue
+            if len(self._live) < 4 or self._live_bytes[oldest] * 2 > self.segment_size:
+                return
+            # Re-append what is still live; the old file goes once the copies are durable.
+            moved = list(live.items())
+            del self._live[oldest], self._live_bytes[oldest]
+            for (queue_key, _), message in moved:
+                self.add(queue_key, message)
+            self.when_durable().addCallback(lambda _, p=path: p.unlink(missing_ok=True))
+
+    def segment_count(self) -> int:
+        return len(self._live)
+
+    # -- catalog --------------------------------------------------------------------------
+
+    def load_catalog(self) -> dict:
+        path = self.root / "catalog.json"
+        if not path.exists():
+            return {}
+        return json.loads(path.read_text())
+
+    def save_catalog(self, catalog: dict) -> None:
+        path = self.root / "catalog.json"
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump(catalog, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(self.root)
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    def close(self) -> Deferred:
+        self._flush()
+        d = self.when_durable()
+
+        def stop(result: object) -> object:
+            if self._syncer is not None:
+                with self._syncer.cond:
+                    self._syncer.stopping = True
+                    self._syncer.cond.notify()
+                self._syncer.join(5)
+                self._syncer = None
+            if self._fd >= 0:
+                os.close(self._fd)
+                self._fd = -1
+            return result
+
+        return d.addBoth(stop)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,38 @@
+"""A store that keeps nothing: every message lives and dies with the process."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from twisted.internet.defer import Deferred, succeed
+
+from gateway.broker.message import Message
+
+
+class MemoryStore:
+    def __init__(self) -> None:
+        self.catalog: dict = {}
+        self.messages: dict[tuple[str, str], Message] = {}
+
+    position = 0
+
+    def add(self, queue_key: str, message: Message) -> None:
+        self.messages[(queue_key, message.id)] = message
+
+    def remove(self, queue_key: str, message: Message) -> None:
+        self.messages.pop((queue_key, message.id), None)
+
+    def when_durable(self) -> Deferred:
+        return succeed(None)
+
+    def recover(self) -> Iterator[tuple[str, Message]]:
+        return iter(())
+
+    def load_catalog(self) -> dict:
+        return dict(self.catalog)
+
+    def save_catalog(self, catalog: dict) -> None:
+        self.catalog = catalog
+
+    def close(self) -> Deferred:
+        return succeed(None)
