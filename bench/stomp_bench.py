@@ -38,6 +38,8 @@ RECV_SIZE = 1 << 20
 # per-batch timestamp is accurate to well under a millisecond.
 BATCH_BYTES = 256 * 1024
 RECEIPT_WINDOW = 1000
+# Other processes using more than this much CPU during a scenario flag it NOISY.
+NOISY_PCT = 30.0
 TS_KEY = b"\nbench-ts:"
 CL_KEY = b"\ncontent-length:"
 ACK_KEY = b"\nack:"
@@ -523,6 +525,24 @@ def broker_cpu(pid: int | None) -> float | None:
     return total
 
 
+def system_busy() -> float | None:
+    """CPU seconds the whole machine spent busy, to spot other load during a run."""
+    if psutil is None:
+        return None
+    t = psutil.cpu_times()
+    return sum(t) - t.idle - getattr(t, "iowait", 0.0) - getattr(t, "steal", 0.0)
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    broker: float | None
+    system: float | None
+
+    @classmethod
+    def take(cls, pid: int | None) -> CpuSample:
+        return cls(broker_cpu(pid), system_busy())
+
+
 def broker_rss(pid: int | None) -> int | None:
     procs = broker_procs(pid)
     if not procs:
@@ -577,6 +597,7 @@ class Result:
     latency_ms: tuple[float, float, float] | None = None
     broker_cpu_pct: float | None = None
     client_cpu_pct: float | None = None
+    other_cpu_pct: float | None = None
     notes: list[str] = field(default_factory=list)
 
 
@@ -675,10 +696,10 @@ def run_messaging(sc: Scenario, rc: RunContext) -> Result:
         go = kids.ctx.Event()
         kids.start("producer", producer_main, rc.params, pub_spec, kids.events, go, rc.timeout_s)
         kids.await_all("ready", ["producer"], deadline)
-        cpu0 = broker_cpu(rc.broker_pid)
+        cpu0 = CpuSample.take(rc.broker_pid)
         go.set()
         results = kids.await_all("result", ["producer", *consumer_roles], deadline)
-        cpu1 = broker_cpu(rc.broker_pid)
+        cpu1 = CpuSample.take(rc.broker_pid)
         return summarise(sc, count, results, consumer_roles, cpu0, cpu1)
     except ScenarioFailed as exc:
         if sc.kind == "queue":
@@ -705,8 +726,8 @@ def summarise(
     count: int,
     results: dict[str, Any],
     consumer_roles: list[str],
-    cpu0: float | None,
-    cpu1: float | None,
+    cpu0: CpuSample,
+    cpu1: CpuSample,
 ) -> Result:
     prod = results["producer"]
     cons = [results[r] for r in consumer_roles]
@@ -720,9 +741,13 @@ def summarise(
     res.msgs_per_s = delivered / elapsed
     res.mb_per_s = delivered * sc.size / elapsed / 1e6
     res.latency_ms = percentiles_ms([r["lat"] for r in cons])
-    if cpu0 is not None and cpu1 is not None:
-        res.broker_cpu_pct = 100 * (cpu1 - cpu0) / elapsed
-    res.client_cpu_pct = 100 * max(r["cpu"] for r in (prod, *cons)) / elapsed
+    client_cpu = [r["cpu"] for r in (prod, *cons)]
+    res.client_cpu_pct = 100 * max(client_cpu) / elapsed
+    res.other_cpu_pct = other_cpu_pct(cpu0, cpu1, sum(client_cpu), elapsed)
+    if cpu0.broker is not None and cpu1.broker is not None:
+        res.broker_cpu_pct = 100 * (cpu1.broker - cpu0.broker) / elapsed
+    if res.other_cpu_pct is not None and res.other_cpu_pct > NOISY_PCT:
+        res.notes.append(f"NOISY: other processes used {res.other_cpu_pct:.0f}% CPU")
     if "receipt_lat" in prod:
         rec = percentiles_ms([prod["receipt_lat"]])
         if rec:
@@ -734,6 +759,16 @@ def summarise(
         res.ok = False
         res.reason = f"incomplete: {len(short)} of {len(counts)} subscriptions short, min {min(counts)}/{count}"
     return res
+
+
+def other_cpu_pct(cpu0: CpuSample, cpu1: CpuSample, client_cpu: float, elapsed: float) -> float | None:
+    """Machine CPU not spent by the broker or this bench: a shared 2-core box skews figures."""
+    if None in (cpu0.system, cpu1.system, cpu0.broker, cpu1.broker):
+        return None
+    busy = cpu1.system - cpu0.system  # type: ignore[operator]
+    broker = cpu1.broker - cpu0.broker  # type: ignore[operator]
+    # client_cpu includes connection setup before the measured window, so clamp.
+    return max(0.0, 100 * (busy - broker - client_cpu) / elapsed)
 
 
 def raise_nofile() -> int:
@@ -807,6 +842,8 @@ def report_line(res: Result) -> str:
         parts.append(f"broker CPU {res.broker_cpu_pct:.0f}%")
     if res.client_cpu_pct is not None:
         parts.append(f"busiest client proc {res.client_cpu_pct:.0f}%")
+    if res.other_cpu_pct is not None:
+        parts.append(f"other load {res.other_cpu_pct:.0f}%")
     parts.extend(res.notes)
     line = parts[0] + " " + ", ".join(parts[1:])
     return line if res.ok else f"{line} -- FAILED ({res.reason})"

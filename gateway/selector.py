@@ -32,7 +32,7 @@ _MAX_DEPTH = 100
 _KEYWORDS = frozenset({"AND", "OR", "NOT", "BETWEEN", "IN", "LIKE", "ESCAPE", "IS", "NULL", "TRUE", "FALSE"})
 _WHITESPACE = frozenset(" \t\n\r\f")
 _DIGITS = frozenset("0123456789")
-_STRING_RE = re.compile(r"'([^']*(?:''[^']*)*)'")  # '' inside a literal is one quote
+_STRING_RE = re.compile(r"'([^']*+(?:''[^']*+)*+)'")  # '' inside a literal is one quote
 # Java literal syntax, as JMS specifies: L suffixes, 0x hex, and a leading zero means octal.
 _NUMBER_RE = re.compile(
     r"(?P<hex>0[xX][0-9a-fA-F]+)[lL]?"
@@ -153,7 +153,7 @@ def _to_number(value: str | None) -> int | float | None:
     return None
 
 
-def _divide(a: int | float, b: int | float) -> int | float | None:
+def _divide(a: float, b: float) -> float | None:
     if b == 0:
         return None  # Java would throw; a selector must not, so the result is UNKNOWN
     if isinstance(a, int) and isinstance(b, int):
@@ -359,8 +359,6 @@ def _logic(is_and: bool, nodes: list[_Node], col: int) -> _Node:
     if any(node.const and node.value is decisive for node in nodes):
         return _const("bool", decisive, col)
     live = [node for node in nodes if not (node.const and node.value is is_and)]
-    if not live:
-        return _const("bool", is_and, col)
     if len(live) == 1:
         return live[0]
     fns = tuple(node.fn for node in live)

@@ -31,6 +31,7 @@ _UNESCAPES = {
 _ESCAPE_11 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"})
 _ESCAPE_12 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"})
 _ESCAPES = {"1.0": None, "1.1": _ESCAPE_11, "1.2": _ESCAPE_12}
+_RECEIPT_LINE = re.compile(r"^receipt:(.*)$", re.MULTILINE)
 _ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
 # CONNECT and CONNECTED are never escaped, so pre-1.1 clients can negotiate.
 _UNESCAPED_COMMANDS = frozenset({"CONNECT", "CONNECTED", "STOMP"})
@@ -206,20 +207,13 @@ class FrameParser:
             raise FrameError(f"malformed command line {command[:40]!r}")
         if len(lines) - 1 > self.max_headers:
             raise FrameError(f"frame has more than {self.max_headers} headers")
-        unescape = None if command in _UNESCAPED_COMMANDS else _UNESCAPES[self.version]
-        headers: dict[str, str] = {}
-        max_length = self.max_header_length
-        for line in lines[1:]:
-            if len(line) > max_length:
-                raise FrameError(f"header exceeds the maximum header length of {max_length}")
-            name, colon, value = line.partition(":")
-            if not colon:
-                raise FrameError(f"malformed header line {line[:40]!r}: no colon")
-            if unescape is not None and ("\\" in name or "\\" in value):
-                name = _unescape(name, unescape)
-                value = _unescape(value, unescape)
-            if name not in headers:  # repeated headers: the first one wins
-                headers[name] = value
+        try:
+            headers = self._parse_headers(command, lines)
+        except FrameError as error:
+            if error.receipt is None:  # so the ERROR can still say which frame failed
+                match = _RECEIPT_LINE.search(text)
+                error.receipt = match.group(1).rstrip("\r") if match else None
+            raise
         frame = Frame(command, headers)
         length = -1
         raw_length = headers.get("content-length")
@@ -235,6 +229,23 @@ class FrameParser:
                     headers.get("receipt"),
                 )
         return frame, length
+
+    def _parse_headers(self, command: str, lines: list[str]) -> dict[str, str]:
+        unescape = None if command in _UNESCAPED_COMMANDS else _UNESCAPES[self.version]
+        headers: dict[str, str] = {}
+        max_length = self.max_header_length
+        for line in lines[1:]:
+            if len(line) > max_length:
+                raise FrameError(f"header exceeds the maximum header length of {max_length}")
+            name, colon, value = line.partition(":")
+            if not colon:
+                raise FrameError(f"malformed header line {line[:40]!r}: no colon")
+            if unescape is not None and ("\\" in name or "\\" in value):
+                name = _unescape(name, unescape)
+                value = _unescape(value, unescape)
+            if name not in headers:  # repeated headers: the first one wins
+                headers[name] = value
+        return headers
 
 
 def _find_header_end(buf: bytearray, pos: int) -> tuple[int, int]:

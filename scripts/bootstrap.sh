@@ -1,0 +1,39 @@
+# Sourced by run.sh and test.sh: install what Meshgate needs on a fresh Debian
+# machine (as root) into ./.venv, pinned by requirements/constraints.txt.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.venv"
+
+apt_install() {
+    # Only touch apt when something is missing: apt-get update costs seconds.
+    local missing=()
+    for pkg in "$@"; do
+        dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "bootstrap: apt-get install ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+
+ensure_python() {
+    if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        apt_install python3 python3-venv python3-pip
+    fi
+}
+
+ensure_venv() {  # extras, e.g. "test"
+    local extras="$1"
+    ensure_python
+    [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+    local stamp="$VENV/.installed-$extras"
+    local digest
+    digest="$(cat "$ROOT/pyproject.toml" "$ROOT/requirements/constraints.txt" | sha256sum | cut -c1-16)"
+    if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ]; then
+        "$VENV/bin/python" -m pip install -q --upgrade pip
+        "$VENV/bin/python" -m pip install -q -c "$ROOT/requirements/constraints.txt" -e "$ROOT[$extras]"
+        echo "$digest" > "$stamp"
+    fi
+}
