@@ -272,12 +272,13 @@ def test_heartbeats_sent_and_silent_client_dropped():
     silent.send("SUBSCRIBE", {"id": "s", "destination": "/queue/q", "ack": "client"})
     harness.client().send("SEND", {"destination": "/queue/q"}, b"m")
     assert len(silent.messages()) == 1
-    harness.clock.advance(0.1)
+    # MemoryReactorClock runs a due call at the end of an advance: step finely.
+    harness.clock.pump([0.01] * 10)
     assert silent.transport.value() == b""  # it just got a MESSAGE, no beat needed yet
-    harness.clock.advance(0.1)
+    harness.clock.pump([0.01] * 10)
     assert silent.transport.value() == b"\n"
     assert not silent.transport.disconnecting
-    harness.clock.advance(0.11)  # the check at 300 ms finds 1.5 x 100 ms of silence
+    harness.clock.pump([0.01] * 11)  # the check at 300 ms finds 1.5 x 100 ms of silence
     assert silent.transport.disconnecting
     silent.drop()
     other = harness.client()

@@ -1,0 +1,99 @@
+"""Fixtures for the end-to-end suite: broker processes and clients, always cleaned up.
+
+The helpers live in ``e2e_support.py`` next to this file (importable by the test
+modules under ``--import-mode=importlib`` because this directory is put on
+``sys.path`` here)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from e2e_support import (  # noqa: E402
+    BrokerProcess,
+    Client,
+    RawClient,
+    open_client,
+    password_hash,
+)
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    """``broker_factory(config=None, sets=(), name=None, tls=False, start=True)`` starts a
+    ``meshgate broker`` on a free port with its data dir in ``tmp_path``."""
+    brokers: list[BrokerProcess] = []
+
+    def make(config: str | None = None, sets=(), name: str | None = None, tls: bool = False,
+             start: bool = True, data_dir: Path | None = None) -> BrokerProcess:
+        broker = BrokerProcess(tmp_path, name=name or f"n{len(brokers) + 1}", config=config, sets=sets, tls=tls,
+                               data_dir=data_dir)
+        brokers.append(broker)
+        if start:
+            broker.start()
+        return broker
+
+    yield make
+    for broker in brokers:
+        broker.cleanup()
+
+
+@pytest.fixture
+def broker(broker_factory) -> BrokerProcess:
+    """A broker with the default configuration (anonymous)."""
+    return broker_factory()
+
+
+@pytest.fixture
+def connect():
+    """``connect(broker, version="1.2", login=None, passcode=None, heartbeats=(0, 0),
+    headers=None, tls=None)`` -> a connected :class:`Client`; closed at teardown."""
+    clients: list[Client] = []
+
+    def make(broker: BrokerProcess, version: str = "1.2", **kwargs) -> Client:
+        client = open_client(broker, version, **kwargs)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.drop()
+
+
+@pytest.fixture
+def raw():
+    """``raw(broker)`` -> a :class:`RawClient` socket; closed at teardown."""
+    clients: list[RawClient] = []
+
+    def make(broker: BrokerProcess) -> RawClient:
+        client = RawClient.to(broker)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def hashes() -> dict[str, str]:
+    """Password hashes made by ``meshgate passwd --stdin`` (once per session)."""
+    return {"alice": password_hash("alice-secret"), "bob": password_hash("bob-secret")}
+
+
+VERSIONS = ["1.0", "1.1", "1.2"]
+
+
+@pytest.fixture(params=VERSIONS)
+def version(request) -> str:
+    return request.param
+
+
+@pytest.fixture(params=["1.1", "1.2"])
+def version11(request) -> str:
+    """STOMP versions with NACK, client-individual and header escaping."""
+    return request.param
