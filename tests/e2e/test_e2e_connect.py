@@ -1,0 +1,217 @@
+"""CONNECT/STOMP, version negotiation, CONNECTED headers, DISCONNECT, heart-beats."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from e2e_support import RawClient, encode, unique
+
+
+@pytest.mark.parametrize(
+    "command, accept, expected",
+    [
+        ("CONNECT", None, "1.0"),
+        ("CONNECT", "1.0", "1.0"),
+        ("CONNECT", "1.1", "1.1"),
+        ("CONNECT", "1.2", "1.2"),
+        ("CONNECT", "1.0,1.1,1.2", "1.2"),
+        ("CONNECT", "1.0,1.1", "1.1"),
+        ("CONNECT", "1.1,2.0", "1.1"),
+        ("CONNECT", "3.0,1.2,1.0", "1.2"),
+        ("STOMP", "1.1", "1.1"),
+        ("STOMP", "1.2", "1.2"),
+        ("STOMP", "1.0,1.1,1.2", "1.2"),
+    ],
+)
+def test_connect_negotiates_highest_common_version(broker, raw, command, accept, expected):
+    client = raw(broker)
+    headers = {"host": "localhost"}
+    if accept is not None:
+        headers["accept-version"] = accept
+    client.send_frame(command, headers)
+    frame = client.expect("CONNECTED")
+    assert frame.headers.get("version") == expected
+    assert frame.headers.get("server", "").startswith("meshgate"), frame.headers
+    assert frame.headers.get("session"), frame.headers
+    if expected != "1.0":
+        send, _, receive = frame.headers.get("heart-beat", "").partition(",")
+        assert send.isdigit() and receive.isdigit(), frame.headers
+
+
+def test_sessions_are_distinct(broker, raw):
+    sessions = {raw(broker).connect("1.2").headers["session"] for _ in range(3)}
+    assert len(sessions) == 3
+
+
+@pytest.mark.parametrize("accept", ["2.0", "0.9,3.1", "1.3"])
+def test_no_common_version_is_an_error_with_version_header(broker, raw, accept):
+    client = raw(broker)
+    client.send_frame("CONNECT", {"accept-version": accept, "host": "localhost"})
+    frames = client.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"], frames
+    supported = frames[0].headers.get("version", "")
+    assert {v.strip() for v in supported.split(",")} >= {"1.2"}, frames[0].headers
+    assert "CONNECTED" not in [f.command for f in frames]
+
+
+@pytest.mark.parametrize("host", ["example.invalid", "*", "/", "vhost with spaces", ""])
+def test_any_host_header_is_accepted(broker, raw, host):
+    client = raw(broker)
+    client.send_frame("STOMP", {"accept-version": "1.2", "host": host})
+    assert client.expect("CONNECTED").headers["version"] == "1.2"
+
+
+def test_first_frame_must_be_connect(broker, raw):
+    client = raw(broker)
+    client.send_frame("SEND", {"destination": "/queue/x", "receipt": "r1"}, b"hi")
+    frames = client.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"], frames
+    assert frames[0].headers.get("message")
+
+
+def test_connect_twice_is_an_error(broker, raw):
+    client = raw(broker)
+    client.connect("1.2")
+    client.send_frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})
+    frames = client.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"], frames
+
+
+def test_stomp_py_connects_with_every_version(broker, connect, version):
+    client = connect(broker, version)
+    frame = client.connected_frame
+    assert frame.headers.get("session")
+    assert frame.headers.get("server", "").startswith("meshgate")
+    if version != "1.0":
+        assert frame.headers.get("version") == version
+
+
+def test_disconnect_with_receipt_then_closed(broker, raw, version):
+    client = raw(broker)
+    client.connect(version)
+    client.send_frame("DISCONNECT", {"receipt": "bye-77"})
+    frames = client.wait_closed()
+    assert [(f.command, f.headers.get("receipt-id")) for f in frames] == [("RECEIPT", "bye-77")]
+
+
+def test_frames_before_disconnect_in_same_write_are_processed(broker, raw, connect):
+    consumer = connect(broker)
+    consumer.subscribe("/queue/after-disconnect")
+    client = raw(broker)
+    client.connect("1.2")
+    client.sendall(
+        encode("SEND", {"destination": "/queue/after-disconnect"}, "before")
+        + encode("DISCONNECT", {"receipt": "d"})
+        + encode("SEND", {"destination": "/queue/after-disconnect"}, "after")
+    )
+    assert [f.command for f in client.wait_closed()] == ["RECEIPT"]
+    consumer.send("/queue/after-disconnect", "fence")
+    bodies = [m.body for m in consumer.listener.wait_for_body("fence")]
+    assert bodies[0] == "before", bodies
+
+
+# -- heart-beats ----------------------------------------------------------------------------
+
+
+def test_server_sends_heartbeats_at_negotiated_interval(broker_factory, raw):
+    broker = broker_factory(sets=["stomp.heartbeat_send_ms=100"])
+    client = raw(broker)
+    connected = client.connect("1.2", {"heart-beat": "0,200"})
+    assert connected.headers["heart-beat"].split(",")[0] == "100"
+    start = time.monotonic()
+    frames = client.poll(1.3)
+    assert frames == []
+    beats = [t - start for t in client.heartbeat_times]
+    # Negotiated interval: max(100, 200) = 200 ms, so about 6 beats in 1.3 s.
+    assert 4 <= len(beats) <= 10, beats
+    gaps = [b - a for a, b in zip([0.0, *beats], beats)]
+    assert max(gaps) < 0.45, gaps
+
+
+def test_no_heartbeats_when_client_does_not_want_them(broker_factory, raw):
+    broker = broker_factory(sets=["stomp.heartbeat_send_ms=100"])
+    client = raw(broker)
+    client.connect("1.2", {"heart-beat": "0,0"})
+    assert client.poll(0.6) == []
+    assert client.heartbeat_times == []
+
+
+def test_silent_client_is_disconnected_and_its_message_redelivered(broker_factory, raw, connect):
+    broker = broker_factory(sets=["stomp.heartbeat_receive_ms=300"])
+    silent = raw(broker)
+    connected = silent.connect("1.2", {"heart-beat": "300,0"})
+    assert connected.headers["heart-beat"].split(",")[1] == "300"
+    silent.send_frame("SUBSCRIBE", {"destination": "/queue/hb", "id": "s1", "ack": "client", "receipt": "sub"})
+    assert silent.expect("RECEIPT").headers["receipt-id"] == "sub"
+    producer = connect(broker)
+    producer.send("/queue/hb", "precious", receipt=True)
+    message = silent.expect("MESSAGE")
+    assert message.body == b"precious"
+    assert "redelivered" not in message.headers
+    other = connect(broker)
+    other.subscribe("/queue/hb")
+    went_silent = time.monotonic()
+    # No ACK, no heart-beat: 300 ms x grace 1.5 later the broker must give up on it.
+    silent.wait_closed(timeout=5)
+    elapsed = time.monotonic() - went_silent
+    assert elapsed >= 0.3, f"closed after {elapsed:.2f}s, before the heart-beat interval passed"
+    [redelivered] = other.listener.wait_for(1)
+    assert redelivered.body == "precious"
+    assert redelivered.headers.get("redelivered") == "true", redelivered.headers
+
+
+def test_client_that_sends_heartbeats_stays_connected(broker_factory, raw):
+    broker = broker_factory(sets=["stomp.heartbeat_receive_ms=300"])
+    client = raw(broker)
+    client.connect("1.2", {"heart-beat": "300,0"})
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(0.1):
+            try:
+                client.sendall(b"\n")
+            except OSError:
+                return
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        frames = client.poll(1.5)  # five times the negotiated interval
+        assert frames == [] and not client.closed
+    finally:
+        stop.set()
+        thread.join()
+    client.send_frame("SUBSCRIBE", {"destination": "/queue/alive", "id": "1", "receipt": "still-here"})
+    assert client.expect("RECEIPT").headers["receipt-id"] == "still-here"
+
+
+def test_stomp_py_heartbeats_keep_connection_open(broker_factory, connect):
+    broker = broker_factory(sets=["stomp.heartbeat_receive_ms=200", "stomp.heartbeat_send_ms=200"])
+    client = connect(broker, "1.2", heartbeats=(200, 200))
+    client.listener.wait_until(lambda: client.listener.heartbeats >= 3, "3 heart-beats from the broker")
+    destination = "/queue/" + unique("hb")
+    client.subscribe(destination)
+    client.send(destination, "ping", receipt=True)
+    assert client.listener.wait_for(1)[0].body == "ping"
+    assert not client.listener.disconnected
+
+
+def test_heartbeat_header_ignored_for_stomp_10(broker_factory, raw):
+    broker = broker_factory(sets=["stomp.heartbeat_send_ms=100", "stomp.heartbeat_receive_ms=100"])
+    client = raw(broker)
+    client.connect(None, {"heart-beat": "100,100"})
+    # A 1.0 session negotiates no heart-beats: no beats, and silence is not fatal.
+    assert client.poll(0.6) == []
+    assert client.heartbeat_times == [] and not client.closed
+
+
+def test_malformed_heartbeat_header_is_an_error(broker, raw):
+    client = RawClient.to(broker)
+    try:
+        client.send_frame("CONNECT", {"accept-version": "1.2", "host": "x", "heart-beat": "soon"})
+        frames = client.wait_closed()
+        assert [f.command for f in frames] == ["ERROR"], frames
+    finally:
+        client.close()
