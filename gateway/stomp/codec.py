@@ -252,8 +252,10 @@ def _find_header_end(buf: bytearray, pos: int) -> tuple[int, int]:
     """Return (end of header block, start of body) or (-1, -1) when incomplete.
     The block ends at the first empty line, whether lines end in LF or CR LF."""
     lf = buf.find(b"\n\n", pos)
-    crlf = buf.find(b"\n\r\n", pos)
-    if crlf >= 0 and (lf < 0 or crlf < lf):
+    # Look for the CR LF form only before the LF one, so a read holding many
+    # frames is not scanned to its end for every frame.
+    crlf = buf.find(b"\n\r\n", pos) if lf < 0 else buf.find(b"\n\r\n", pos, lf)
+    if crlf >= 0:
         return crlf, crlf + 3
     if lf >= 0:
         return lf, lf + 2

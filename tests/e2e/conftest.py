@@ -48,6 +48,16 @@ def broker(broker_factory) -> BrokerProcess:
     return broker_factory()
 
 
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory):
+    """One default broker for a whole module, for tests that only need a plain broker
+    and use their own destinations (cheaper than a process per test)."""
+    broker = BrokerProcess(tmp_path_factory.mktemp("shared"), name="shared")
+    broker.start()
+    yield broker
+    broker.cleanup()
+
+
 @pytest.fixture
 def connect():
     """``connect(broker, version="1.2", login=None, passcode=None, heartbeats=(0, 0),

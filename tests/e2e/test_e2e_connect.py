@@ -6,7 +6,13 @@ import threading
 import time
 
 import pytest
-from e2e_support import RawClient, encode, unique
+from e2e_support import encode, unique
+
+
+@pytest.fixture
+def broker(shared_broker):
+    """These tests need nothing but a default broker: share one per module."""
+    return shared_broker
 
 
 @pytest.mark.parametrize(
@@ -97,17 +103,18 @@ def test_disconnect_with_receipt_then_closed(broker, raw, version):
 
 
 def test_frames_before_disconnect_in_same_write_are_processed(broker, raw, connect):
+    DEST = "/queue/" + unique("before-disconnect")
     consumer = connect(broker)
-    consumer.subscribe("/queue/after-disconnect")
+    consumer.subscribe(DEST)
     client = raw(broker)
     client.connect("1.2")
     client.sendall(
-        encode("SEND", {"destination": "/queue/after-disconnect"}, "before")
+        encode("SEND", {"destination": DEST}, "before")
         + encode("DISCONNECT", {"receipt": "d"})
-        + encode("SEND", {"destination": "/queue/after-disconnect"}, "after")
+        + encode("SEND", {"destination": DEST}, "after")
     )
     assert [f.command for f in client.wait_closed()] == ["RECEIPT"]
-    consumer.send("/queue/after-disconnect", "fence")
+    consumer.send(DEST, "fence")
     bodies = [m.body for m in consumer.listener.wait_for_body("fence")]
     assert bodies[0] == "before", bodies
 
@@ -208,10 +215,7 @@ def test_heartbeat_header_ignored_for_stomp_10(broker_factory, raw):
 
 
 def test_malformed_heartbeat_header_is_an_error(broker, raw):
-    client = RawClient.to(broker)
-    try:
-        client.send_frame("CONNECT", {"accept-version": "1.2", "host": "x", "heart-beat": "soon"})
-        frames = client.wait_closed()
-        assert [f.command for f in frames] == ["ERROR"], frames
-    finally:
-        client.close()
+    client = raw(broker)
+    client.send_frame("CONNECT", {"accept-version": "1.2", "host": "x", "heart-beat": "soon"})
+    frames = client.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"], frames
