@@ -1,0 +1,1 @@
+"""The network of brokers: links, discovery, demand and redistribution (to come)."""
