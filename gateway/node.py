@@ -134,6 +134,7 @@ class Node:
             Authorizer(config.security.authorization, enabled=not config.anonymous),
             self.reactor,
             node_name=config.name,
+            threadpool=self.reactor.getThreadPool(),
         )
         host, port = stomp.bind
         endpoint = endpoints.TCP4ServerEndpoint(self.reactor, port, backlog=1024, interface=host)

@@ -9,12 +9,13 @@ import logging
 from collections import deque
 from dataclasses import dataclass
 
-from twisted.internet import interfaces
+from twisted.internet import interfaces, threads
 from twisted.internet.protocol import Protocol, ServerFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway import __version__
+from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.broker import Broker
 from gateway.broker.errors import BrokerError
 from gateway.stomp.codec import HEARTBEAT, Frame, FrameError, FrameParser, encode_frame
@@ -50,6 +51,7 @@ class StompProtocol(Protocol):
         self._disconnect_after_receipts = False
         self._timers: list = []
         self._reading_paused = False
+        self._held: list[Frame] | None = None
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -91,14 +93,24 @@ class StompProtocol(Protocol):
         except FrameError as error:
             self.fail(error.message, error.receipt)
             return
+        if frames:
+            self.process(frames)
+
+    def process(self, frames: list[Frame]) -> None:
+        if self._held is not None:  # still authenticating: keep order, handle later
+            self._held.extend(frames)
+            return
         store = self.factory.broker.store
         sent = False
-        for frame in frames:
+        for index, frame in enumerate(frames):
             if self.closing:
                 return
             handler = self.handler
             if handler is None:
                 self.connect(frame)
+                if self._held is not None:
+                    self._held.extend(frames[index + 1:])
+                    return
                 continue
             receipt = frame.headers.get("receipt")
             before = store.position
@@ -136,11 +148,31 @@ class StompProtocol(Protocol):
                 extra={"version": ",".join(SUPPORTED)},
             )
             return
-        factory = self.factory
-        principal = factory.authenticator.authenticate(headers.get("login"), headers.get("passcode"))
-        if principal is None:
-            self.fail(f"access refused for user {headers.get('login')!r}: wrong login or passcode")
+        authenticator = self.factory.authenticator
+        if authenticator.anonymous:
+            self._connected(frame, version, ANONYMOUS)
             return
+        # A password check costs a PBKDF2 run: keep it off the reactor thread,
+        # and hold the frames that follow CONNECT until it is done.
+        self._held = []
+        login, passcode = headers.get("login"), headers.get("passcode")
+        d = threads.deferToThreadPool(self.clock, self.factory.threadpool, authenticator.authenticate, login, passcode)
+        d.addCallback(self._authenticated, frame, version)
+
+    def _authenticated(self, principal: Principal | None, frame: Frame, version: str) -> None:
+        held, self._held = self._held, None
+        if self.closing:
+            return
+        if principal is None:
+            self.fail(f"access refused for user {frame.headers.get('login')!r}: wrong login or passcode")
+            return
+        self._connected(frame, version, principal)
+        if held:
+            self.process(held)
+
+    def _connected(self, frame: Frame, version: str, principal: Principal) -> None:
+        headers = frame.headers
+        factory = self.factory
         session_id = f"{factory.node_name}-{next(factory.session_ids)}"
         reply = {"version": version, "server": f"meshgate/{__version__}", "session": session_id}
         if version != "1.0":
@@ -264,7 +296,7 @@ class StompFactory(ServerFactory):
     protocol = StompProtocol
 
     def __init__(self, broker: Broker, settings: StompSettings, authenticator, authorizer, clock,
-                 node_name: str = "meshgate") -> None:
+                 node_name: str = "meshgate", threadpool=None) -> None:
         self.broker = broker
         self.settings = settings
         self.authenticator = authenticator
@@ -273,6 +305,7 @@ class StompFactory(ServerFactory):
         self.node_name = node_name
         self.connections: set[StompProtocol] = set()
         self.session_ids = itertools.count(1)
+        self.threadpool = threadpool
 
 
 def _negotiate(accept_version: str | None) -> str | None:

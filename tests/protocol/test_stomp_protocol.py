@@ -4,9 +4,9 @@ MemoryReactorClock, heart-beats driven by clock.advance()."""
 from __future__ import annotations
 
 import pytest
-from tests.protocol.stomp_harness import Harness
 
 from gateway.stomp.protocol import StompSettings
+from tests.protocol.stomp_harness import Harness
 
 
 @pytest.fixture
