@@ -274,9 +274,13 @@ class Broker:
         self._topic_cache.clear()
         return binding
 
-    def unsubscribe(self, sub: Subscription) -> None:
+    def unsubscribe(self, sub: Subscription, unacked: list[Message]) -> None:
+        """Detach a consumer; its unacked messages go back to its queue, which
+        for a non-durable topic subscription is then dropped with them."""
         queue = sub.queue
         queue.remove_consumer(sub)
+        if unacked:
+            self.requeue(queue, unacked)
         binding = self.bindings.get(queue.name) if sub.topic is not None else None
         if binding is None or binding.queue is not queue:
             return

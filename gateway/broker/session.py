@@ -88,9 +88,7 @@ class Session:
     def _detach(self, sub: Subscription) -> None:
         returned = list(sub.inflight.values())
         sub.inflight.clear()
-        self.broker.unsubscribe(sub)
-        if returned:
-            self.broker.requeue(sub.queue, returned)
+        self.broker.unsubscribe(sub, returned)
 
     # -- acknowledgement ------------------------------------------------------------------
 

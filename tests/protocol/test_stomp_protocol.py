@@ -307,3 +307,12 @@ def test_slow_consumer_transport_stops_dispatch(harness):
     assert consumer.frames() == [] and len(harness.broker.queues["q"]) == 1
     consumer.protocol.resumeProducing()
     assert len(consumer.messages()) == 1
+
+
+def test_unsubscribing_topic_with_unacked_messages_frees_their_memory(harness):
+    subscriber = harness.client()
+    subscriber.send("SUBSCRIBE", {"id": "t", "destination": "/topic/news", "ack": "client"})
+    harness.client().send("SEND", {"destination": "/topic/news"}, b"x" * 100)
+    assert len(subscriber.messages()) == 1 and harness.broker.memory_used > 0
+    subscriber.send("UNSUBSCRIBE", {"id": "t"})
+    assert harness.broker.memory_used == 0 and not harness.broker.bindings
