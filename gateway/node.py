@@ -175,12 +175,28 @@ class Node:
             yield port.stopListening()
         self.ports = []
         if self.stomp_factory is not None:
-            for connection in list(self.stomp_factory.connections):
-                connection.closing = True
-                connection.transport.loseConnection()
+            yield self._close_clients(self.stomp_factory.connections)
         if self.store is not None:
             yield self.store.close()
         self.data_dir.unlock()
+
+
+    @defer.inlineCallbacks
+    def _close_clients(self, connections: set, patience: float = 5.0):
+        """Close every client and wait until each session has ended, so what
+        they release (acks, returned messages) reaches the store before it closes."""
+        for connection in list(connections):
+            connection.closing = True
+            connection.transport.loseConnection()
+        waited = 0.0
+        while connections and waited < patience:
+            yield task.deferLater(self.reactor, 0.05, lambda: None)
+            waited += 0.05
+        for connection in list(connections):
+            connection.transport.abortConnection()
+        while connections and waited < patience + 1:
+            yield task.deferLater(self.reactor, 0.05, lambda: None)
+            waited += 0.05
 
 
 def _raise_fd_limit() -> None:
