@@ -133,6 +133,21 @@ class FrameParser:
         frames: list[Frame] = []
         pos = 0
         end = len(buf)
+        view = memoryview(buf)  # slices of it copy once, not twice
+        try:
+            pos = self._parse_frames(buf, view, end, frames)
+        finally:
+            view.release()
+        if pos:
+            del buf[:pos]
+            if self._pending is not None:
+                frame, body_start, length = self._pending
+                self._pending = (frame, body_start - pos, length)
+                self._scan_from -= pos
+        return frames
+
+    def _parse_frames(self, buf: bytearray, view: memoryview, end: int, frames: list[Frame]) -> int:
+        pos = 0
         while pos < end:
             if self._pending is None:
                 # EOLs between frames are heart-beats or ActiveMQ-style trailers.
@@ -154,7 +169,11 @@ class FrameParser:
                     if end - pos > self._max_header_block():
                         raise FrameError("frame header block exceeds the maximum header size")
                     break
-                frame, length = self._parse_head(bytes(buf[pos:head_end]))
+                try:
+                    text = str(view[pos:head_end], "utf-8")
+                except UnicodeDecodeError:
+                    raise FrameError("frame header block is not valid UTF-8") from None
+                frame, length = self._parse_head(text)
                 self._pending = (frame, body_start, length)
                 self._scan_from = body_start
             frame, body_start, length = self._pending
@@ -177,28 +196,18 @@ class FrameParser:
                         )
                     self._scan_from = end
                     break
-            frame.body = bytes(buf[body_start:stop])
+            frame.body = bytes(view[body_start:stop])
             frames.append(frame)
             self._pending = None
             pos = stop + 1
-        if pos:
-            del buf[:pos]
-            if self._pending is not None:
-                frame, body_start, length = self._pending
-                self._pending = (frame, body_start - pos, length)
-                self._scan_from -= pos
-        return frames
+        return pos
 
     def _max_header_block(self) -> int:
         return (self.max_headers + 1) * (self.max_header_length + 2)
 
-    def _parse_head(self, block: bytes) -> tuple[Frame, int]:
-        if b"\0" in block:
+    def _parse_head(self, text: str) -> tuple[Frame, int]:
+        if "\0" in text:
             raise FrameError("frame ended (NUL) before the blank line that ends its headers")
-        try:
-            text = block.decode("utf-8")
-        except UnicodeDecodeError:
-            raise FrameError("frame header block is not valid UTF-8") from None
         lines = text.split("\n")
         if "\r" in text:
             lines = [line[:-1] if line.endswith("\r") else line for line in lines]
@@ -208,7 +217,7 @@ class FrameParser:
         if len(lines) - 1 > self.max_headers:
             raise FrameError(f"frame has more than {self.max_headers} headers")
         try:
-            headers = self._parse_headers(command, lines)
+            headers = self._parse_headers(command, lines, text)
         except FrameError as error:
             if error.receipt is None:  # so the ERROR can still say which frame failed
                 match = _RECEIPT_LINE.search(text)
@@ -230,9 +239,19 @@ class FrameParser:
                 )
         return frame, length
 
-    def _parse_headers(self, command: str, lines: list[str]) -> dict[str, str]:
+    def _parse_headers(self, command: str, lines: list[str], text: str) -> dict[str, str]:
+        if "\\" not in text and len(text) <= self.max_header_length:
+            # The common case, in C: no escapes, and no line can be over the limit.
+            pairs = [line.split(":", 1) for line in lines[1:]]
+            try:
+                headers = dict(pairs)
+            except ValueError:  # a line with no colon; the slow path names it
+                pass
+            else:
+                if len(headers) == len(pairs):
+                    return headers
         unescape = None if command in _UNESCAPED_COMMANDS else _UNESCAPES[self.version]
-        headers: dict[str, str] = {}
+        headers = {}
         max_length = self.max_header_length
         for line in lines[1:]:
             if len(line) > max_length:

@@ -113,7 +113,7 @@ def _split_frame(destination: str, position: int) -> bytes:
     body = b"x\0y-%05d" % position
     return encode(
         "SEND",
-        {"destination": destination, "content-length": str(len(body)), "x-h": "a\\cb", "receipt": "p%05d" % position},
+        {"destination": destination, "content-length": str(len(body)), "x-h": "a\\cb", "receipt": f"p{position:05d}"},
         body,
         eol=b"\r\n",
     )
@@ -132,7 +132,7 @@ def test_frame_split_at_every_byte_position(broker, raw):
         time.sleep(0.002)  # pacing only: lets the first part arrive in its own read
         producer.sendall(frame[position:])
     receipts = [f.headers["receipt-id"] for f in producer.read_frames(len(positions))]
-    assert receipts == ["p%05d" % p for p in positions]
+    assert receipts == [f"p{p:05d}" for p in positions]
     messages = consumer.read_frames(len(positions))
     assert [m.body for m in messages] == [b"x\0y-%05d" % p for p in positions]
     assert all(m.headers["x-h"] == "a:b" for m in messages)
