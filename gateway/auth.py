@@ -226,6 +226,11 @@ class Authorizer:
         self._cache: dict[tuple[Principal, str, str], bool] = {}
         self._cache_size = cache_size
 
+    @property
+    def enabled(self) -> bool:
+        """False when every request is allowed, so callers may skip asking."""
+        return self._active
+
     def allowed(self, principal: Principal, action: str, destination: str) -> bool:
         if action not in ACTIONS:
             raise ValueError(f"unknown action {action!r}, expected one of {sorted(ACTIONS)}")

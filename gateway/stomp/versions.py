@@ -39,6 +39,9 @@ class Stomp10:
         self._subscription_numbers: dict[int, Subscription] = {}
         self._next_number = 0
         self._temp_names: dict[str, str] = {}  # global temp queue name -> name the client used
+        self._destinations: dict[str, tuple[str, str]] = {}  # parsed once per connection
+        if not self.authorizer.enabled:
+            self.authorize = _allow_all
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -64,6 +67,14 @@ class Stomp10:
 
     def destination(self, text: str) -> tuple[str, str]:
         """Map a STOMP destination to the core's (kind, address)."""
+        parsed = self._destinations.get(text)
+        if parsed is None:
+            parsed = self._parse_destination(text)
+            if len(self._destinations) < 1000:
+                self._destinations[text] = parsed
+        return parsed
+
+    def _parse_destination(self, text: str) -> tuple[str, str]:
         kind, sep, name = text[1:].partition("/")
         if not sep or not name or text[0] != "/":
             raise StompError(f"invalid destination {text!r}: use /queue/NAME, /topic/NAME or /temp-queue/NAME")
@@ -274,6 +285,10 @@ class Stomp12(Stomp11):
         if sub is None or not message_id:
             raise StompError(f"ack id {ack_id!r} does not name a delivery awaiting acknowledgement")
         return sub, message_id
+
+
+def _allow_all(action: str, destination: str) -> None:
+    return None
 
 
 VERSIONS = {"1.0": Stomp10, "1.1": Stomp11, "1.2": Stomp12}
