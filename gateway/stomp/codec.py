@@ -45,6 +45,9 @@ class FrameError(Exception):
         super().__init__(message)
         self.message = message
         self.receipt = receipt
+        # Complete frames that came before the bad one in the same read: a
+        # client is owed their effects (and receipts) before the ERROR.
+        self.frames: list[Frame] = []
 
 
 class Frame:
@@ -101,6 +104,7 @@ class FrameParser:
         "_buffer",
         "_pending",
         "_scan_from",
+        "stopped_at_connect",
     )
 
     def __init__(
@@ -117,17 +121,21 @@ class FrameParser:
         self._buffer = bytearray()
         # (frame, body_start, content_length or -1) once a header block is parsed
         # and the body is still incomplete, so headers are never parsed twice.
-        self._pending: tuple[Frame, int, int] | None = None
+        self._pending: tuple[Frame, int, int, int] | None = None
         # Where the next NUL search starts, so a large body arriving in small
         # reads is scanned once, not once per read.
         self._scan_from = 0
+        self.stopped_at_connect = False
 
     @property
     def buffered(self) -> int:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[Frame]:
-        """Consume ``data`` and return every frame it completes (possibly none)."""
+        """Consume ``data`` and return every frame it completes (possibly none).
+        After a CONNECT or STOMP frame it stops and sets ``stopped_at_connect``;
+        feed ``b""`` once the version is known to get the frames after it."""
+        self.stopped_at_connect = False
         buf = self._buffer
         buf += data
         frames: list[Frame] = []
@@ -136,13 +144,16 @@ class FrameParser:
         view = memoryview(buf)  # slices of it copy once, not twice
         try:
             pos = self._parse_frames(buf, view, end, frames)
+        except FrameError as error:
+            error.frames = frames
+            raise
         finally:
             view.release()
         if pos:
             del buf[:pos]
             if self._pending is not None:
-                frame, body_start, length = self._pending
-                self._pending = (frame, body_start - pos, length)
+                frame, body_start, length, head_size = self._pending
+                self._pending = (frame, body_start - pos, length, head_size)
                 self._scan_from -= pos
         return frames
 
@@ -174,9 +185,12 @@ class FrameParser:
                 except UnicodeDecodeError:
                     raise FrameError("frame header block is not valid UTF-8") from None
                 frame, length = self._parse_head(text)
-                self._pending = (frame, body_start, length)
+                head_size = body_start - pos
+                if length >= 0 and head_size + length > self.max_frame_size:
+                    raise self._too_big(frame)
+                self._pending = (frame, body_start, length, head_size)
                 self._scan_from = body_start
-            frame, body_start, length = self._pending
+            frame, body_start, length, head_size = self._pending
             if length >= 0:
                 stop = body_start + length
                 if stop >= end:
@@ -189,18 +203,27 @@ class FrameParser:
             else:
                 stop = buf.find(b"\0", self._scan_from)
                 if stop < 0:
-                    if end - body_start > self.max_frame_size:
-                        raise FrameError(
-                            f"frame body exceeds the maximum frame size of {self.max_frame_size} bytes",
-                            frame.headers.get("receipt"),
-                        )
+                    if head_size + end - body_start > self.max_frame_size:
+                        raise self._too_big(frame)
                     self._scan_from = end
                     break
+                if head_size + stop - body_start > self.max_frame_size:
+                    raise self._too_big(frame)
             frame.body = bytes(view[body_start:stop])
             frames.append(frame)
             self._pending = None
             pos = stop + 1
+            if frame.command in _UNESCAPED_COMMANDS:
+                # What follows CONNECT is escaped per the version it negotiates:
+                # stop here until the protocol has set it.
+                self.stopped_at_connect = True
+                break
         return pos
+
+    def _too_big(self, frame: Frame) -> FrameError:
+        return FrameError(
+            f"frame exceeds the maximum frame size of {self.max_frame_size} bytes", frame.headers.get("receipt")
+        )
 
     def _max_header_block(self) -> int:
         return (self.max_headers + 1) * (self.max_header_length + 2)

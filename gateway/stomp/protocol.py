@@ -88,13 +88,20 @@ class StompProtocol(Protocol):
         if self.closing:
             return
         self.received_since_check = True
-        try:
-            frames = self.parser.feed(data)
-        except FrameError as error:
-            self.fail(error.message, error.receipt)
-            return
-        if frames:
-            self.process(frames)
+        parser = self.parser
+        while True:
+            try:
+                frames = parser.feed(data)
+            except FrameError as error:
+                if error.frames:
+                    self.process(error.frames)
+                self.fail(error.message, error.receipt)
+                return
+            if frames:
+                self.process(frames)
+            if not parser.stopped_at_connect or self.closing:
+                return
+            data = b""  # CONNECT negotiated the version: parse what followed it
 
     def process(self, frames: list[Frame]) -> None:
         if self._held is not None:  # still authenticating: keep order, handle later
@@ -148,6 +155,7 @@ class StompProtocol(Protocol):
                 extra={"version": ",".join(SUPPORTED)},
             )
             return
+        self.parser.version = version
         authenticator = self.factory.authenticator
         if authenticator.anonymous:
             self._connected(frame, version, ANONYMOUS)
@@ -183,7 +191,6 @@ class StompProtocol(Protocol):
             settings = factory.settings
             reply["heart-beat"] = f"{settings.heartbeat_send_ms},{settings.heartbeat_receive_ms}"
             self._start_heartbeats(beats, settings)
-        self.parser.version = version
         session = factory.broker.open_session(self, session_id, headers.get("client-id"))
         self.handler = VERSIONS[version](self, session, principal)
         self.write(encode_frame("CONNECTED", reply, version=version))

@@ -105,8 +105,7 @@ class Stomp10:
         headers = frame.headers
         target = self.required(frame, "destination")
         kind, address = self.destination(target)
-        if kind != TEMP:
-            self.authorize("write", target)
+        self.authorize("write", _acl_name(target, kind, address))
         transaction = headers.get("transaction")
         for name in _FRAME_ONLY_HEADERS:
             headers.pop(name, None)
@@ -139,8 +138,7 @@ class Stomp10:
         target = self.required(frame, "destination")
         sub_id = self.subscription_id(frame)
         kind, address = self.destination(target)
-        if kind != TEMP:
-            self.authorize("read", target)
+        self.authorize("read", _acl_name(target, kind, address))
         mode = _ACK_MODES.get(headers.get("ack", "auto"))
         if mode is None:
             raise StompError(f"unknown ack mode {headers['ack']!r}: use auto, client or client-individual")
@@ -285,6 +283,13 @@ class Stomp12(Stomp11):
         if sub is None or not message_id:
             raise StompError(f"ack id {ack_id!r} does not name a delivery awaiting acknowledgement")
         return sub, message_id
+
+
+def _acl_name(target: str, kind: str, address: str) -> str:
+    """What authorization entries match: another client's temp queue is a /temp-queue/ too."""
+    if kind == TEMP and not target.startswith("/temp-queue/"):
+        return "/temp-queue/" + address
+    return target
 
 
 def _allow_all(action: str, destination: str) -> None:

@@ -138,3 +138,20 @@ def test_encode_escapes_except_connected():
     assert encode_frame("MESSAGE", {"a:b": "c\nd"}, version="1.1") == b"MESSAGE\na\\cb:c\\nd\n\n\0"
     assert encode_frame("CONNECTED", {"a": "b:c"}, version="1.2") == b"CONNECTED\na:b:c\n\n\0"
     assert encode_frame("MESSAGE", {"a": "b\rc"}, version="1.2") == b"MESSAGE\na:b\\rc\n\n\0"
+
+
+def test_error_keeps_the_good_frames_before_it():
+    good = encode_frame("SEND", {"destination": "/queue/a", "receipt": "1"})
+    with pytest.raises(FrameError) as info:
+        parse_all(good + b"SEND\nbad\\t:x\n\n\0")
+    assert [f.headers["receipt"] for f in info.value.frames] == ["1"]
+
+
+def test_parser_stops_after_connect_until_the_version_is_set():
+    parser = FrameParser("1.0")
+    data = encode_frame("CONNECT", {"accept-version": "1.2"}) + b"SEND\nk:a\\cb\n\n\0"
+    (connect,) = parser.feed(data)
+    assert connect.command == "CONNECT" and parser.stopped_at_connect
+    parser.version = "1.2"
+    (send,) = parser.feed(b"")
+    assert send.headers == {"k": "a:b"} and not parser.stopped_at_connect

@@ -1,0 +1,204 @@
+"""Authentication (users with `meshgate passwd` hashes) and authorization entries;
+anonymous mode and its start-up warning."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from e2e_support import ConnectRefused, unique
+
+CONFIG = """
+[security.users.alice]
+password = "{alice}"
+groups = ["admins"]
+
+[security.users.bob]
+password = "{bob}"
+groups = ["readers"]
+
+[[security.authorization]]
+destination = ">"
+read = ["admins"]
+write = ["admins"]
+admin = ["admins"]
+
+[[security.authorization]]
+destination = "/queue/public.>"
+read = ["readers"]
+
+[[security.authorization]]
+destination = "/topic/news.>"
+read = ["readers"]
+write = ["bob"]
+"""
+
+ALICE = {"login": "alice", "passcode": "alice-secret"}
+BOB = {"login": "bob", "passcode": "bob-secret"}
+
+
+@pytest.fixture(scope="module")
+def secure_broker(tmp_path_factory, hashes):
+    from e2e_support import BrokerProcess
+
+    broker = BrokerProcess(tmp_path_factory.mktemp("auth"), name="secure", config=CONFIG.format(**hashes))
+    broker.start()
+    yield broker
+    broker.cleanup()
+
+
+def _warning_lines(broker) -> list[str]:
+    text = broker.stdout() + "\n" + broker.stderr()
+    return [line for line in text.splitlines()
+            if re.search(r"warn", line, re.I) and re.search(r"anonymous|no users|credential|auth", line, re.I)]
+
+
+# -- authentication -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "login, passcode",
+    [("alice", "wrong"), ("alice", ""), ("mallory", "alice-secret"), (None, None), ("bob", "alice-secret")],
+)
+def test_wrong_credentials_get_error_then_close(secure_broker, raw, version, login, passcode):
+    client = raw(secure_broker)
+    headers = {"host": "localhost"}
+    if version != "1.0":
+        headers["accept-version"] = version
+    if login is not None:
+        headers["login"] = login
+    if passcode is not None:
+        headers["passcode"] = passcode
+    client.send_frame("CONNECT", headers)
+    frames = client.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"], frames
+    assert frames[0].headers.get("message")
+
+
+def test_wrong_password_refused_for_stomp_py(secure_broker, connect):
+    with pytest.raises(ConnectRefused) as info:
+        connect(secure_broker, "1.2", login="alice", passcode="nope")
+    assert info.value.frame is not None and info.value.frame.cmd == "ERROR"
+
+
+def test_right_password_works(secure_broker, connect, version):
+    destination = "/queue/" + unique("private")
+    client = connect(secure_broker, version, **ALICE)
+    client.subscribe(destination)
+    client.send(destination, "for alice", receipt=True)
+    assert client.listener.wait_for(1)[0].body == "for alice"
+
+
+def test_repeated_logins_keep_working(secure_broker, connect):
+    for _ in range(3):
+        connect(secure_broker, "1.2", **BOB).disconnect()
+    with pytest.raises(ConnectRefused):
+        connect(secure_broker, "1.2", login="bob", passcode="bob-secret-not")
+
+
+# -- authorization --------------------------------------------------------------------------
+
+
+def test_send_without_write_permission_is_an_error(secure_broker, connect, raw):
+    destination = "/queue/public." + unique("ro")
+    watcher = connect(secure_broker, **ALICE)
+    watcher.subscribe(destination)
+    client = raw(secure_broker)
+    client.connect("1.2", {"login": "bob", "passcode": "bob-secret"})
+    client.send_frame("SEND", {"destination": destination, "receipt": "denied"}, "sneaky")
+    frames = client.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"], frames
+    assert frames[0].headers.get("receipt-id") == "denied"
+    watcher.send(destination, "fence")
+    assert [m.body for m in watcher.listener.wait_for_body("fence")] == ["fence"]
+
+
+def test_read_permission_allows_subscribe(secure_broker, connect):
+    destination = "/queue/public." + unique("news")
+    reader = connect(secure_broker, **BOB)
+    reader.subscribe(destination)
+    writer = connect(secure_broker, **ALICE)
+    writer.send(destination, "hello readers", receipt=True)
+    assert reader.listener.wait_for(1)[0].body == "hello readers"
+
+
+def test_subscribe_without_read_permission_is_an_error(secure_broker, connect):
+    client = connect(secure_broker, **BOB)
+    client.conn.subscribe("/queue/" + unique("secret"), id="s", headers={"receipt": "sub-denied"})
+    error = client.listener.wait_error()
+    assert error.headers.get("receipt-id") == "sub-denied"
+    client.listener.wait_disconnected()
+
+
+def test_user_name_counts_as_a_group(secure_broker, connect):
+    destination = "/topic/news." + unique("b")
+    reader = connect(secure_broker, **BOB)
+    reader.subscribe(destination)
+    reader.send(destination, "bob may publish news", receipt=True)
+    assert reader.listener.wait_for(1)[0].body == "bob may publish news"
+
+
+def test_wildcard_entry_does_not_cover_parent(secure_broker, connect):
+    client = connect(secure_broker, **BOB)
+    client.conn.subscribe("/queue/public", id="s", headers={"receipt": "parent"})
+    assert client.listener.wait_error().headers.get("receipt-id") == "parent"
+
+
+def test_temp_queue_allowed_where_authorized(secure_broker, connect):
+    service = "/queue/" + unique("svc")
+    responder = connect(secure_broker, **ALICE)
+    responder.subscribe(service)
+    requester = connect(secure_broker, **ALICE)
+    requester.subscribe("/temp-queue/r")
+    requester.send(service, "q", headers={"reply-to": "/temp-queue/r"})
+    [request] = responder.listener.wait_for(1)
+    responder.send(request.headers["reply-to"], "a")
+    assert requester.listener.wait_for(1)[0].body == "a"
+
+
+def test_temp_queue_needs_an_authorization_entry(secure_broker, connect):
+    """docs/configuration.md: if no entry matches a destination nobody may use it, and
+    temporary queues need their own entry (/temp-queue/>). bob has none."""
+    client = connect(secure_broker, **BOB)
+    client.conn.subscribe("/temp-queue/mine", id="t", headers={"receipt": "temp"})
+    client.listener.wait_until(lambda: bool(client.listener.errors or client.listener.receipts), "ERROR or RECEIPT")
+    assert client.listener.errors, "bob subscribed to /temp-queue/mine without any /temp-queue/ authorization"
+
+
+def test_users_without_authorization_entries_may_do_everything(broker_factory, connect, hashes):
+    config = f'[security.users.alice]\npassword = "{hashes["alice"]}"\n'
+    broker = broker_factory(config=config)
+    client = connect(broker, **ALICE)
+    destination = "/queue/" + unique("any")
+    client.subscribe(destination)
+    client.send(destination, "ok", receipt=True)
+    assert client.listener.wait_for(1)[0].body == "ok"
+    with pytest.raises(ConnectRefused):
+        connect(broker, login="alice", passcode="bad")
+    assert _warning_lines(broker) == []
+
+
+# -- anonymous mode -------------------------------------------------------------------------
+
+
+def test_anonymous_mode_accepts_anyone_and_warns(broker_factory, connect):
+    broker = broker_factory()
+    for credentials in ({}, {"login": "anyone", "passcode": "anything"}, {"login": "alice", "passcode": ""}):
+        client = connect(broker, **credentials)
+        destination = "/queue/" + unique("anon")
+        client.subscribe(destination)
+        client.send(destination, "hi", receipt=True)
+        assert client.listener.wait_for(1)[0].body == "hi"
+    assert _warning_lines(broker), f"no anonymous-mode warning in the output:\n{broker.describe()}"
+
+
+def test_secure_broker_does_not_warn_about_anonymous_mode(secure_broker):
+    assert _warning_lines(secure_broker) == []
+
+
+def test_passwd_hashes_are_salted(hashes):
+    from e2e_support import password_hash
+
+    again = password_hash("alice-secret")
+    assert again != hashes["alice"]
+    assert again.startswith("pbkdf2_sha256$200000$")

@@ -1,0 +1,312 @@
+"""Dispatch: prefetch, redelivery of unacked messages, dead-lettering after
+max_delivery_attempts, expiry, priority and selectors."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from e2e_support import now_ms, unique
+
+
+@pytest.fixture
+def broker(shared_broker):
+    return shared_broker
+
+
+def queue() -> str:
+    return "/queue/" + unique("q")
+
+
+# -- prefetch -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("header", ["activemq.prefetchSize", "prefetch-count"])
+def test_prefetch_one_consumer_gets_one_while_other_gets_the_rest(broker, connect, header):
+    destination = queue()
+    slow = connect(broker)
+    slow.subscribe(destination, ack="client-individual", headers={header: "1"})
+    fast = connect(broker)
+    fast.subscribe(destination)
+    producer = connect(broker)
+    for i in range(10):
+        producer.send(destination, f"m{i}")
+    fast.listener.wait_for(9)
+    assert len(slow.listener.messages) == 1
+    assert sorted(m.body for m in fast.listener.messages + slow.listener.messages) == sorted(
+        f"m{i}" for i in range(10))
+    assert len(fast.listener.messages) == 9
+
+
+def test_prefetch_window_refills_as_messages_are_acked(broker, connect, version):
+    destination = queue()
+    producer = connect(broker)
+    for i in range(4):
+        producer.send(destination, f"m{i}", receipt=True)
+    consumer = connect(broker, version)
+    consumer.subscribe(destination, ack="client", headers={"activemq.prefetchSize": "1"})
+    for i in range(4):
+        message = consumer.listener.wait_for(i + 1)[i]
+        assert message.body == f"m{i}"
+        consumer.ack(message)
+
+
+def test_prefetch_two_gets_two_unacked(broker, connect):
+    destination = queue()
+    limited = connect(broker)
+    limited.subscribe(destination, ack="client", headers={"activemq.prefetchSize": "2"})
+    other = connect(broker)
+    other.subscribe(destination, ack="auto")
+    producer = connect(broker)
+    for i in range(12):
+        producer.send(destination, f"m{i}")
+    other.listener.wait_for(10)
+    assert len(limited.listener.messages) == 2
+
+
+def test_invalid_prefetch_is_an_error(broker, connect):
+    client = connect(broker)
+    client.conn.subscribe(queue(), id="s", headers={"activemq.prefetchSize": "-3", "receipt": "p"})
+    client.listener.wait_error()
+
+
+# -- redelivery -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["disconnect", "drop", "unsubscribe", "nack"])
+def test_unacked_message_returns_marked_redelivered(broker, connect, how):
+    destination = queue()
+    first = connect(broker)
+    sub_id = first.subscribe(destination, ack="client-individual")
+    first.send(destination, "once more")
+    [message] = first.listener.wait_for(1)
+    assert "redelivered" not in message.headers
+    second = connect(broker)
+    if how == "nack":
+        # NACK with another consumer present: the message may go to either; both must see redelivered:true.
+        second.subscribe(destination, ack="client-individual")
+        first.nack(message, receipt=True)
+        first.listener.wait_until(lambda: len(first.listener.messages) + len(second.listener.messages) >= 2,
+                                  "the redelivery")
+        again = (first.listener.messages[1:] + second.listener.messages)[0]
+    else:
+        if how == "disconnect":
+            first.disconnect()
+        elif how == "drop":
+            first.drop()
+        else:
+            first.unsubscribe(sub_id)
+        second.subscribe(destination, ack="client-individual")
+        [again] = second.listener.wait_for(1)
+    assert again.body == "once more"
+    assert again.headers.get("redelivered") == "true", again.headers
+    assert again.headers["message-id"] == message.headers["message-id"]
+
+
+def test_redelivery_keeps_order_ahead_of_newer_messages(broker, connect):
+    destination = queue()
+    first = connect(broker)
+    first.subscribe(destination, ack="client")
+    for i in range(3):
+        first.send(destination, f"old{i}")
+    first.listener.wait_for(3)
+    first.send(destination, "new", receipt=True)  # prefetch is large: "new" went to first too
+    first.listener.wait_for(4)
+    first.disconnect()
+    second = connect(broker)
+    second.subscribe(destination)
+    assert [m.body for m in second.listener.wait_for(4)] == ["old0", "old1", "old2", "new"]
+
+
+# -- dead-letter queue ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def dlq_broker(broker_factory):
+    return broker_factory(sets=["broker.max_delivery_attempts=2"])
+
+
+def test_nacked_message_goes_to_dlq_after_max_delivery_attempts(dlq_broker, connect):
+    destination = "/queue/" + unique("poison")
+    consumer = connect(dlq_broker)
+    consumer.subscribe(destination, ack="client-individual")
+    consumer.send(destination, "poison", headers={"x-keep": "me"})
+    first = consumer.listener.wait_for(1)[0]
+    consumer.nack(first, receipt=True)
+    second = consumer.listener.wait_for(2)[1]
+    assert second.body == "poison" and second.headers.get("redelivered") == "true"
+    consumer.nack(second, receipt=True)
+    consumer.send(destination, "fence")
+    assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["poison", "poison", "fence"]
+    dlq = connect(dlq_broker)
+    dlq.subscribe("/queue/DLQ")
+    [dead] = dlq.listener.wait_for(1)
+    assert dead.body == "poison"
+    assert dead.headers.get("original-destination") == destination, dead.headers
+    assert dead.headers.get("x-keep") == "me"
+    assert dead.headers["destination"] == "/queue/DLQ"
+
+
+def test_message_left_unacked_twice_goes_to_dlq(dlq_broker, connect):
+    destination = "/queue/" + unique("crash")
+    for attempt in range(2):
+        consumer = connect(dlq_broker)
+        consumer.subscribe(destination, ack="client")
+        if attempt == 0:
+            consumer.send(destination, "crashes consumers")
+        [message] = consumer.listener.wait_for(1)
+        assert message.body == "crashes consumers"
+        consumer.drop()
+    survivor = connect(dlq_broker)
+    survivor.subscribe(destination)
+    survivor.send(destination, "fence")
+    assert [m.body for m in survivor.listener.wait_for_body("fence")] == ["fence"]
+    dlq = connect(dlq_broker)
+    dlq.subscribe("/queue/DLQ")
+    [dead] = dlq.listener.wait_for(1)
+    assert dead.body == "crashes consumers"
+    assert dead.headers.get("original-destination") == destination
+
+
+def test_default_max_delivery_attempts_is_ten(broker, connect):
+    destination = "/queue/" + unique("ten")
+    consumer = connect(broker)
+    consumer.subscribe(destination, ack="client-individual")
+    consumer.send(destination, "stubborn")
+    for attempt in range(1, 10):
+        message = consumer.listener.wait_for(attempt)[attempt - 1]
+        consumer.nack(message)
+    tenth = consumer.listener.wait_for(10)[9]
+    assert tenth.body == "stubborn"
+    consumer.nack(tenth, receipt=True)
+    consumer.send(destination, "fence")
+    assert [m.body for m in consumer.listener.wait_for_body("fence")][-2:] == ["stubborn", "fence"]
+    assert len(consumer.listener.messages) == 11
+
+
+# -- expiry ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["queue", "topic"])
+def test_expired_message_is_never_delivered(broker, connect, kind):
+    destination = f"/{kind}/" + unique("exp")
+    consumer = connect(broker)
+    consumer.subscribe(destination)
+    producer = connect(broker)
+    producer.send(destination, "stale", expires=str(now_ms() - 10_000))
+    producer.send(destination, "fresh", expires=str(now_ms() + 60_000))
+    producer.send(destination, "fence")
+    assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["fresh", "fence"]
+
+
+def test_message_expiring_while_queued_is_not_delivered(broker, connect):
+    destination = queue()
+    producer = connect(broker)
+    producer.send(destination, "short-lived", receipt=True, expires=str(now_ms() + 300))
+    producer.send(destination, "long-lived", receipt=True, expires=str(now_ms() + 60_000))
+    time.sleep(0.5)  # let the first one's expiry time pass (not synchronisation)
+    consumer = connect(broker)
+    consumer.subscribe(destination)
+    consumer.send(destination, "fence")
+    assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["long-lived", "fence"]
+
+
+def test_expired_message_is_not_dead_lettered_by_default(broker_factory, connect):
+    broker = broker_factory()
+    destination = queue()
+    producer = connect(broker)
+    producer.send(destination, "stale", receipt=True, expires=str(now_ms() - 1000))
+    dlq = connect(broker)
+    dlq.subscribe("/queue/DLQ")
+    dlq.send("/queue/DLQ", "fence")
+    assert [m.body for m in dlq.listener.wait_for_body("fence")] == ["fence"]
+
+
+# -- priority -------------------------------------------------------------------------------
+
+
+def test_higher_priority_delivered_first(broker, connect, version):
+    destination = queue()
+    producer = connect(broker, version)
+    sends = [("low-1", "0"), ("high-1", "9"), ("mid-1", None), ("low-2", "0"), ("high-2", "9"), ("mid-2", "4"),
+             ("high-3", "9")]
+    for body, priority in sends:
+        headers = {"priority": priority} if priority is not None else {}
+        producer.send(destination, body, headers=headers)
+    producer.sync()
+    consumer = connect(broker, version)
+    consumer.subscribe(destination)
+    assert [m.body for m in consumer.listener.wait_for(7)] == [
+        "high-1", "high-2", "high-3", "mid-1", "mid-2", "low-1", "low-2"]
+
+
+@pytest.mark.parametrize("priority", ["10", "-1", "high"])
+def test_invalid_priority_is_an_error(broker, connect, priority):
+    client = connect(broker)
+    client.send(queue(), "x", headers={"priority": priority, "receipt": "bad-priority"}, wait=False)
+    error = client.listener.wait_error()
+    assert error.headers.get("receipt-id") == "bad-priority"
+
+
+# -- selectors ------------------------------------------------------------------------------
+
+SELECTOR = "color = 'red' AND size > 3"
+CANDIDATES = [
+    ("red-5", {"color": "red", "size": "5"}, True),
+    ("red-2", {"color": "red", "size": "2"}, False),
+    ("blue-9", {"color": "blue", "size": "9"}, False),
+    ("red-10", {"color": "red", "size": "10"}, True),
+    ("nothing", {}, False),
+    ("red-big", {"color": "red", "size": "big"}, False),
+    ("red-3.5", {"color": "red", "size": "3.5"}, True),
+]
+
+
+def test_selector_filters_on_queue(broker, connect, version):
+    destination = queue()
+    picky = connect(broker, version)
+    picky.subscribe(destination, headers={"selector": SELECTOR})
+    producer = connect(broker)
+    for body, headers, _ in CANDIDATES:
+        producer.send(destination, body, headers=headers)
+    producer.send(destination, "fence", headers={"color": "red", "size": "100"})
+    expected = [body for body, _, match in CANDIDATES if match] + ["fence"]
+    assert [m.body for m in picky.listener.wait_for_body("fence")] == expected
+    # What did not match stays on the queue for other consumers.
+    anyone = connect(broker, version)
+    anyone.subscribe(destination)
+    rest = [body for body, _, match in CANDIDATES if not match]
+    assert [m.body for m in anyone.listener.wait_for(len(rest))] == rest
+
+
+def test_selector_filters_on_topic(broker, connect, version):
+    destination = "/topic/" + unique("sel")
+    picky = connect(broker, version)
+    picky.subscribe(destination, headers={"selector": SELECTOR})
+    everything = connect(broker, version)
+    everything.subscribe(destination)
+    producer = connect(broker)
+    for body, headers, _ in CANDIDATES:
+        producer.send(destination, body, headers=headers)
+    producer.send(destination, "fence", headers={"color": "red", "size": "100"})
+    expected = [body for body, _, match in CANDIDATES if match] + ["fence"]
+    assert [m.body for m in picky.listener.wait_for_body("fence")] == expected
+    assert [m.body for m in everything.listener.wait_for_body("fence")] == [b for b, _, _ in CANDIDATES] + ["fence"]
+
+
+def test_selector_on_priority_header(broker, connect):
+    destination = queue()
+    urgent = connect(broker)
+    urgent.subscribe(destination, headers={"selector": "JMSPriority > 6"})
+    producer = connect(broker)
+    producer.send(destination, "normal")
+    producer.send(destination, "urgent", headers={"priority": "8"})
+    producer.send(destination, "fence", headers={"priority": "9"})
+    assert [m.body for m in urgent.listener.wait_for_body("fence")] == ["urgent", "fence"]
+
+
+def test_invalid_selector_is_an_error(broker, connect):
+    client = connect(broker)
+    client.conn.subscribe(queue(), id="s", headers={"selector": "color = = 'red'", "receipt": "sel"})
+    error = client.listener.wait_error()
+    assert error.headers.get("receipt-id") == "sel"

@@ -1,0 +1,120 @@
+"""The [stomp.tls] listener with certificates made on the fly (cryptography package)."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import socket
+import ssl
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from e2e_support import ConnectRefused, unique
+
+
+def _name(common_name: str):
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _issue(directory: Path, stem: str, common_name: str, issuer=None, ca: bool = False, server: bool = True):
+    """Write stem.crt/stem.key; issuer is (cert, key) or None for self-signed."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    issuer_cert, issuer_key = issuer if issuer is not None else (None, key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(issuer_cert.subject if issuer_cert is not None else _name(common_name))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if not ca:
+        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        if server:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                             x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
+    cert = builder.sign(issuer_key, hashes.SHA256())
+    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert, key, cert_path, key_path
+
+
+def _tls_config(cert: Path, key: Path, ca: Path | None = None) -> str:
+    text = f'[stomp.tls]\nbind = "127.0.0.1:0"\ncertificate = "{cert}"\nprivate_key = "{key}"\n'
+    if ca is not None:
+        text += f'ca_certificate = "{ca}"\n'
+    return text
+
+
+def test_tls_send_and_receive(broker_factory, connect, tmp_path, version):
+    _, _, cert, key = _issue(tmp_path, "server", "localhost")
+    broker = broker_factory(config=_tls_config(cert, key), tls=True)
+    assert broker.tls_port and broker.tls_port != broker.port
+    client = connect(broker, version, tls={"ca_certs": str(cert)})
+    destination = "/queue/" + unique("tls")
+    client.subscribe(destination)
+    client.send(destination, "over tls", receipt=True)
+    assert client.listener.wait_for(1)[0].body == "over tls"
+    # The plain listener still works alongside, and both see the same queues.
+    plain = connect(broker, version)
+    plain.send(destination, "over tcp", receipt=True)
+    assert [m.body for m in client.listener.wait_for(2)] == ["over tls", "over tcp"]
+
+
+def test_tls_listener_speaks_only_tls(broker_factory, tmp_path):
+    _, _, cert, key = _issue(tmp_path, "server", "localhost")
+    broker = broker_factory(config=_tls_config(cert, key), tls=True)
+    with socket.create_connection((broker.host, broker.tls_port), timeout=5) as sock:
+        sock.sendall(b"CONNECT\naccept-version:1.2\nhost:x\n\n\0")
+        data = b""
+        try:
+            while True:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+    assert b"CONNECTED" not in data
+
+
+def test_tls_certificate_is_the_configured_one(broker_factory, tmp_path):
+    server_cert, _, cert, key = _issue(tmp_path, "server", "localhost")
+    broker = broker_factory(config=_tls_config(cert, key), tls=True)
+    context = ssl.create_default_context(cafile=str(cert))
+    with socket.create_connection((broker.host, broker.tls_port), timeout=5) as sock:
+        with context.wrap_socket(sock, server_hostname="127.0.0.1") as tls:
+            der = tls.getpeercert(binary_form=True)
+    assert der == server_cert.public_bytes(serialization.Encoding.DER)
+
+
+def test_mutual_tls_requires_a_client_certificate(broker_factory, connect, tmp_path):
+    ca_cert, ca_key, ca_path, _ = _issue(tmp_path, "ca", "test-ca", ca=True)
+    _, _, cert, key = _issue(tmp_path, "server", "localhost", issuer=(ca_cert, ca_key))
+    _, _, client_cert, client_key = _issue(tmp_path, "client", "client-1", issuer=(ca_cert, ca_key), server=False)
+    _, _, rogue_cert, rogue_key = _issue(tmp_path, "rogue", "rogue", server=False)
+    broker = broker_factory(config=_tls_config(cert, key, ca_path), tls=True)
+
+    client = connect(broker, "1.2", tls={"ca_certs": str(ca_path), "cert_file": str(client_cert),
+                                         "key_file": str(client_key)})
+    destination = "/queue/" + unique("mtls")
+    client.subscribe(destination)
+    client.send(destination, "mutual", receipt=True)
+    assert client.listener.wait_for(1)[0].body == "mutual"
+
+    for extra in ({}, {"cert_file": str(rogue_cert), "key_file": str(rogue_key)}):
+        with pytest.raises((ConnectRefused, OSError, ssl.SSLError)):
+            connect(broker, "1.2", tls={"ca_certs": str(ca_path), **extra}, timeout=5)
