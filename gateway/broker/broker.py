@@ -200,6 +200,14 @@ class Broker:
     def memory_full(self) -> bool:
         return self.memory_used >= self.memory_limit
 
+    def reserve_memory(self, size: int) -> None:
+        self.memory_used += size
+
+    def release_memory(self, size: int) -> None:
+        self.memory_used -= size
+        if self._memory_waiters and self.memory_used < self.memory_limit * 0.9:
+            self._release_producers()
+
     def when_memory_available(self, callback: Callable[[], None]) -> None:
         self._memory_waiters.append(callback)
 
@@ -307,9 +315,7 @@ class Broker:
     def consumed(self, queue: Queue, message: Message) -> None:
         if message.persistent and queue.durable:
             self.store.remove(queue.key, message)
-        self.memory_used -= message.size
-        if self._memory_waiters and self.memory_used < self.memory_limit * 0.9:
-            self._release_producers()
+        self.release_memory(message.size)
 
     def requeue(self, queue: Queue, messages: list[Message]) -> None:
         """Unacked deliveries come back (NACK, unsubscribe, disconnect, rollback)."""

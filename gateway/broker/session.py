@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from gateway.broker.errors import BrokerError
-from gateway.broker.message import Message
+from gateway.broker.message import MESSAGE_OVERHEAD, Message
 from gateway.broker.queue import AUTO, CLIENT, Queue, Subscription
 
 if TYPE_CHECKING:
@@ -140,6 +140,8 @@ class Session:
              priority: int, expires: int, transaction: str | None = None) -> None:
         if transaction is not None:
             self._transaction(transaction).sends.append((kind, address, headers, body, persistent, priority, expires))
+            # Held until COMMIT, so it counts against the memory limit like a queued message.
+            self.broker.reserve_memory(len(body) + MESSAGE_OVERHEAD)
             return
         self.broker.send(kind, address, headers, body, persistent, priority, expires, self)
 
@@ -148,6 +150,7 @@ class Session:
         if tx is None:
             raise BrokerError(f"transaction {name!r} is not active")
         send = self.broker.send
+        self._release_sends(tx)
         for args in tx.sends:
             send(*args, self)
         consumed = self.broker.consumed
@@ -160,7 +163,11 @@ class Session:
             raise BrokerError(f"transaction {name!r} is not active")
         self._rollback(tx)
 
+    def _release_sends(self, tx: _Transaction) -> None:
+        self.broker.release_memory(sum(len(args[3]) + MESSAGE_OVERHEAD for args in tx.sends))
+
     def _rollback(self, tx: _Transaction) -> None:
+        self._release_sends(tx)
         # Acks undone by a rollback mean redelivery, as for a JMS transacted session.
         by_queue: dict[Queue, list[Message]] = {}
         for queue, message in tx.acks:

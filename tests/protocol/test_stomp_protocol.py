@@ -316,3 +316,14 @@ def test_unsubscribing_topic_with_unacked_messages_frees_their_memory(harness):
     assert len(subscriber.messages()) == 1 and harness.broker.memory_used > 0
     subscriber.send("UNSUBSCRIBE", {"id": "t"})
     assert harness.broker.memory_used == 0 and not harness.broker.bindings
+
+
+def test_memory_limit_counts_uncommitted_transactional_sends():
+    harness = Harness(memory_limit=20_000)
+    producer = harness.client()
+    producer.send("BEGIN", {"transaction": "t"})
+    for _ in range(40):
+        producer.send("SEND", {"destination": "/queue/q", "transaction": "t"}, b"x" * 1000)
+    assert producer.transport.producerState == "paused"
+    producer.drop()  # the open transaction aborts and gives its memory back
+    assert harness.broker.memory_used == 0
