@@ -619,6 +619,7 @@ class RunContext:
     idle_s: float
     fanout_procs: int
     run_id: str
+    wait_quiet_s: float = 0.0
 
 
 def percentiles_ms(raw: list[bytes]) -> tuple[float, float, float] | None:
@@ -781,6 +782,23 @@ def other_cpu_pct(cpu0: CpuSample, cpu1: CpuSample, client_cpu: float, elapsed: 
     return max(0.0, 100 * (busy - broker - client_cpu) / elapsed)
 
 
+def wait_quiet(pid: int | None, max_wait: float) -> None:
+    """Wait until other processes leave the machine idle for 3 s in a row, or max_wait passes."""
+    if psutil is None or max_wait <= 0:
+        return
+    deadline = time.monotonic() + max_wait
+    quiet_for = 0
+    while quiet_for < 3 and time.monotonic() < deadline:
+        before = CpuSample.take(pid)
+        time.sleep(1)
+        after = CpuSample.take(pid)
+        busy = (after.system or 0.0) - (before.system or 0.0)
+        broker = (after.broker or 0.0) - (before.broker or 0.0)
+        quiet_for = quiet_for + 1 if 100 * (busy - broker) < NOISY_PCT / 2 else 0
+    if quiet_for < 3:
+        print(f"(machine still busy after {max_wait:.0f} s; running anyway)", flush=True)
+
+
 def raise_nofile() -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard != resource.RLIM_INFINITY and soft < hard:
@@ -842,19 +860,13 @@ def pick_median(runs: list[Result]) -> Result:
     ok = [r for r in runs if r.ok]
     if not ok:
         return runs[-1]
-    quiet = [r for r in ok if not r.noisy] or ok
-    ranked = sorted(quiet, key=Result.key)
-    chosen = ranked[(len(ranked) - 1) // 2]
+    pool = sorted([r for r in ok if not r.noisy] or ok, key=Result.key)
+    chosen = pool[(len(pool) - 1) // 2]
     if len(runs) > 1:
-        unit = "msgs/s" if chosen.msgs_per_s is not None else "KiB/conn"
-        spread = (
-            f"{ranked[0].key():.0f}..{ranked[-1].key():.0f}"
-            if unit == "msgs/s"
-            else (f"{ranked[0].key():.1f}..{ranked[-1].key():.1f}")
-        )
-        note = f"median of {len(ranked)} runs ({spread} {unit})"
-        if len(ranked) < len(runs):
-            note += f", {len(runs) - len(ranked)} noisy/failed run(s) ignored"
+        spec, unit = (".0f", "msgs/s") if chosen.msgs_per_s is not None else (".1f", "KiB/conn")
+        note = f"median of {len(pool)}/{len(runs)} runs, {pool[0].key():{spec}}..{pool[-1].key():{spec}} {unit}"
+        if len(pool) < len(runs):
+            note += " (noisy/failed runs dropped)"
         chosen.notes.append(note)
     return chosen
 
@@ -862,6 +874,7 @@ def pick_median(runs: list[Result]) -> Result:
 def run_repeated(sc: Scenario, rc: RunContext, repeat: int) -> Result:
     runs = []
     for i in range(repeat):
+        wait_quiet(rc.broker_pid, rc.wait_quiet_s)
         res = run_scenario(sc, rc)
         suffix = f" [run {i + 1}/{repeat}]" if repeat > 1 else ""
         print(report_line(res) + suffix, flush=True)
@@ -929,11 +942,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=300.0, help="per-scenario timeout, seconds")
     ap.add_argument("--idle-timeout", type=float, default=30.0, help="consumer gives up after this much silence")
     ap.add_argument("--fanout-procs", type=int, default=1, help="processes sharing topic-fanout's subscribers")
+    ap.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="before each run, wait up to this long for other processes to leave the CPUs idle",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="runs per scenario; the table shows the median")
     ap.add_argument(
         "--warmup",
         type=int,
-        default=20_000,
+        default=100_000,
         help="unreported queue-256 messages sent first (scaled by --count) so a JIT broker is warm; 0 = none",
     )
     return ap.parse_args(argv)
@@ -952,6 +972,7 @@ def main(argv: list[str] | None = None) -> int:
         idle_s=args.idle_timeout,
         fanout_procs=args.fanout_procs,
         run_id=uuid.uuid4().hex[:8],
+        wait_quiet_s=args.wait_quiet,
     )
     if args.warmup > 0:
         warm = Scenario("warmup", "queue", args.warmup)

@@ -54,8 +54,23 @@ def shared_broker(tmp_path_factory):
     and use their own destinations (cheaper than a process per test)."""
     broker = BrokerProcess(tmp_path_factory.mktemp("shared"), name="shared")
     broker.start()
-    yield broker
-    broker.cleanup()
+    try:
+        yield broker
+        if broker.running:
+            broker.stop()  # after a module's worth of traffic, SIGTERM must still exit 0
+    finally:
+        broker.cleanup()
+
+
+@pytest.fixture
+def shared(shared_broker) -> BrokerProcess:
+    """The module's shared broker, restarted first if an earlier test crashed it (so one
+    crash fails one test, not the rest of the module)."""
+    if not shared_broker.running:
+        crashed = shared_broker.describe()
+        shared_broker.start(port=0)
+        print(f"shared broker had died and was restarted:\n{crashed}")
+    return shared_broker
 
 
 @pytest.fixture
@@ -92,7 +107,12 @@ def raw():
 @pytest.fixture(scope="session")
 def hashes() -> dict[str, str]:
     """Password hashes made by ``meshgate passwd --stdin`` (once per session)."""
-    return {"alice": password_hash("alice-secret"), "bob": password_hash("bob-secret")}
+    return {
+        "alice": password_hash("alice-secret"),
+        "bob": password_hash("bob-secret"),
+        # Characters that STOMP 1.1/1.2 would escape elsewhere; CONNECT is never unescaped.
+        "carol": password_hash("c:ar\\ol\\n"),
+    }
 
 
 VERSIONS = ["1.0", "1.1", "1.2"]

@@ -296,6 +296,7 @@ class Collector(stomp.ConnectionListener):
         self.receipts: list[str] = []
         self.errors: list = []
         self.heartbeats = 0
+        self.heartbeat_timeouts = 0
         self.disconnected = False
 
     def _record(self, attribute: str, item) -> None:
@@ -323,6 +324,11 @@ class Collector(stomp.ConnectionListener):
     def on_disconnected(self) -> None:
         with self._cond:
             self.disconnected = True
+            self._cond.notify_all()
+
+    def on_heartbeat_timeout(self) -> None:
+        with self._cond:
+            self.heartbeat_timeouts += 1
             self._cond.notify_all()
 
     def summary(self) -> str:
@@ -484,8 +490,8 @@ class Client:
     def disconnect(self, timeout: float = TIMEOUT) -> None:
         """DISCONNECT with a receipt, wait for the socket to close."""
         if self.conn.is_connected():
-            rid = _receipt_id()
-            self.conn.disconnect(receipt=None, headers={"receipt": rid})
+            # stomp.py adds a receipt and closes the socket when the RECEIPT arrives.
+            self.conn.disconnect()
             try:
                 self.listener.wait_disconnected(timeout)
             finally:

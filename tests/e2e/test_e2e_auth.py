@@ -17,6 +17,10 @@ groups = ["admins"]
 password = "{bob}"
 groups = ["readers"]
 
+[security.users.carol]
+password = "{carol}"
+groups = ["admins"]
+
 [[security.authorization]]
 destination = ">"
 read = ["admins"]
@@ -202,3 +206,58 @@ def test_passwd_hashes_are_salted(hashes):
     again = password_hash("alice-secret")
     assert again != hashes["alice"]
     assert again.startswith("pbkdf2_sha256$200000$")
+
+
+def test_passcode_with_colon_and_backslash_is_taken_literally(secure_broker, connect, raw, version):
+    passcode = "c:ar\\ol\\n"
+    client = connect(secure_broker, version, login="carol", passcode=passcode)
+    assert client.connected_frame.headers.get("session")
+    refused = raw(secure_broker)
+    # Unescaping CONNECT headers would turn this into the right password: it must not.
+    escaped = "c\\car\\\\ol\\\\n"
+    refused.send_frame("CONNECT", {"accept-version": "1.2", "host": "h", "login": "carol", "passcode": escaped})
+    assert [f.command for f in refused.wait_closed()] == ["ERROR"]
+
+
+def test_durable_subscription_removal_needs_admin(secure_broker, connect):
+    destination = "/topic/news." + unique("d")
+    client_id = unique("bob-client")
+    bob = connect(secure_broker, headers={"client-id": client_id}, **BOB)
+    bob.subscribe(destination, id="d", headers={"activemq.subscriptionName": "s"})
+    bob.conn.unsubscribe("d", headers={"activemq.subscriptionName": "s", "receipt": "rm"})
+    error = bob.listener.wait_error()
+    assert error.headers.get("receipt-id") == "rm"
+
+
+def test_frames_pipelined_after_connect_wait_for_authentication(secure_broker, raw, connect):
+    from e2e_support import encode
+
+    destination = "/queue/" + unique("pipelined")
+    client = raw(secure_broker)
+    client.sendall(
+        encode("CONNECT", {"accept-version": "1.2", "host": "h", "login": "alice", "passcode": "alice-secret"})
+        + encode("SUBSCRIBE", {"destination": destination, "id": "s", "receipt": "sub"})
+        + encode("SEND", {"destination": destination, "receipt": "sent"}, "one")
+        + encode("SEND", {"destination": destination, "receipt": "sent-2"}, "two")
+    )
+    frames = client.read_frames(6)
+    assert frames[0].command == "CONNECTED"
+    assert [f.headers["receipt-id"] for f in frames if f.command == "RECEIPT"] == ["sub", "sent", "sent-2"]
+    assert [f.body for f in frames if f.command == "MESSAGE"] == [b"one", b"two"]
+
+
+def test_frames_pipelined_after_a_refused_connect_are_not_executed(secure_broker, raw, connect):
+    from e2e_support import encode
+
+    destination = "/queue/" + unique("intruder")
+    watcher = connect(secure_broker, **ALICE)
+    watcher.subscribe(destination)
+    client = raw(secure_broker)
+    client.sendall(
+        encode("CONNECT", {"accept-version": "1.2", "host": "h", "login": "alice", "passcode": "guess"})
+        + encode("SEND", {"destination": destination, "receipt": "sneak"}, "intruder")
+    )
+    frames = client.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"], frames
+    watcher.send(destination, "fence")
+    assert [m.body for m in watcher.listener.wait_for_body("fence")] == ["fence"]

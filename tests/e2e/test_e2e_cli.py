@@ -178,3 +178,23 @@ def test_version_flag():
     result = subprocess.run([MESHGATE, "--version"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0
     assert result.stdout.startswith("meshgate ")
+
+
+def test_sigterm_with_a_consumer_that_stopped_reading(broker_factory, raw):
+    """A client whose socket buffer is full must not keep a SIGTERMed node alive."""
+    broker = broker_factory()
+    destination = "/queue/" + unique("stuck")
+    stuck = raw(broker)
+    stuck.connect("1.2")
+    stuck.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stuck.send_frame("SUBSCRIBE", {"destination": destination, "id": "s", "receipt": "r"})
+    stuck.expect("RECEIPT")
+    producer = raw(broker)
+    producer.connect("1.2")
+    body = b"x" * 65536
+    producer.sendall(b"".join(
+        f"SEND\ndestination:{destination}\ncontent-length:{len(body)}\n\n".encode() + body + b"\0"
+        for _ in range(300)) + b"SEND\ndestination:/queue/x\nreceipt:done\n\n\0")
+    assert producer.expect("RECEIPT", timeout=30).headers["receipt-id"] == "done"
+    # ~20 MB queued for a client that reads nothing more.
+    broker.stop()

@@ -10,9 +10,9 @@ from e2e_support import encode, unique
 
 
 @pytest.fixture
-def broker(shared_broker):
+def broker(shared):
     """These tests need nothing but a default broker: share one per module."""
-    return shared_broker
+    return shared
 
 
 @pytest.mark.parametrize(
@@ -122,19 +122,22 @@ def test_frames_before_disconnect_in_same_write_are_processed(broker, raw, conne
 # -- heart-beats ----------------------------------------------------------------------------
 
 
-def test_server_sends_heartbeats_at_negotiated_interval(broker_factory, raw):
-    broker = broker_factory(sets=["stomp.heartbeat_send_ms=100"])
+@pytest.mark.parametrize("server_ms, client_ms", [(100, 200), (300, 100)])
+def test_server_sends_heartbeats_at_negotiated_interval(broker_factory, raw, server_ms, client_ms):
+    broker = broker_factory(sets=[f"stomp.heartbeat_send_ms={server_ms}"])
     client = raw(broker)
-    connected = client.connect("1.2", {"heart-beat": "0,200"})
-    assert connected.headers["heart-beat"].split(",")[0] == "100"
+    connected = client.connect("1.2", {"heart-beat": f"0,{client_ms}"})
+    assert connected.headers["heart-beat"].split(",")[0] == str(server_ms)
+    interval = max(server_ms, client_ms) / 1000  # the negotiated interval
+    window = 1.3
     start = time.monotonic()
-    frames = client.poll(1.3)
-    assert frames == []
+    assert client.poll(window) == []
     beats = [t - start for t in client.heartbeat_times]
-    # Negotiated interval: max(100, 200) = 200 ms, so about 6 beats in 1.3 s.
-    assert 4 <= len(beats) <= 10, beats
+    expected = window / interval
+    assert expected - 2 <= len(beats) <= expected + 2, (interval, beats)
+    # "MUST send new data at least every <interval>": allow scheduling jitter, not a missed beat.
     gaps = [b - a for a, b in zip([0.0, *beats[:-1]], beats, strict=True)]
-    assert max(gaps) < 0.45, gaps
+    assert max(gaps) < interval * 1.4 + 0.05, gaps
 
 
 def test_no_heartbeats_when_client_does_not_want_them(broker_factory, raw):
@@ -169,16 +172,23 @@ def test_silent_client_is_disconnected_and_its_message_redelivered(broker_factor
     assert redelivered.headers.get("redelivered") == "true", redelivered.headers
 
 
-def test_client_that_sends_heartbeats_stays_connected(broker_factory, raw):
+@pytest.mark.parametrize("traffic", ["lf", "crlf", "frames"])
+def test_client_that_sends_heartbeats_stays_connected(broker_factory, raw, traffic):
     broker = broker_factory(sets=["stomp.heartbeat_receive_ms=300"])
     client = raw(broker)
     client.connect("1.2", {"heart-beat": "300,0"})
     stop = threading.Event()
 
     def beat() -> None:
+        n = 0
         while not stop.wait(0.1):
+            n += 1
+            if traffic == "frames":  # any traffic counts, not only EOLs
+                data = encode("BEGIN", {"transaction": f"t{n}"}) + encode("ABORT", {"transaction": f"t{n}"})
+            else:
+                data = b"\n" if traffic == "lf" else b"\r\n"
             try:
-                client.sendall(b"\n")
+                client.sendall(data)
             except OSError:
                 return
 
@@ -219,3 +229,32 @@ def test_malformed_heartbeat_header_is_an_error(broker, raw):
     client.send_frame("CONNECT", {"accept-version": "1.2", "host": "x", "heart-beat": "soon"})
     frames = client.wait_closed()
     assert [f.command for f in frames] == ["ERROR"], frames
+
+
+def test_stomp_py_client_with_receive_heartbeats_is_not_timed_out(broker_factory, connect):
+    """stomp.py declares the broker dead after 1.5 x the negotiated interval without
+    data; the broker must send something within every interval, also right after it
+    sent a frame (a RECEIPT here) in the middle of an interval."""
+    broker = broker_factory(sets=["stomp.heartbeat_send_ms=300"])
+    client = connect(broker, "1.2", heartbeats=(0, 300))
+    for _ in range(5):
+        if client.listener.heartbeat_timeouts:
+            break
+        client.sync()  # a RECEIPT at a random phase of the broker's beat timer...
+        time.sleep(0.8)  # ...then idle: only heart-beats keep stomp.py happy now
+    assert client.listener.heartbeat_timeouts == 0, "stomp.py timed out waiting for the broker's heart-beats"
+    assert client.conn.is_connected()
+
+
+def test_silent_client_declared_dead_after_interval_times_grace(broker_factory, raw):
+    """docs/configuration.md: "A connection is declared dead after negotiated interval x
+    heartbeat_grace without traffic" -- here 400 ms x 1.5 = 0.6 s, not twice that."""
+    broker = broker_factory(sets=["stomp.heartbeat_receive_ms=400", "stomp.heartbeat_grace=1.5"])
+    client = raw(broker)
+    client.send_frame("CONNECT", {"accept-version": "1.2", "host": "h", "heart-beat": "400,0"})
+    last_traffic = time.monotonic()  # the CONNECT frame is the last thing the client sends
+    assert client.expect("CONNECTED")
+    client.wait_closed(timeout=5)
+    silence = time.monotonic() - last_traffic
+    assert silence >= 0.55, f"declared dead after only {silence:.2f}s"
+    assert silence <= 0.6 + 0.25, f"declared dead only after {silence:.2f}s of silence (limit 0.6 s)"

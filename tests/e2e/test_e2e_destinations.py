@@ -8,9 +8,9 @@ from e2e_support import unique
 
 
 @pytest.fixture
-def broker(shared_broker):
+def broker(shared):
     """Destinations and client ids are unique per test: one broker per module will do."""
-    return shared_broker
+    return shared
 
 
 def test_queue_consumers_compete(broker, connect, version):
@@ -265,3 +265,46 @@ def test_durable_subscription_persistent_messages_survive_restart(broker_factory
     broker.restart()
     back = subscribe(connect, broker, destination, "k1")
     assert sorted(m.body for m in back.listener.wait_for(3)) == ["p0", "p1", "p2"]
+
+
+def test_reply_to_a_temp_queue_whose_owner_left_is_harmless(broker, connect):
+    service = "/queue/" + unique("svc")
+    responder = connect(broker)
+    responder.subscribe(service)
+    requester = connect(broker)
+    requester.subscribe("/temp-queue/gone")
+    requester.send(service, "q", headers={"reply-to": "/temp-queue/gone"}, receipt=True)
+    [request] = responder.listener.wait_for(1)
+    requester.disconnect()
+    responder.send(request.headers["reply-to"], "nobody listens", receipt=True)
+    assert responder.listener.errors == []
+
+
+def test_another_connection_cannot_consume_from_a_temp_queue(broker, connect):
+    """Only the connection that created a temporary queue may consume from it, even if
+    another client learns its reply-to name (here: the responder itself)."""
+    service = "/queue/" + unique("svc")
+    responder = connect(broker)
+    responder.subscribe(service)
+    owner = connect(broker)
+    owner.subscribe("/temp-queue/private")
+    owner.send(service, "q", headers={"reply-to": "/temp-queue/private"})
+    [request] = responder.listener.wait_for(1)
+    reply_to = request.headers["reply-to"]
+    thief = connect(broker)
+    thief.conn.subscribe(reply_to, id="steal", headers={"receipt": "steal"})
+    thief.listener.wait_until(lambda: bool(thief.listener.receipts or thief.listener.errors), "RECEIPT or ERROR")
+    for i in range(6):
+        responder.send(reply_to, f"reply-{i}")
+    responder.send(reply_to, "fence", receipt=True)
+    assert [m.body for m in owner.listener.wait_for_body("fence")] == [f"reply-{i}" for i in range(6)] + ["fence"]
+    assert thief.listener.messages == [], f"a stranger consumed {[m.body for m in thief.listener.messages]}"
+
+
+def test_durable_subscription_cannot_be_active_twice(broker, connect):
+    destination = "/topic/" + unique("dur")
+    client_id = unique("twice")
+    _activemq_durable(connect, broker, destination, client_id=client_id, name="s")
+    second = connect(broker, headers={"client-id": client_id})
+    second.conn.subscribe(destination, id="durable", headers={"activemq.subscriptionName": "s", "receipt": "x"})
+    assert second.listener.wait_error()

@@ -10,8 +10,8 @@ from e2e_support import now_ms, unique
 
 
 @pytest.fixture
-def broker(shared_broker):
-    return shared_broker
+def broker(shared):
+    return shared
 
 
 def queue() -> str:
@@ -31,10 +31,12 @@ def test_prefetch_one_consumer_gets_one_while_other_gets_the_rest(broker, connec
     producer = connect(broker)
     for i in range(10):
         producer.send(destination, f"m{i}")
-    fast.listener.wait_for(9)
-    assert len(slow.listener.messages) == 1
+    # Wait for all ten (on two sockets read by two threads), then count who got what.
+    fast.listener.wait_until(lambda: len(fast.listener.messages) + len(slow.listener.messages) >= 10,
+                             "all 10 messages")
     assert sorted(m.body for m in fast.listener.messages + slow.listener.messages) == sorted(
         f"m{i}" for i in range(10))
+    assert len(slow.listener.messages) == 1
     assert len(fast.listener.messages) == 9
 
 
@@ -60,8 +62,10 @@ def test_prefetch_two_gets_two_unacked(broker, connect):
     producer = connect(broker)
     for i in range(12):
         producer.send(destination, f"m{i}")
-    other.listener.wait_for(10)
+    other.listener.wait_until(lambda: len(other.listener.messages) + len(limited.listener.messages) >= 12,
+                              "all 12 messages")
     assert len(limited.listener.messages) == 2
+    assert len(other.listener.messages) == 10
 
 
 def test_invalid_prefetch_is_an_error(broker, connect):
@@ -310,3 +314,50 @@ def test_invalid_selector_is_an_error(broker, connect):
     client.conn.subscribe(queue(), id="s", headers={"selector": "color = = 'red'", "receipt": "sel"})
     error = client.listener.wait_error()
     assert error.headers.get("receipt-id") == "sel"
+
+
+# -- configurable names and defaults ----------------------------------------------------------
+
+
+def test_configured_dead_letter_queue_name(broker_factory, connect):
+    broker = broker_factory(sets=["broker.max_delivery_attempts=1", "broker.dead_letter_queue=graveyard"])
+    destination = queue()
+    consumer = connect(broker)
+    consumer.subscribe(destination, ack="client-individual")
+    consumer.send(destination, "once only")
+    consumer.nack(consumer.listener.wait_for(1)[0], receipt=True)
+    graveyard = connect(broker)
+    graveyard.subscribe("/queue/graveyard")
+    [dead] = graveyard.listener.wait_for(1)
+    assert dead.body == "once only" and dead.headers.get("original-destination") == destination
+
+
+def test_expiry_queue_receives_expired_messages(broker_factory, connect):
+    broker = broker_factory(sets=["broker.expiry_queue=expired"])
+    destination = queue()
+    producer = connect(broker)
+    producer.send(destination, "will expire", receipt=True, expires=str(now_ms() + 300), x="y")
+    time.sleep(0.5)  # let it expire while queued (not synchronisation)
+    consumer = connect(broker)
+    consumer.subscribe(destination)
+    consumer.send(destination, "fence")
+    assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["fence"]
+    expired = connect(broker)
+    expired.subscribe("/queue/expired")
+    [message] = expired.listener.wait_for(1)
+    assert message.body == "will expire"
+    assert message.headers.get("original-destination") == destination
+    assert message.headers.get("x") == "y"
+
+
+def test_default_prefetch_setting(broker_factory, connect):
+    broker = broker_factory(sets=["broker.default_prefetch=1"])
+    destination = queue()
+    slow = connect(broker)
+    slow.subscribe(destination, ack="client")
+    fast = connect(broker)
+    fast.subscribe(destination)
+    for i in range(6):
+        fast.send(destination, f"m{i}")
+    fast.listener.wait_until(lambda: len(fast.listener.messages) + len(slow.listener.messages) >= 6, "6 messages")
+    assert len(slow.listener.messages) == 1

@@ -10,8 +10,8 @@ from e2e_support import encode, unique
 
 
 @pytest.fixture
-def broker(shared_broker):
-    return shared_broker
+def broker(shared):
+    return shared
 
 
 def queue() -> str:

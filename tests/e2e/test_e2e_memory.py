@@ -161,3 +161,33 @@ def test_memory_limit_covers_messages_pending_in_a_transaction(broker_factory):
             f"{flood.sent / MB:.1f} MB into an uncommitted transaction")
     finally:
         producer.close()
+
+
+def test_transaction_larger_than_memory_limit_does_not_hang(broker_factory, connect):
+    """A transaction bigger than memory_limit must end one way or the other -- COMMIT
+    accepted (RECEIPT) or refused (ERROR) -- never a producer stuck forever because its
+    own uncommitted messages fill the memory it waits for."""
+    broker = broker_factory(sets=["broker.memory_limit=1MiB"])
+    destination = "/queue/" + unique("bigtx")
+    consumer = connect(broker)
+    consumer.subscribe(destination)
+    producer = RawClient.to(broker)
+    try:
+        producer.connect("1.2")
+        body = b"t" * BODY_SIZE
+        data = (encode("BEGIN", {"transaction": "big"})
+                + b"".join(encode("SEND", {"destination": destination, "transaction": "big"}, body)
+                           for _ in range(3000))
+                + encode("COMMIT", {"transaction": "big", "receipt": "committed"}))
+        flood = Flood(producer, data)
+        flood.start()
+        try:
+            frame = producer.read_frame(timeout=20)
+        except AssertionError:
+            pytest.fail(f"no RECEIPT or ERROR 20 s after a 3 MB transaction (1 MiB limit); the producer got "
+                        f"{flood.sent / MB:.1f} of {len(data) / MB:.1f} MB in and is stuck")
+        assert frame.command in ("RECEIPT", "ERROR"), frame
+        if frame.command == "RECEIPT":
+            assert len(consumer.listener.wait_for(3000, timeout=30)) == 3000
+    finally:
+        producer.close()

@@ -8,9 +8,9 @@ from e2e_support import encode, unique
 
 
 @pytest.fixture
-def broker(shared_broker):
+def broker(shared):
     """Every test uses its own destinations, so one broker per module will do."""
-    return shared_broker
+    return shared
 
 
 def queue() -> str:
@@ -504,3 +504,164 @@ def test_repeated_header_first_value_wins(broker, raw, connect):
     producer.expect("RECEIPT")
     [message] = consumer.listener.wait_for(1)
     assert message.headers.get("x-rep") == "first"
+
+
+def test_receipts_stay_in_order_across_persistent_and_transient_frames(broker, raw):
+    destination = queue()
+    client = raw(broker)
+    client.connect("1.2")
+    frames = []
+    order = []
+    for i in range(30):
+        receipt = f"r{i:02d}"
+        order.append(receipt)
+        if i % 3 == 0:
+            frames.append(encode("SEND", {"destination": destination, "persistent": "true", "receipt": receipt}, "p"))
+        elif i % 3 == 1:
+            frames.append(encode("SEND", {"destination": destination, "receipt": receipt}, "t"))
+        else:
+            frames.append(encode("BEGIN", {"transaction": f"t{i}", "receipt": receipt}))
+    client.sendall(b"".join(frames))
+    assert [f.headers["receipt-id"] for f in client.read_frames(30)] == order
+
+
+def test_pending_receipt_is_sent_before_a_later_error(broker, raw):
+    """Frames are handled in order: the RECEIPT of a persistent SEND that was accepted
+    must not be overtaken (or swallowed) by the ERROR of a later frame."""
+    destination = queue()
+    client = raw(broker)
+    client.connect("1.2")
+    client.sendall(
+        encode("SEND", {"destination": destination, "persistent": "true", "receipt": "stored"}, "p")
+        + encode("COMMIT", {"transaction": "no-such-transaction", "receipt": "bad"})
+    )
+    frames = client.wait_closed()
+    assert [(f.command, f.headers.get("receipt-id")) for f in frames] == [("RECEIPT", "stored"), ("ERROR", "bad")]
+
+
+def test_disconnect_receipt_comes_after_pending_persistent_receipts(broker, raw, connect):
+    destination = queue()
+    client = raw(broker)
+    client.connect("1.2")
+    client.sendall(
+        b"".join(encode("SEND", {"destination": destination, "persistent": "true", "receipt": f"p{i}"}, f"m{i}")
+                 for i in range(5))
+        + encode("DISCONNECT", {"receipt": "bye"})
+    )
+    frames = client.wait_closed()
+    assert [f.headers.get("receipt-id") for f in frames] == ["p0", "p1", "p2", "p3", "p4", "bye"]
+    consumer = connect(broker)
+    consumer.subscribe(destination)
+    assert [m.body for m in consumer.listener.wait_for(5)] == [f"m{i}" for i in range(5)]
+
+
+def test_client_ack_is_cumulative_per_subscription_only(broker, connect, version11):
+    qa, qb = queue(), queue()
+    consumer = connect(broker, version11)
+    consumer.subscribe(qa, id="a", ack="client")
+    consumer.subscribe(qb, id="b", ack="client")
+    consumer.send(qa, "a1")
+    consumer.listener.wait_for(1)
+    consumer.send(qb, "b1")
+    consumer.listener.wait_for(2)
+    consumer.send(qa, "a2")
+    messages = consumer.listener.wait_for(3)
+    assert [m.body for m in messages] == ["a1", "b1", "a2"]
+    consumer.ack(messages[2], receipt=True)  # acknowledges a1 and a2, not b1
+    consumer.drop()
+    other = connect(broker, version11)
+    other.subscribe(qb)
+    other.subscribe(qa)
+    other.send(qa, "fence")
+    bodies = [m.body for m in other.listener.wait_for_body("fence")]
+    assert sorted(bodies) == ["b1", "fence"], bodies
+
+
+def test_duplicate_subscription_id_is_an_error(broker, raw):
+    client = raw(broker)
+    client.connect("1.2")
+    client.send_frame("SUBSCRIBE", {"destination": queue(), "id": "same", "receipt": "1"})
+    assert client.expect("RECEIPT").headers["receipt-id"] == "1"
+    client.send_frame("SUBSCRIBE", {"destination": queue(), "id": "same", "receipt": "2"})
+    frames = client.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"], frames
+
+
+def test_unknown_ack_mode_is_an_error(broker, raw):
+    client = raw(broker)
+    client.connect("1.2")
+    client.send_frame("SUBSCRIBE", {"destination": queue(), "id": "s", "ack": "sometimes", "receipt": "1"})
+    frames = client.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"], frames
+
+
+def test_stomp10_subscribe_and_unsubscribe_by_destination(broker, raw, connect):
+    destination = queue()
+    client = raw(broker)
+    client.connect(None)
+    client.send_frame("SUBSCRIBE", {"destination": destination, "receipt": "s"})
+    assert client.expect("RECEIPT").headers["receipt-id"] == "s"
+    producer = connect(broker)
+    producer.send(destination, "one", receipt=True)
+    message = client.expect("MESSAGE")
+    assert message.body == b"one" and message.headers["destination"] == destination
+    client.send_frame("UNSUBSCRIBE", {"destination": destination, "receipt": "u"})
+    assert client.expect("RECEIPT").headers["receipt-id"] == "u"
+    producer.send(destination, "two", receipt=True)
+    other = connect(broker)
+    other.subscribe(destination)
+    assert [m.body for m in other.listener.wait_for(1)] == ["two"]
+    assert client.poll(0.2) == []
+
+
+def test_large_message_round_trip(broker, raw):
+    destination = queue()
+    consumer = raw(broker)
+    consumer.connect("1.2")
+    consumer.send_frame("SUBSCRIBE", {"destination": destination, "id": "s", "receipt": "r"})
+    consumer.expect("RECEIPT")
+    body = bytes(range(256)) * (5 * 1024 * 4)  # 5 MiB, NULs included
+    producer = raw(broker)
+    producer.connect("1.2")
+    producer.send_frame("SEND", {"destination": destination, "content-length": str(len(body)), "receipt": "big"},
+                        body)
+    assert producer.expect("RECEIPT", timeout=30).headers["receipt-id"] == "big"
+    message = consumer.expect("MESSAGE", timeout=30)
+    assert len(message.body) == len(body) and message.body == body
+
+
+def test_large_message_without_content_length(broker, raw):
+    destination = queue()
+    consumer = raw(broker)
+    consumer.connect("1.2")
+    consumer.send_frame("SUBSCRIBE", {"destination": destination, "id": "s", "receipt": "r"})
+    consumer.expect("RECEIPT")
+    body = b"0123456789abcdef" * (256 * 1024)  # 4 MiB text, arriving in many reads
+    producer = raw(broker)
+    producer.connect("1.2")
+    producer.send_frame("SEND", {"destination": destination, "receipt": "big"}, body)
+    assert producer.expect("RECEIPT", timeout=30).headers["receipt-id"] == "big"
+    assert consumer.expect("MESSAGE", timeout=30).body == body
+
+
+def test_transaction_names_are_per_connection(broker, connect):
+    destination = queue()
+    consumer = connect(broker)
+    consumer.subscribe(destination)
+    first, second = connect(broker), connect(broker)
+    first.begin("tx")
+    second.begin("tx")  # the same name on another connection is another transaction
+    first.send(destination, "from first", transaction="tx")
+    second.send(destination, "from second", transaction="tx")
+    second.abort("tx")
+    first.commit("tx")
+    first.send(destination, "fence")
+    assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["from first", "fence"]
+
+
+def test_plain_reply_to_passes_through_unchanged(broker, connect):
+    destination = queue()
+    consumer = connect(broker)
+    consumer.subscribe(destination)
+    consumer.send(destination, "x", headers={"reply-to": "/queue/answers.here"})
+    assert consumer.listener.wait_for(1)[0].headers.get("reply-to") == "/queue/answers.here"
