@@ -182,7 +182,7 @@ class Node:
 
 
     @defer.inlineCallbacks
-    def _close_clients(self, connections: set, patience: float = 5.0):
+    def _close_clients(self, connections: set, patience: float = 2.0):
         """Close every client and wait until each session has ended, so what
         they release (acks, returned messages) reaches the store before it closes."""
         for connection in list(connections):

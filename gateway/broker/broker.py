@@ -94,8 +94,9 @@ class Broker:
             if queue is None:
                 queue = self._queue_for_key(key)
                 by_key[key] = queue
-            # It may have been delivered before the restart: say so.
-            message.deliveries = max(message.deliveries, 1)
+            # It may have been delivered before the restart: say so, without
+            # spending one of its delivery attempts.
+            message.recovered = True
             self.memory_used += message.size
             queue.put(message)
             count += 1
@@ -131,6 +132,7 @@ class Broker:
     def create_temp_queue(self, session: Session, name: str) -> Queue:
         global_name = f"{session.name}.{next(self._temp_ids)}.{name}"
         queue = Queue(self, global_name, "T:" + global_name, durable=False, temporary=True)
+        queue.owner = session
         self.temp_queues[global_name] = queue
         return queue
 
@@ -237,6 +239,8 @@ class Broker:
                 queue = self.temp_queues.get(address)
                 if queue is None:
                     raise BrokerError(f"temporary queue {address!r} no longer exists")
+                if queue.owner is not session:
+                    raise BrokerError(f"temporary queue {address!r} belongs to another connection")
             else:
                 raise BrokerError(f"unknown destination kind {kind!r}")
             sub = Subscription(session, subscription_id, queue, ack_mode, prefetch, predicate, selector)

@@ -27,6 +27,8 @@ class Message:
         "size",
         "encoded",
         "segment",
+        "sequence",
+        "recovered",
     )
 
     def __init__(
@@ -54,8 +56,10 @@ class Message:
         # Protocol adapters cache their serialised header block here, keyed by
         # whatever they need (e.g. STOMP version); shared between fan-out copies.
         self.encoded: dict = {}
-        # Which journal segment holds the message, for the store's bookkeeping.
+        # Where the store holds it, and its place in the store's enqueue order.
         self.segment = 0
+        self.sequence = 0
+        self.recovered = False
 
     def copy(self) -> Message:
         twin = Message.__new__(Message)
@@ -71,11 +75,14 @@ class Message:
         twin.size = self.size
         twin.encoded = self.encoded
         twin.segment = 0
+        twin.sequence = 0
+        twin.recovered = False
         return twin
 
     @property
     def redelivered(self) -> bool:
-        return self.deliveries > 0
+        """True once a delivery may have happened before the current one."""
+        return self.deliveries > 1 or self.recovered
 
     def __repr__(self) -> str:
         return f"<Message {self.id} {self.kind}:{self.address} p={self.priority} d={self.deliveries}>"

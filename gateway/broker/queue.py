@@ -84,6 +84,7 @@ class Queue:
         self.key = key
         self.durable = durable
         self.temporary = temporary
+        self.owner: object = None  # the session a temporary queue belongs to
         self.consumers: list[Subscription] = []
         self._levels: list[deque[Message]] = [deque() for _ in range(10)]
         self._high = 0  # no level above this one holds a message

@@ -20,11 +20,12 @@ class DeliverySink(Protocol):
 
 
 class _Transaction:
-    __slots__ = ("sends", "acks")
+    __slots__ = ("sends", "acks", "size")
 
     def __init__(self) -> None:
         self.sends: list[tuple] = []
         self.acks: list[tuple[Queue, Message]] = []
+        self.size = 0  # bytes of the sends held until COMMIT
 
 
 class Session:
@@ -139,9 +140,18 @@ class Session:
     def send(self, kind: str, address: str, headers: dict[str, str], body: bytes, persistent: bool,
              priority: int, expires: int, transaction: str | None = None) -> None:
         if transaction is not None:
-            self._transaction(transaction).sends.append((kind, address, headers, body, persistent, priority, expires))
+            tx = self._transaction(transaction)
+            size = len(body) + MESSAGE_OVERHEAD
+            if tx.size + size > self.broker.memory_limit:
+                # It could never be held, let alone committed: refuse rather than stall.
+                raise BrokerError(
+                    f"transaction {transaction!r} would hold more than the broker's memory limit of "
+                    f"{self.broker.memory_limit} bytes; commit in smaller transactions"
+                )
+            tx.sends.append((kind, address, headers, body, persistent, priority, expires))
+            tx.size += size
             # Held until COMMIT, so it counts against the memory limit like a queued message.
-            self.broker.reserve_memory(len(body) + MESSAGE_OVERHEAD)
+            self.broker.reserve_memory(size)
             return
         self.broker.send(kind, address, headers, body, persistent, priority, expires, self)
 
@@ -164,7 +174,13 @@ class Session:
         self._rollback(tx)
 
     def _release_sends(self, tx: _Transaction) -> None:
-        self.broker.release_memory(sum(len(args[3]) + MESSAGE_OVERHEAD for args in tx.sends))
+        self.broker.release_memory(tx.size)
+        tx.size = 0
+
+    @property
+    def transaction_bytes(self) -> int:
+        """Memory held by this session's uncommitted sends."""
+        return sum(tx.size for tx in self.transactions.values())
 
     def _rollback(self, tx: _Transaction) -> None:
         self._release_sends(tx)

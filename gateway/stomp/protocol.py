@@ -46,9 +46,10 @@ class StompProtocol(Protocol):
         self.handler: Stomp10 | None = None
         self.closing = False
         self.sent_since_beat = False
-        self.received_since_check = False
+        self.last_received = 0.0
+        self.silence_allowed = 0.0
         self._receipts: deque[list] = deque()
-        self._disconnect_after_receipts = False
+        self._close_after_receipts = False
         self._timers: list = []
         self._reading_paused = False
         self._held: list[Frame] | None = None
@@ -87,7 +88,7 @@ class StompProtocol(Protocol):
     def dataReceived(self, data: bytes) -> None:
         if self.closing:
             return
-        self.received_since_check = True
+        self.last_received = self.clock.seconds()
         parser = self.parser
         while True:
             try:
@@ -130,11 +131,17 @@ class StompProtocol(Protocol):
                 self.receipt(receipt, store.position != before)
             if frame.command == "SEND":
                 sent = True
-        if sent and self.factory.broker.memory_full and not self._reading_paused:
+        if sent and self.factory.broker.memory_full and not self._reading_paused and not self._fills_memory_itself():
             # Producer flow control: stop reading this client until memory drains.
             self._reading_paused = True
             self.transport.pauseProducing()
             self.factory.broker.when_memory_available(self._resume_reading)
+
+    def _fills_memory_itself(self) -> bool:
+        """Its own open transactions hold most of the memory: only reading on
+        (to its COMMIT, or to the transaction limit's ERROR) can free it."""
+        handler = self.handler
+        return handler is not None and handler.session.transaction_bytes * 2 >= self.factory.broker.memory_used
 
     def _resume_reading(self) -> None:
         if self._reading_paused and not self.closing:
@@ -200,10 +207,11 @@ class StompProtocol(Protocol):
     def _start_heartbeats(self, client: tuple[int, int], settings: StompSettings) -> None:
         client_send, client_receive = client
         if settings.heartbeat_send_ms and client_receive:
-            self._schedule(max(settings.heartbeat_send_ms, client_receive) / 1000.0, self._beat)
+            # Ticking at half the interval keeps every gap within the interval.
+            self._schedule(max(settings.heartbeat_send_ms, client_receive) / 2000.0, self._beat)
         if settings.heartbeat_receive_ms and client_send:
-            interval = max(settings.heartbeat_receive_ms, client_send) / 1000.0
-            self._schedule(interval * settings.heartbeat_grace, self._check_alive)
+            self.silence_allowed = max(settings.heartbeat_receive_ms, client_send) / 1000.0 * settings.heartbeat_grace
+            self._schedule(self.silence_allowed / 4, self._check_alive)
 
     def _schedule(self, interval: float, tick) -> None:
         def run() -> None:
@@ -217,17 +225,19 @@ class StompProtocol(Protocol):
         self._timers.append(self.clock.callLater(interval, run))
 
     def _beat(self) -> None:
-        if not self.sent_since_beat:
+        # Ticks come every half interval: a beat (or any frame) in one half
+        # excuses the next, so gaps stay within the interval without doubling beats.
+        if self.sent_since_beat:
+            self.sent_since_beat = False
+        else:
             self.transport.write(HEARTBEAT)
-        self.sent_since_beat = False
+            self.sent_since_beat = True
 
     def _check_alive(self) -> None:
-        if not self.received_since_check:
+        if self.clock.seconds() - self.last_received > self.silence_allowed:
             log.info("closing %s: no heart-beat from the client in time", self.transport.getPeer())
             self.closing = True
             self.transport.abortConnection()
-            return
-        self.received_since_check = False
 
     # -- bytes out ------------------------------------------------------------------------
 
@@ -258,31 +268,34 @@ class StompProtocol(Protocol):
     def _drain_receipts(self) -> None:
         receipts = self._receipts
         while receipts and receipts[0][1]:
-            if not self.closing or self._disconnect_after_receipts:
-                self.write(receipts.popleft()[0])
-            else:
-                receipts.popleft()
-        if not receipts and self._disconnect_after_receipts:
+            self.write(receipts.popleft()[0])
+        if not receipts and self._close_after_receipts:
             self.transport.loseConnection()
 
     def disconnect_requested(self) -> None:
         self.closing = True
-        self._disconnect_after_receipts = True
+        self._close_after_receipts = True
         # The DISCONNECT's own receipt is queued after this returns.
         self.clock.callLater(0, self._drain_receipts)
 
     def fail(self, message: str, receipt: str | None = None, extra: dict | None = None) -> None:
-        """Answer a client mistake with an ERROR naming it, then close."""
-        if self.closing and not self._disconnect_after_receipts:
+        """Answer a client mistake with an ERROR naming it, then close. Receipts
+        still waiting for the disk go out first: their frames did take effect."""
+        if self.closing:
             return
+        self.closing = True
         headers = {"message": message.replace("\n", " ")[:500], "content-type": "text/plain"}
         if receipt is not None:
             headers["receipt-id"] = receipt
         if extra:
             headers.update(extra)
         version = self.parser.version if self.parser is not None else "1.0"
-        self.write(encode_frame("ERROR", headers, message.encode(), version=version))
-        self.closing = True
+        error = encode_frame("ERROR", headers, message.encode(), version=version)
+        if self._receipts:
+            self._receipts.append([error, True])
+            self._close_after_receipts = True
+            return
+        self.write(error)
         self.transport.loseConnection()
 
     # -- IPushProducer: the transport tells us when its buffer is full ------------------

@@ -196,7 +196,7 @@ class Stomp10:
             ack = self.ack_header(number, message)
             if ack:
                 parts.append(ack)
-        if message.deliveries > 1:
+        if message.deliveries > 1 or message.recovered:
             parts.append(b"redelivered:true\n")
         parts += (block, message.body, b"\0")
         self.protocol.write(b"".join(parts))

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 _ADD = 1
 _REMOVE = 2
 _HEAD = struct.Struct("<IIB")  # payload length, crc32 of type+payload, type
-_ADD_FIELDS = struct.Struct("<HHBHIIBqHB")
+_ADD_FIELDS = struct.Struct("<HHBHIIBqHBQ")
 _REMOVE_FIELDS = struct.Struct("<HH")
 _KINDS = {"queue": 0, "topic": 1, "temp": 2}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
@@ -127,6 +127,7 @@ class JournalStore:
         self._fd = -1
         self._syncer: _Syncer | None = None
         self._max_sync_delay = max_sync_delay_ms / 1000.0
+        self._sequence = 0
         self.syncs = 0
 
     @property
@@ -146,9 +147,11 @@ class JournalStore:
         for key, (_, message) in live.items():
             self._live[message.segment][key] = message
             self._live_bytes[message.segment] += message.size
+            self._sequence = max(self._sequence, message.sequence)
         self._open_segment((segments[-1] + 1) if segments else 1)
         self._collect()
-        return (entry for entry in live.values())
+        # Enqueue order, not journal order: compaction moves old messages forward.
+        return iter(sorted(live.values(), key=lambda entry: entry[1].sequence))
 
     def _segment_numbers(self) -> list[int]:
         return sorted(int(p.stem) for p in self.dir.glob("*" + _SEGMENT_SUFFIX) if p.stem.isdigit())
@@ -191,7 +194,9 @@ class JournalStore:
 
     @staticmethod
     def _decode_add(payload: bytes) -> tuple[str, Message]:
-        (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc) = _ADD_FIELDS.unpack_from(payload)
+        (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc, sequence) = _ADD_FIELDS.unpack_from(
+            payload
+        )
         off = _ADD_FIELDS.size
         queue_key = payload[off:off + klen].decode()
         off += klen
@@ -203,6 +208,7 @@ class JournalStore:
         off += hlen
         body = payload[off:off + blen]
         message = Message(message_id, _KIND_NAMES[kind], address, headers, body, True, priority, expires, deliveries)
+        message.sequence = sequence
         return queue_key, message
 
     # -- writing --------------------------------------------------------------------------
@@ -213,9 +219,13 @@ class JournalStore:
         address = message.address.encode()
         headers, henc = _encode_headers(message.headers)
         body = message.body
+        if not message.sequence:  # a compacted message keeps its place in the order
+            self._sequence += 1
+            message.sequence = self._sequence
         payload = b"".join((
             _ADD_FIELDS.pack(len(key), len(mid), _KINDS[message.kind], len(address), len(headers), len(body),
-                             message.priority, message.expires, min(message.deliveries, 65535), henc),
+                             message.priority, message.expires, min(message.deliveries, 65535), henc,
+                             message.sequence),
             key, mid, address, headers, body,
         ))
         self._append(_ADD, payload)

@@ -273,12 +273,12 @@ def test_heartbeats_sent_and_silent_client_dropped():
     harness.client().send("SEND", {"destination": "/queue/q"}, b"m")
     assert len(silent.messages()) == 1
     # MemoryReactorClock runs a due call at the end of an advance: step finely.
-    harness.clock.pump([0.01] * 10)
+    harness.clock.pump([0.01] * 4)
     assert silent.transport.value() == b""  # it just got a MESSAGE, no beat needed yet
-    harness.clock.pump([0.01] * 10)
-    assert silent.transport.value() == b"\n"
+    harness.clock.pump([0.01] * 6)
+    assert silent.transport.value() == b"\n"  # at most 100 ms after the last frame
     assert not silent.transport.disconnecting
-    harness.clock.pump([0.01] * 15)  # a check by 350 ms finds 1.5 x 100 ms of silence
+    harness.clock.pump([0.01] * 10)  # by 200 ms: 1.5 x 100 ms of silence has been noticed
     assert silent.transport.disconnecting
     silent.drop()
     other = harness.client()
@@ -320,10 +320,36 @@ def test_unsubscribing_topic_with_unacked_messages_frees_their_memory(harness):
 
 def test_memory_limit_counts_uncommitted_transactional_sends():
     harness = Harness(memory_limit=20_000)
+    harness.client().send("SEND", {"destination": "/queue/q"}, b"x" * 15_000)  # others' queued messages
+    producer = harness.client()
+    producer.send("BEGIN", {"transaction": "t"})
+    for _ in range(6):
+        producer.send("SEND", {"destination": "/queue/q", "transaction": "t"}, b"x" * 1000)
+    assert producer.transport.producerState == "paused"
+    producer.drop()  # the open transaction aborts and gives its memory back
+    assert harness.broker.memory_used == 15_000 + 400
+
+
+def test_transaction_over_the_memory_limit_is_refused_not_stalled():
+    harness = Harness(memory_limit=20_000)
     producer = harness.client()
     producer.send("BEGIN", {"transaction": "t"})
     for _ in range(40):
         producer.send("SEND", {"destination": "/queue/q", "transaction": "t"}, b"x" * 1000)
-    assert producer.transport.producerState == "paused"
-    producer.drop()  # the open transaction aborts and gives its memory back
+    (error,) = producer.frames()
+    assert error.command == "ERROR" and "memory limit" in error.headers["message"]
+    producer.drop()
     assert harness.broker.memory_used == 0
+
+
+def test_only_the_owner_consumes_from_its_temp_queue(harness):
+    owner = harness.client()
+    owner.send("SUBSCRIBE", {"id": "r", "destination": "/temp-queue/private"})
+    owner.send("SEND", {"destination": "/queue/service", "reply-to": "/temp-queue/private"}, b"req")
+    responder = harness.client()
+    responder.send("SUBSCRIBE", {"id": "s", "destination": "/queue/service"})
+    (request,) = responder.messages()
+    thief = harness.client()
+    thief.send("SUBSCRIBE", {"id": "x", "destination": request.headers["reply-to"]})
+    (error,) = thief.frames()
+    assert error.command == "ERROR" and "belongs to another connection" in error.headers["message"]

@@ -163,3 +163,25 @@ def test_catalog_round_trip(tmp_path, count):
     store.save_catalog(catalog)
     close(store, reactor)
     assert JournalStore(tmp_path, LoopReactor()).load_catalog() == catalog
+
+
+def test_recovery_keeps_enqueue_order_across_compaction(tmp_path):
+    store, reactor, _ = open_store(tmp_path, segment_size=4096)
+    kept = []
+    for n in range(300):
+        m = message(n, b"z" * 100)
+        store.add("Q:q", m)
+        if n % 50 == 0:
+            kept.append(m.id)
+        else:
+            store.remove("Q:q", m)
+        if n % 20 == 0:
+            durable(store, reactor)
+    for n in range(300, 310):
+        m = message(n, b"z" * 100)
+        store.add("Q:q", m)
+        kept.append(m.id)
+    durable(store, reactor)
+    close(store, reactor)
+    _, _, recovered = open_store(tmp_path, segment_size=4096)
+    assert [m.id for _, m in recovered] == kept
