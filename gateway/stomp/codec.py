@@ -30,7 +30,7 @@ _UNESCAPES = {
 }
 _ESCAPE_11 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"})
 _ESCAPE_12 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"})
-_ESCAPES = {"1.0": None, "1.1": _ESCAPE_11, "1.2": _ESCAPE_12}
+ESCAPES = {"1.0": None, "1.1": _ESCAPE_11, "1.2": _ESCAPE_12}
 _RECEIPT_LINE = re.compile(r"^receipt:(.*)$", re.MULTILINE)
 _ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
 # CONNECT and CONNECTED are never escaped, so pre-1.1 clients can negotiate.
@@ -71,7 +71,7 @@ class Frame:
 
 
 def escape_header(text: str, version: str) -> str:
-    table = _ESCAPES[version]
+    table = ESCAPES[version]
     return text if table is None else text.translate(table)
 
 
@@ -83,7 +83,7 @@ def encode_frame(
 ) -> bytes:
     """Serialise one frame. Headers are escaped as ``version`` requires."""
     items = headers.items() if isinstance(headers, Mapping) else headers
-    table = None if command in _UNESCAPED_COMMANDS else _ESCAPES[version]
+    table = None if command in _UNESCAPED_COMMANDS else ESCAPES[version]
     if table is None:
         lines = [f"{k}:{v}" for k, v in items]
     else:

@@ -10,15 +10,13 @@ from typing import TYPE_CHECKING
 from gateway.broker.broker import TEMP
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import AUTO, CLIENT, CLIENT_INDIVIDUAL, Subscription
-from gateway.stomp.codec import Frame, escape_header
+from gateway.stomp.codec import ESCAPES, Frame, escape_header
 
 if TYPE_CHECKING:
     from gateway.auth import Principal
     from gateway.broker.session import Session
     from gateway.stomp.protocol import StompProtocol
 
-# Headers of a SEND that describe the frame, not the message.
-_FRAME_ONLY_HEADERS = ("destination", "receipt", "transaction", "content-length", "message-id")
 _ACK_MODES = {"auto": AUTO, "client": CLIENT, "client-individual": CLIENT_INDIVIDUAL}
 _PREFETCH_HEADERS = ("activemq.prefetchSize", "prefetch-count")
 
@@ -103,29 +101,40 @@ class Stomp10:
 
     def frame_SEND(self, frame: Frame) -> None:
         headers = frame.headers
-        target = self.required(frame, "destination")
-        kind, address = self.destination(target)
+        target = headers.pop("destination", None)
+        if not target:
+            raise StompError("SEND frame is missing the required 'destination' header")
+        parsed = self._destinations.get(target)
+        kind, address = parsed if parsed is not None else self.destination(target)
         self.authorize("write", _acl_name(target, kind, address))
-        transaction = headers.get("transaction")
-        for name in _FRAME_ONLY_HEADERS:
-            headers.pop(name, None)
-        persistent = headers.get("persistent") == "true"
+        transaction = headers.pop("transaction", None)
+        headers.pop("receipt", None)
+        headers.pop("content-length", None)
+        headers.pop("message-id", None)
         priority = 4
         expires = 0
-        if "priority" in headers:
-            raw = headers["priority"]
+        if "priority" in headers or "expires" in headers or "reply-to" in headers:
+            priority, expires = self._send_options(headers)
+        self.session.send(kind, address, headers, frame.body, headers.get("persistent") == "true", priority, expires,
+                          transaction)
+
+    def _send_options(self, headers: dict[str, str]) -> tuple[int, int]:
+        priority = 4
+        expires = 0
+        raw = headers.get("priority")
+        if raw is not None:
             if not (raw.isdigit() and int(raw) <= 9):
                 raise StompError(f"priority must be an integer from 0 to 9, got {raw!r}")
             priority = int(raw)
-        if "expires" in headers:
-            raw = headers["expires"]
+        raw = headers.get("expires")
+        if raw is not None:
             if not raw.isdigit():
                 raise StompError(f"expires must be a time in epoch milliseconds, got {raw!r}")
             expires = int(raw)
         reply_to = headers.get("reply-to")
         if reply_to is not None and reply_to.startswith("/temp-queue/"):
             headers["reply-to"] = "/remote-temp-queue/" + self.destination(reply_to)[1]
-        self.session.send(kind, address, headers, frame.body, persistent, priority, expires, transaction)
+        return priority, expires
 
     # -- consuming ------------------------------------------------------------------------
 
@@ -191,25 +200,28 @@ class Stomp10:
         if block is None:
             block = self.encode_block(message)
         number, prefix = sub.tag
-        parts = [prefix]
         if sub.ack_mode != AUTO:
-            ack = self.ack_header(number, message)
-            if ack:
-                parts.append(ack)
+            prefix += self.ack_header(number, message)
         if message.deliveries > 1 or message.recovered:
-            parts.append(b"redelivered:true\n")
-        parts += (block, message.body, b"\0")
-        self.protocol.write(b"".join(parts))
+            prefix += b"redelivered:true\n"
+        protocol = self.protocol
+        protocol.sent_since_beat = True
+        protocol.transport.write(b"".join((prefix, block, message.body, b"\0")))
 
     def encode_block(self, message: Message) -> bytes:
         version = self.version
-        lines = [f"destination:{self.format_destination(message)}\nmessage-id:{message.id}\n"]
-        if version == "1.0":
-            lines += [f"{k}:{v}\n" for k, v in message.headers.items()]
+        table = ESCAPES[version]
+        items = message.headers.items()
+        if table is None:
+            lines = "".join([f"{k}:{v}\n" for k, v in items])
         else:
-            lines += [f"{escape_header(k, version)}:{escape_header(v, version)}\n" for k, v in message.headers.items()]
-        lines.append(f"content-length:{len(message.body)}\n\n")
-        block = "".join(lines).encode()
+            lines = "".join([f"{k.translate(table)}:{v.translate(table)}\n" for k, v in items])
+        destination = self.format_destination(message)
+        if table is not None:
+            destination = destination.translate(table)
+        block = (
+            f"destination:{destination}\nmessage-id:{message.id}\n{lines}content-length:{len(message.body)}\n\n"
+        ).encode()
         if message.kind != TEMP:  # temp destinations read differently per owner
             message.encoded[version] = block
         return block
