@@ -29,6 +29,7 @@ class Message:
         "segment",
         "sequence",
         "recovered",
+        "path",
     )
 
     def __init__(
@@ -60,6 +61,8 @@ class Message:
         self.segment = 0
         self.sequence = 0
         self.recovered = False
+        # Ids of the mesh nodes the message has crossed, so it never goes back to one.
+        self.path: tuple[str, ...] = ()
 
     def copy(self) -> Message:
         twin = Message.__new__(Message)
@@ -77,6 +80,7 @@ class Message:
         twin.segment = 0
         twin.sequence = 0
         twin.recovered = False
+        twin.path = self.path
         return twin
 
     @property

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 _ADD = 1
 _REMOVE = 2
 _HEAD = struct.Struct("<IIB")  # payload length, crc32 of type+payload, type
-_ADD_FIELDS = struct.Struct("<HHBHIIBqHBQ")
+_ADD_FIELDS = struct.Struct("<HHBHIIBqHBQH")
 _REMOVE_FIELDS = struct.Struct("<HH")
 _KINDS = {"queue": 0, "topic": 1, "temp": 2}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
@@ -194,8 +194,8 @@ class JournalStore:
 
     @staticmethod
     def _decode_add(payload: bytes) -> tuple[str, Message]:
-        (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc, sequence) = _ADD_FIELDS.unpack_from(
-            payload
+        (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc, sequence, plen) = (
+            _ADD_FIELDS.unpack_from(payload)
         )
         off = _ADD_FIELDS.size
         queue_key = payload[off:off + klen].decode()
@@ -207,8 +207,11 @@ class JournalStore:
         headers = _decode_headers(payload[off:off + hlen], henc)
         off += hlen
         body = payload[off:off + blen]
+        off += blen
         message = Message(message_id, _KIND_NAMES[kind], address, headers, body, True, priority, expires, deliveries)
         message.sequence = sequence
+        if plen:
+            message.path = tuple(payload[off:off + plen].decode().split(","))
         return queue_key, message
 
     # -- writing --------------------------------------------------------------------------
@@ -222,11 +225,12 @@ class JournalStore:
         if not message.sequence:  # a compacted message keeps its place in the order
             self._sequence += 1
             message.sequence = self._sequence
+        path = ",".join(message.path).encode() if message.path else b""
         payload = b"".join((
             _ADD_FIELDS.pack(len(key), len(mid), _KINDS[message.kind], len(address), len(headers), len(body),
                              message.priority, message.expires, min(message.deliveries, 65535), henc,
-                             message.sequence),
-            key, mid, address, headers, body,
+                             message.sequence, len(path)),
+            key, mid, address, headers, body, path,
         ))
         self._append(_ADD, payload)
         segment = self._segment

@@ -185,3 +185,14 @@ def test_recovery_keeps_enqueue_order_across_compaction(tmp_path):
     close(store, reactor)
     _, _, recovered = open_store(tmp_path, segment_size=4096)
     assert [m.id for _, m in recovered] == kept
+
+
+def test_mesh_path_survives_recovery(tmp_path):
+    store, reactor, _ = open_store(tmp_path)
+    m = message(1)
+    m.path = ("node-a", "node-b")
+    store.add("Q:q", m)
+    durable(store, reactor)
+    close(store, reactor)
+    _, _, recovered = open_store(tmp_path)
+    assert recovered[0][1].path == ("node-a", "node-b")
