@@ -247,7 +247,7 @@ def _peers(value: Any, key: str) -> tuple[tuple[str, int], ...]:
     for i, item in enumerate(value):
         address = parse_address(item, f"{key}[{i}]")
         if address[1] == 0:
-            raise ConfigError(f"{key}[{i}]", f"port 0 only makes sense for a listener; give the peer's port, got {item!r}")
+            raise ConfigError(f"{key}[{i}]", f"port 0 is for listeners; give the peer's real port, got {item!r}")
         if address in peers:
             raise ConfigError(f"{key}[{i}]", f"{item!r} is listed twice")
         peers.append(address)
@@ -300,7 +300,7 @@ def _address_filters(value: Any, key: str) -> tuple[str, ...]:
         if "*" in prefix or ">" in prefix:
             raise ConfigError(
                 item_key,
-                f'is a prefix, not a wildcard pattern: write "/queue/orders." rather than "/queue/orders.>", got {item!r}',
+                f'is a prefix, not a wildcard pattern (write "/queue/orders." for "/queue/orders.>"), got {item!r}',
             )
         entries.append(item)
     return tuple(entries)
@@ -315,7 +315,8 @@ def _with_aliases(parser: Parser, aliases: Mapping[str, str]) -> Parser:
                 if alias in raw and name in raw:
                     raise ConfigError(
                         _join(prefix, alias),
-                        f"{_join(prefix, alias)} is another name for {_join(prefix, name)}; give only one of them",
+                        f"is another name for {_join(prefix, name)}; "
+                        f"give only one of {_join(prefix, name)} and {_join(prefix, alias)}",
                     )
         return parser(raw, prefix)
 
@@ -515,9 +516,9 @@ class MeshConfig:
             problem = "is empty" if not password else f"is the documented example {EXAMPLE_CLUSTER_PASSWORD!r}"
             raise ConfigError(
                 "mesh.cluster_password",
-                f"{problem}; any process that knows it can join the mesh and read every message. "
-                "Set a long random secret shared by all nodes (e.g. --set mesh.cluster_password=...), "
-                "or set mesh.insecure_cluster = true on a trusted network",
+                f"{problem}, so anyone who can reach the mesh could join it and read every message; "
+                "set a long random secret, the same on every node of the mesh, "
+                "or set insecure_cluster = true in [mesh] if every host that can reach mesh.bind is trusted",
             )
         if self.connection_ttl_ms <= self.check_period_ms:
             raise ConfigError(

@@ -54,12 +54,13 @@ def decode_control(payload: bytes) -> Any:
         raise LinkError(f"malformed control frame: {error}") from None
 
 
-def encode_message(message: Message, origin: str) -> bytes:
-    """``origin`` is the node the message entered the mesh at (for duplicate detection)."""
+def encode_message(message: Message, origin: str, path: tuple[str, ...]) -> bytes:
+    """``origin`` is the node the message entered the mesh at (for duplicate
+    detection); ``path`` the nodes it has crossed, the sender included."""
     mid = message.id.encode()
     org = origin.encode()
     address = message.address.encode()
-    path = ",".join(message.path).encode()
+    path = ",".join(path).encode()
     headers = json.dumps(message.headers, separators=(",", ":")).encode() if message.headers else b""
     body = message.body
     head = _MESSAGE.pack(len(mid), len(org), _KINDS[message.kind], len(address), len(headers), len(body),

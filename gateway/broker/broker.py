@@ -9,7 +9,7 @@ from typing import Callable, Protocol
 
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import QUEUE, TOPIC, Message
-from gateway.broker.queue import ACK_MODES, Queue, Subscription
+from gateway.broker.queue import ACK_MODES, CLIENT_INDIVIDUAL, Queue, Subscription
 from gateway.broker.session import DeliverySink, Session
 from gateway.store.base import Store
 from gateway.wildcard import compile_pattern
@@ -30,12 +30,13 @@ class _WallClock:
 class _Binding:
     """A topic subscription's queue and what it receives."""
 
-    __slots__ = ("pattern", "matches", "selector", "selector_text", "queue", "durable", "active")
+    __slots__ = ("pattern", "matches", "selector", "selector_text", "queue", "durable", "active", "peer")
 
     def __init__(self, pattern: str, selector: Callable | None, selector_text: str | None, queue: Queue,
-                 durable: bool) -> None:
+                 durable: bool, matches: Callable[[str], bool] | None = None, peer: str | None = None) -> None:
         self.pattern = pattern
-        self.matches = compile_pattern(pattern)
+        self.matches = matches or compile_pattern(pattern)
+        self.peer = peer
         self.selector = selector
         self.selector_text = selector_text
         self.queue = queue
@@ -76,6 +77,10 @@ class Broker:
         self._memory_waiters: list[Callable[[], None]] = []
         self.expired = 0
         self.dropped = 0
+        self._consumer_watchers: list[Callable[[], None]] = []
+        # Store records under keys the core does not own (the mesh's duplicate
+        # markers), handed over at recovery: key prefix -> handler.
+        self.foreign_records: dict[str, Callable[[str, Message], None]] = {}
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -90,6 +95,10 @@ class Broker:
         by_key.update((b.queue.key, b.queue) for b in self.bindings.values())
         count = 0
         for key, message in self.store.recover():
+            foreign = self.foreign_records.get(key[:2])
+            if foreign is not None:
+                foreign(key, message)
+                continue
             queue = by_key.get(key)
             if queue is None:
                 queue = self._queue_for_key(key)
@@ -160,6 +169,12 @@ class Broker:
             self.expired += 1
             return None
         message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
+        return message if self.route(message) else None
+
+    def route(self, message: Message) -> bool:
+        """Put a message (new, or arriving from another node) where it belongs."""
+        kind = message.kind
+        address = message.address
         if kind == QUEUE:
             queue = self.queues.get(address)
             self._enqueue(queue if queue is not None else self._create_queue(address), message)
@@ -168,20 +183,24 @@ class Broker:
             if bindings is None:
                 bindings = self._match_bindings(address)
             first = True
+            headers = message.headers
+            path = message.path
             for binding in bindings:
                 if binding.selector is not None and not binding.selector(headers):
                     continue
+                if binding.peer is not None and binding.peer in path:
+                    continue  # a mesh link never takes a message back to a node it crossed
                 self._enqueue(binding.queue, message if first else message.copy())
                 first = False
         elif kind == TEMP:
             queue = self.temp_queues.get(address)
             if queue is None:
                 self.dropped += 1  # its owner has gone; nobody can ever read it
-                return None
+                return False
             self._enqueue(queue, message)
         else:
             raise BrokerError(f"unknown destination kind {kind!r}")
-        return message
+        return True
 
     def _enqueue(self, queue: Queue, message: Message) -> None:
         if message.persistent and queue.durable:
@@ -222,7 +241,7 @@ class Broker:
 
     def subscribe(self, session: Session, subscription_id: str, kind: str, address: str, ack_mode: str,
                   prefetch: int | None, selector: str | None, durable_name: str | None,
-                  tag: object = None) -> Subscription:
+                  tag: object = None, peer: str | None = None) -> Subscription:
         if ack_mode not in ACK_MODES:
             raise BrokerError(f"unknown ack mode {ack_mode!r}; use one of {', '.join(ACK_MODES)}")
         predicate = self._selector(selector)
@@ -245,8 +264,38 @@ class Broker:
                 raise BrokerError(f"unknown destination kind {kind!r}")
             sub = Subscription(session, subscription_id, queue, ack_mode, prefetch, predicate, selector)
         sub.tag = tag
+        sub.peer = peer
         sub.queue.add_consumer(sub)
+        if peer is None:
+            self._consumers_changed()
         return sub
+
+    # -- the mesh's view ------------------------------------------------------------------
+
+    def watch_consumers(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever a client consumer comes or goes (the mesh's demand)."""
+        self._consumer_watchers.append(callback)
+
+    def _consumers_changed(self) -> None:
+        for callback in self._consumer_watchers:
+            callback()
+
+    def bind_link(self, session: Session, peer: str, matches: Callable[[str], bool], prefetch: int) -> Subscription:
+        """One topic binding per mesh link: one copy per link of each message whose
+        address some consumer beyond it wants, never two copies to one node."""
+        name = f"{session.name}/topics"
+        queue = Queue(self, name, "L:" + name, durable=False)
+        binding = _Binding(">", None, None, queue, False, matches=matches, peer=peer)
+        self.bindings[name] = binding
+        self._topic_cache.clear()
+        sub = Subscription(session, "topics", queue, CLIENT_INDIVIDUAL, prefetch, None, topic=">")
+        sub.peer = peer
+        binding.active = sub
+        queue.add_consumer(sub)
+        return sub
+
+    def topic_bindings_changed(self) -> None:
+        self._topic_cache.clear()
 
     def _selector(self, text: str | None) -> Callable | None:
         if not text:
@@ -291,6 +340,8 @@ class Broker:
         for a non-durable topic subscription is then dropped with them."""
         queue = sub.queue
         queue.remove_consumer(sub)
+        if sub.peer is None:
+            self._consumers_changed()
         if unacked:
             self.requeue(queue, unacked)
         binding = self.bindings.get(queue.name) if sub.topic is not None else None

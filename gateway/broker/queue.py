@@ -34,6 +34,7 @@ class Subscription:
         "topic",
         "durable",
         "tag",
+        "peer",
     )
 
     def __init__(
@@ -62,6 +63,8 @@ class Subscription:
         # Whatever the protocol adapter wants to keep per subscription
         # (e.g. STOMP's pre-encoded MESSAGE prefix).
         self.tag: object = None
+        # For a mesh link's subscription, the node id it forwards to; None for a client.
+        self.peer: str | None = None
 
     def ready(self) -> bool:
         if not self.session.writable:
@@ -86,6 +89,10 @@ class Queue:
         self.temporary = temporary
         self.owner: object = None  # the session a temporary queue belongs to
         self.consumers: list[Subscription] = []
+        self.remotes: list[Subscription] = []  # mesh links towards nodes with consumers
+        self._next_remote = 0
+        # The mesh turns this off to hold a backlog back (redistribution delay, load-balancing mode).
+        self.remote_dispatch = True
         self._levels: list[deque[Message]] = [deque() for _ in range(10)]
         self._high = 0  # no level above this one holds a message
         self._count = 0
@@ -104,7 +111,7 @@ class Queue:
 
     @property
     def inflight(self) -> int:
-        return sum(len(sub.inflight) for sub in self.consumers)
+        return sum(len(sub.inflight) for sub in self.consumers) + sum(len(sub.inflight) for sub in self.remotes)
 
     def put(self, message: Message) -> None:
         priority = message.priority
@@ -113,7 +120,7 @@ class Queue:
             self._high = priority
         self._count += 1
         self.enqueued += 1
-        if self.consumers:
+        if self.consumers or self.remotes:
             self.dispatch()
 
     def put_back(self, messages: list[Message]) -> None:
@@ -133,22 +140,66 @@ class Queue:
         return messages
 
     def add_consumer(self, subscription: Subscription) -> None:
-        self.consumers.append(subscription)
-        self._has_selectors = any(sub.selector for sub in self.consumers)
+        if subscription.peer is None:
+            self.consumers.append(subscription)
+            self._has_selectors = any(sub.selector for sub in self.consumers)
+        else:
+            self.remotes.append(subscription)
         self.dispatch()
 
     def remove_consumer(self, subscription: Subscription) -> None:
-        self.consumers.remove(subscription)
-        self._has_selectors = any(sub.selector for sub in self.consumers)
+        if subscription.peer is None:
+            self.consumers.remove(subscription)
+            self._has_selectors = any(sub.selector for sub in self.consumers)
+        else:
+            self.remotes.remove(subscription)
 
     def dispatch(self) -> None:
-        if self._dispatching or not self._count or not self.consumers:
+        if self._dispatching or not self._count:
             return
         self._dispatching = True
         try:
-            self._dispatch_loop()
+            if self.consumers:
+                self._dispatch_loop()
+            # Local consumers with capacity come first; what they cannot take
+            # goes to mesh links towards nodes with consumers.
+            if self._count and self.remotes and self.remote_dispatch:
+                self._dispatch_remote()
         finally:
             self._dispatching = False
+
+    def _dispatch_remote(self) -> None:
+        remotes = self.remotes
+        index = self._next_remote
+        idle = 0
+        while self._count and idle < len(remotes):
+            sub = remotes[index % len(remotes)]
+            index += 1
+            if not sub.ready():
+                idle += 1
+                continue
+            message = self._take_for_peer(sub)
+            if message is None:
+                idle += 1
+                continue
+            idle = 0
+            self.dequeued += 1
+            sub.session.deliver(sub, message)
+        self._next_remote = index % len(remotes) if remotes else 0
+
+    def _take_for_peer(self, sub: Subscription) -> Message | None:
+        """The first message the peer may have: never one that crossed it already."""
+        peer = sub.peer
+        selector = sub.selector
+        for priority in range(self._high, -1, -1):
+            level = self._levels[priority]
+            for position, message in enumerate(level):
+                if peer in message.path or (selector is not None and not selector(message.headers)):
+                    continue
+                del level[position]
+                self._count -= 1
+                return message
+        return None
 
     def _dispatch_loop(self) -> None:
         consumers = self.consumers

@@ -44,7 +44,8 @@ class Session:
     # -- delivery (called by queues) ------------------------------------------------
 
     def deliver(self, sub: Subscription, message: Message) -> None:
-        message.deliveries += 1
+        if sub.peer is None:  # forwarding to another node is not a delivery attempt
+            message.deliveries += 1
         if sub.ack_mode == AUTO:
             self.sink.deliver(sub, message)
             self.broker.consumed(sub.queue, message)
@@ -70,11 +71,12 @@ class Session:
         selector: str | None = None,
         durable_name: str | None = None,
         tag: object = None,
+        peer: str | None = None,
     ) -> Subscription:
         if subscription_id in self.subscriptions:
             raise BrokerError(f"subscription id {subscription_id!r} is already in use on this connection")
         sub = self.broker.subscribe(self, subscription_id, kind, address, ack_mode, prefetch, selector, durable_name,
-                                    tag)
+                                    tag, peer)
         self.subscriptions[subscription_id] = sub
         return sub
 

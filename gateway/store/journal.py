@@ -128,6 +128,7 @@ class JournalStore:
         self._syncer: _Syncer | None = None
         self._max_sync_delay = max_sync_delay_ms / 1000.0
         self._sequence = 0
+        self._ids: dict[str, int] = {}  # message id -> how many queues hold it here
         self.syncs = 0
 
     @property
@@ -145,6 +146,7 @@ class JournalStore:
             self._live_bytes.setdefault(number, 0)
             self._replay(number, live, last=number == segments[-1])
         for key, (_, message) in live.items():
+            self._ids[message.id] = self._ids.get(message.id, 0) + 1
             self._live[message.segment][key] = message
             self._live_bytes[message.segment] += message.size
             self._sequence = max(self._sequence, message.sequence)
@@ -237,12 +239,14 @@ class JournalStore:
         message.segment = segment
         self._live[segment][(queue_key, message.id)] = message
         self._live_bytes[segment] += message.size
+        self._ids[message.id] = self._ids.get(message.id, 0) + 1
 
     def remove(self, queue_key: str, message: Message) -> None:
         live = self._live.get(message.segment)
         if live is None or live.pop((queue_key, message.id), None) is None:
             return
         self._live_bytes[message.segment] -= message.size
+        self._forget_id(message.id)
         key = queue_key.encode()
         mid = message.id.encode()
         self._append(_REMOVE, _REMOVE_FIELDS.pack(len(key), len(mid)) + key + mid)
@@ -336,8 +340,18 @@ class JournalStore:
             moved = list(live.items())
             del self._live[oldest], self._live_bytes[oldest]
             for (queue_key, _), message in moved:
+                self._forget_id(message.id)  # add() counts it again
                 self.add(queue_key, message)
             self.when_durable().addCallback(lambda _, p=path: p.unlink(missing_ok=True))
+
+    def _forget_id(self, message_id: str) -> None:
+        left = self._ids.pop(message_id, 1) - 1
+        if left:
+            self._ids[message_id] = left
+
+    def holds(self, message_id: str) -> bool:
+        """Whether a message with this id is still stored in some queue."""
+        return message_id in self._ids
 
     def segment_count(self) -> int:
         return len(self._live)

@@ -22,6 +22,9 @@ class MemoryStore:
     def remove(self, queue_key: str, message: Message) -> None:
         self.messages.pop((queue_key, message.id), None)
 
+    def holds(self, message_id: str) -> bool:
+        return any(mid == message_id for _, mid in self.messages)
+
     def when_durable(self) -> Deferred:
         return succeed(None)
 

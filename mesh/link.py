@@ -1,0 +1,173 @@
+"""One inter-broker link: handshake with mutual proof of the cluster password,
+health checks, and frames handed to the mesh node. Either side may have dialled."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import os
+from typing import TYPE_CHECKING
+
+from twisted.internet.protocol import ClientFactory, Protocol, ServerFactory
+from twisted.python.failure import Failure
+
+from mesh.codec import FrameType, LinkError, LinkParser, decode_control, decode_message, encode_control
+
+if TYPE_CHECKING:
+    from mesh.node import MeshNode
+
+log = logging.getLogger(__name__)
+PROTOCOL_VERSION = 1
+
+
+def _proof(password: str, nonce: str, node_id: str) -> str:
+    return hmac.new(password.encode(), (nonce + node_id).encode(), hashlib.sha256).hexdigest()
+
+
+class LinkProtocol(Protocol):
+    def __init__(self, mesh: MeshNode, dialled: bool) -> None:
+        self.mesh = mesh
+        self.dialled = dialled
+        self.parser = LinkParser()
+        self.nonce = os.urandom(16).hex()
+        self.peer: dict | None = None  # the peer's HELLO
+        self.peer_id = ""
+        self.authenticated = False
+        self.established = False
+        self.closing = False
+        self.last_received = 0.0
+        self._health = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        mesh = self.mesh
+        self.last_received = mesh.reactor.seconds()
+        self.send_control(FrameType.HELLO, mesh.hello(self.nonce))
+        self._health = mesh.reactor.callLater(mesh.config.check_period_ms / 1000.0, self._check)
+
+    def connectionLost(self, reason: Failure = None) -> None:
+        self.closing = True
+        if self._health is not None and self._health.active():
+            self._health.cancel()
+        if self.established:
+            self.established = False
+            self.mesh.link_down(self)
+
+    def _check(self) -> None:
+        if self.closing:
+            return
+        mesh = self.mesh
+        if mesh.reactor.seconds() - self.last_received > mesh.config.connection_ttl_ms / 1000.0:
+            log.warning("mesh link to %s: nothing received for connection_ttl; dropping it", self.peer_name)
+            self.transport.abortConnection()
+            return
+        self.send_control(FrameType.PING)
+        self._health = mesh.reactor.callLater(mesh.config.check_period_ms / 1000.0, self._check)
+
+    @property
+    def peer_name(self) -> str:
+        return self.peer.get("name", "?") if self.peer else str(self.transport.getPeer())
+
+    def refuse(self, reason: str) -> None:
+        log.warning("mesh link %s refused: %s", self.peer_name, reason)
+        self.send_control(FrameType.REFUSE, {"reason": reason})
+        self.closing = True
+        self.transport.loseConnection()
+
+    # -- frames -------------------------------------------------------------------------
+
+    def send_control(self, kind: int, body: object = None) -> None:
+        self.transport.write(encode_control(kind, body))
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.closing:
+            return
+        self.last_received = self.mesh.reactor.seconds()
+        try:
+            frames = self.parser.feed(data)
+            for kind, payload in frames:
+                if self.closing:
+                    return
+                self._handle(kind, payload)
+        except LinkError as error:
+            self.refuse(str(error))
+
+    def _handle(self, kind: int, payload: bytes) -> None:
+        mesh = self.mesh
+        if kind == FrameType.MESSAGE and self.established:
+            message, origin = decode_message(payload)
+            mesh.message_received(self, message, origin)
+        elif kind == FrameType.STORED and self.established:
+            mesh.stored(self, decode_control(payload))
+        elif kind == FrameType.RELEASED and self.established:
+            mesh.released(self, decode_control(payload))
+        elif kind == FrameType.PING:
+            self.send_control(FrameType.PONG)
+        elif kind == FrameType.PONG:
+            pass
+        elif kind == FrameType.HELLO and self.peer is None:
+            self._hello(decode_control(payload))
+        elif kind == FrameType.AUTH and self.peer is not None and not self.authenticated:
+            self._auth(decode_control(payload))
+        elif kind == FrameType.REFUSE:
+            reason = (decode_control(payload) or {}).get("reason", "")
+            self.closing = True
+            self.transport.loseConnection()
+            mesh.refused(self, reason)
+        elif kind == FrameType.DEMAND and self.established:
+            mesh.demand_received(self, decode_control(payload))
+        elif kind == FrameType.TOPOLOGY and self.established:
+            mesh.topology_received(self, decode_control(payload))
+        elif kind == FrameType.MARKERS and self.established:
+            mesh.markers_received(self, decode_control(payload))
+        else:
+            raise LinkError(f"unexpected link frame type {kind} at this point")
+
+    def _hello(self, hello: dict) -> None:
+        if not isinstance(hello, dict) or hello.get("version") != PROTOCOL_VERSION or "node_id" not in hello:
+            raise LinkError("not a Meshgate link peer of this protocol version")
+        self.peer = hello
+        self.peer_id = hello["node_id"]
+        problem = self.mesh.check_peer(hello)
+        if problem:
+            self.refuse(problem)
+            return
+        config = self.mesh.config
+        if hello.get("user") != config.cluster_user:
+            self.refuse("wrong cluster_user")
+            return
+        self.send_control(FrameType.AUTH, {"proof": _proof(config.cluster_password, hello["nonce"], self.mesh.node_id)})
+
+    def _auth(self, auth: dict) -> None:
+        expected = _proof(self.mesh.config.cluster_password, self.nonce, self.peer_id)
+        if not isinstance(auth, dict) or not hmac.compare_digest(str(auth.get("proof", "")), expected):
+            self.refuse("wrong cluster_password")
+            return
+        self.authenticated = True
+        self.established = True
+        self.mesh.link_up(self)
+
+
+class LinkServerFactory(ServerFactory):
+    def __init__(self, mesh: MeshNode) -> None:
+        self.mesh = mesh
+
+    def buildProtocol(self, addr) -> LinkProtocol:
+        return LinkProtocol(self.mesh, dialled=False)
+
+
+class LinkClientFactory(ClientFactory):
+    def __init__(self, mesh: MeshNode, connector) -> None:
+        self.mesh = mesh
+        self.connector_state = connector
+
+    def buildProtocol(self, addr) -> LinkProtocol:
+        return LinkProtocol(self.mesh, dialled=True)
+
+    def clientConnectionFailed(self, connector, reason: Failure) -> None:
+        self.connector_state.failed()
+
+    def clientConnectionLost(self, connector, reason: Failure) -> None:
+        self.connector_state.failed()

@@ -1,0 +1,420 @@
+"""A node's place in the mesh: its links, what consumer demand it advertises and
+has learned, and custody of the messages it forwards and receives.
+
+Forwarding rides on the broker core: each link has a session, and each queue
+with demand beyond that link gets a *link subscription* on it. Queues serve
+local consumers first and hand links only what those cannot take; a link
+subscription never takes a message that already crossed its peer. A forwarded
+message stays in the sender's store, in flight on the link subscription, until
+the receiver says it is STORED (durably, for persistent ones); a lost link
+returns what was in flight. The receiver keeps a durable duplicate marker per
+persistent message until the sender has durably forgotten the message
+(RELEASED), so a resend after a reconnect or a crash is dropped."""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import Callable
+
+from twisted.internet import defer
+from twisted.internet import reactor as default_reactor
+
+from gateway.broker.broker import Broker
+from gateway.broker.message import QUEUE, TOPIC, Message
+from gateway.broker.queue import CLIENT_INDIVIDUAL, Subscription
+from gateway.broker.session import Session
+from gateway.wildcard import compile_pattern
+from mesh.codec import FrameType, encode_message
+from mesh.link import PROTOCOL_VERSION, LinkClientFactory, LinkProtocol, LinkServerFactory
+
+log = logging.getLogger(__name__)
+
+LINK_WINDOW = 1000  # messages in flight per link subscription before the peer confirms
+_RECENT_NON_PERSISTENT = 100_000
+_MARKER = "S:"
+
+
+class _Peer:
+    """What this node keeps per established link."""
+
+    def __init__(self, link: LinkProtocol, session: Session) -> None:
+        self.link = link
+        self.session = session
+        self.demand: list[dict] = []
+        self.queue_subs: dict[str, Subscription] = {}
+        self.topic_patterns: list[Callable[[str], bool]] = []
+        self.topic_sub: Subscription | None = None
+        self.forwarded: dict[str, Subscription] = {}  # message id -> link subscription holding it
+        self.to_confirm: list[str] = []
+
+
+class _Forwarder:
+    """The link session's sink: writes each message onto the link."""
+
+    def __init__(self, mesh: MeshNode, peer_id: str) -> None:
+        self.mesh = mesh
+        self.peer_id = peer_id
+
+    def deliver(self, sub: Subscription, message: Message) -> None:
+        peer = self.mesh.peers.get(self.peer_id)
+        if peer is None:
+            return
+        peer.forwarded[message.id] = sub
+        origin = message.path[0] if message.path else self.mesh.node_id
+        peer.link.transport.write(encode_message(message, origin, (*message.path, self.mesh.node_id)))
+
+
+class _Connector:
+    """Dials one peer address and keeps dialling, with backoff, while not linked."""
+
+    def __init__(self, mesh: MeshNode, address: tuple[str, int]) -> None:
+        self.mesh = mesh
+        self.address = address
+        self.peer_id: str | None = None
+        self.attempts = 0
+        self.stopped = False
+        self._timer = None
+
+    def start(self) -> None:
+        self._dial()
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+
+    def _dial(self) -> None:
+        self._timer = None
+        if self.stopped:
+            return
+        if self.peer_id is not None and self.peer_id in self.mesh.peers:
+            self._schedule(self.mesh.config.retry_interval_ms / 1000.0)  # linked already, perhaps the other way
+            return
+        host, port = self.address
+        self.mesh.reactor.connectTCP(host, port, LinkClientFactory(self.mesh, self), timeout=5)
+
+    def connected(self, peer_id: str) -> None:
+        self.peer_id = peer_id
+        self.attempts = 0
+
+    def failed(self) -> None:
+        if self.stopped or self._timer is not None:
+            return
+        config = self.mesh.config
+        self.attempts += 1
+        if 0 <= config.reconnect_attempts < self.attempts:
+            log.warning("mesh: giving up on %s:%d after %d attempts", *self.address, self.attempts - 1)
+            return
+        delay = min(config.retry_interval_ms * config.retry_interval_multiplier ** (self.attempts - 1),
+                    config.max_retry_interval_ms)
+        self._schedule(delay / 1000.0)
+
+    def _schedule(self, delay: float) -> None:
+        self._timer = self.mesh.reactor.callLater(delay, self._dial)
+
+
+class MeshNode:
+    def __init__(self, config, *, node_id: str, name: str, broker: Broker, started_at: float,
+                 stomp_address: tuple[str, int], reactor=default_reactor,
+                 on_fatal: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.node_id = node_id
+        self.name = name
+        self.broker = broker
+        self.store = broker.store
+        self.reactor = reactor
+        self.started_at = started_at
+        self.stomp_address = stomp_address
+        self.on_fatal = on_fatal or (lambda reason: log.error("mesh: %s", reason))
+        self.peers: dict[str, _Peer] = {}
+        self.connectors: list[_Connector] = []
+        self.port = None
+        self.link_address: tuple[str, int] = config.bind
+        # peer id -> {"origin/id": marker}: persistent messages received from it
+        # and not yet released; they survive restarts in the store.
+        self.markers: dict[str, dict[str, Message]] = {}
+        self._recent: OrderedDict[str, None] = OrderedDict()  # non-persistent duplicates, in memory only
+        self._advertise_scheduled = False
+        broker.foreign_records[_MARKER] = self._recover_marker
+        broker.watch_consumers(self.schedule_advertise)
+
+    # -- start and stop -------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def start(self):
+        host, port = self.config.bind
+        self.port = yield self._listen(host, port)
+        address = self.port.getHost()
+        self.link_address = (address.host, address.port)
+        for peer in self.config.static:
+            self.add_connector(peer)
+        return self
+
+    def _listen(self, host: str, port: int):
+        from twisted.internet import endpoints
+
+        return endpoints.TCP4ServerEndpoint(self.reactor, port, interface=host).listen(LinkServerFactory(self))
+
+    def add_connector(self, address: tuple[str, int]) -> None:
+        if tuple(address) == tuple(self.link_address) or any(c.address == tuple(address) for c in self.connectors):
+            return
+        connector = _Connector(self, tuple(address))
+        self.connectors.append(connector)
+        connector.start()
+
+    @defer.inlineCallbacks
+    def stop(self):
+        for connector in self.connectors:
+            connector.stop()
+        if self.port is not None:
+            yield self.port.stopListening()
+        for peer in list(self.peers.values()):
+            peer.link.closing = True
+            peer.link.transport.loseConnection()
+
+    # -- handshake ------------------------------------------------------------------------
+
+    def hello(self, nonce: str) -> dict:
+        return {
+            "version": PROTOCOL_VERSION,
+            "node_id": self.node_id,
+            "name": self.name,
+            "user": self.config.cluster_user,
+            "nonce": nonce,
+            "started": self.started_at,
+            "link": list(self.link_address),
+            "stomp": list(self.stomp_address),
+            "group": self.config.group_name,
+        }
+
+    def check_peer(self, hello: dict) -> str | None:
+        if hello["node_id"] != self.node_id:
+            return None
+        if hello.get("started", 0) < self.started_at:
+            # We are the newcomer: the other node had this identity first.
+            self.on_fatal(
+                f"node id {self.node_id} is already in the mesh as node {hello.get('name')!r} at "
+                f"{tuple(hello.get('link', ()))}: this node's data dir was copied from it; start this node "
+                "with a fresh data dir"
+            )
+        return (f"node id {self.node_id} is already in the mesh: the joining node's data dir was copied; "
+                "it must start with a fresh data dir")
+
+    def refused(self, link: LinkProtocol, reason: str) -> None:
+        log.warning("mesh: %s refused the link: %s", link.peer_name, reason)
+
+    # -- links ----------------------------------------------------------------------------
+
+    def link_up(self, link: LinkProtocol) -> None:
+        peer_id = link.peer_id
+        for connector in self.connectors:
+            if link.dialled and connector.address == _address_of(link):
+                connector.connected(peer_id)
+        existing = self.peers.get(peer_id)
+        if existing is not None:
+            # Both sides dialled: keep the link the lower node id dialled.
+            keep_new = link.dialled == (self.node_id < peer_id)
+            loser = existing.link if keep_new else link
+            if not keep_new:
+                link.established = False
+                link.refuse("duplicate link")
+                return
+            loser.established = False
+            loser.refuse("duplicate link")
+            self._drop_peer(peer_id)
+        session = self.broker.open_session(_Forwarder(self, peer_id), f"link-{link.peer_name}-{peer_id[:8]}")
+        self.peers[peer_id] = _Peer(link, session)
+        log.info("mesh: linked with %s", link.peer_name)
+        link.send_control(FrameType.MARKERS, sorted(self.markers.get(peer_id, {})))
+        self.schedule_advertise()
+
+    def link_down(self, link: LinkProtocol) -> None:
+        peer = self.peers.get(link.peer_id)
+        if peer is None or peer.link is not link:
+            return
+        log.info("mesh: link with %s lost", link.peer_name)
+        self._drop_peer(link.peer_id)
+        self.schedule_advertise()
+
+    def _drop_peer(self, peer_id: str) -> None:
+        peer = self.peers.pop(peer_id)
+        for sub in peer.session.subscriptions.values():
+            for message in sub.inflight.values():
+                message.recovered = True  # the peer may have delivered it before the link went
+        peer.session.close()
+
+    # -- demand ---------------------------------------------------------------------------
+
+    def schedule_advertise(self) -> None:
+        if not self._advertise_scheduled:
+            self._advertise_scheduled = True
+            self.reactor.callLater(0, self._advertise)
+
+    def local_demand(self) -> list[dict]:
+        carries = self.config.carries
+        records = []
+        for name, queue in self.broker.queues.items():
+            if queue.consumers and carries("/queue/" + name):
+                records.append({"kind": QUEUE, "address": name, "selector": _any_of(queue.consumers),
+                                "consumers": len(queue.consumers), "path": [self.node_id]})
+        patterns: dict[str, int] = {}
+        for binding in self.broker.bindings.values():
+            if binding.peer is None and binding.active is not None and carries("/topic/" + binding.pattern):
+                patterns[binding.pattern] = patterns.get(binding.pattern, 0) + 1
+        for pattern, count in patterns.items():
+            records.append({"kind": TOPIC, "address": pattern, "selector": None, "consumers": count,
+                            "path": [self.node_id]})
+        return records
+
+    def _advertise(self) -> None:
+        self._advertise_scheduled = False
+        local = self.local_demand()
+        max_hops = self.config.max_hops
+        for peer_id, peer in self.peers.items():
+            records = list(local)
+            if not self.config.allow_direct_connections_only:
+                for other_id, other in self.peers.items():
+                    if other_id == peer_id:
+                        continue
+                    for record in other.demand:
+                        path = record["path"]
+                        if peer_id in path or self.node_id in path or len(path) >= max_hops:
+                            continue
+                        records.append({**record, "path": [*path, self.node_id]})
+            peer.link.send_control(FrameType.DEMAND, records)
+
+    def demand_received(self, link: LinkProtocol, records: list[dict]) -> None:
+        peer = self.peers.get(link.peer_id)
+        if peer is None or peer.link is not link:
+            return
+        peer.demand = [r for r in records if self.node_id not in r.get("path", ())]
+        self._reconcile(link.peer_id, peer)
+        self.schedule_advertise()
+
+    def _reconcile(self, peer_id: str, peer: _Peer) -> None:
+        """Make the link's subscriptions match the demand learned over it."""
+        wanted: dict[str, list[str | None]] = {}
+        patterns = []
+        for record in peer.demand:
+            if record["kind"] == QUEUE:
+                wanted.setdefault(record["address"], []).append(record.get("selector"))
+            elif record["kind"] == TOPIC:
+                patterns.append(record["address"])
+        session = peer.session
+        for address, sub in list(peer.queue_subs.items()):
+            selector = _combine(wanted.get(address, []))
+            if address not in wanted or sub.selector_text != selector:
+                del peer.queue_subs[address]
+                session.unsubscribe(sub.id)
+        for address, selectors in wanted.items():
+            if address not in peer.queue_subs and self.config.message_load_balancing != "OFF":
+                peer.queue_subs[address] = session.subscribe(
+                    "q:" + address, QUEUE, address, CLIENT_INDIVIDUAL, LINK_WINDOW, _combine(selectors), peer=peer_id
+                )
+        peer.topic_patterns = [compile_pattern(p) for p in patterns]
+        if patterns and peer.topic_sub is None and self.config.message_load_balancing != "OFF":
+            matchers = peer.topic_patterns
+
+            def matches(address: str, peer=peer) -> bool:
+                return any(match(address) for match in peer.topic_patterns)
+
+            del matchers
+            peer.topic_sub = self.broker.bind_link(session, peer_id, matches, LINK_WINDOW)
+            session.subscriptions[peer.topic_sub.id] = peer.topic_sub
+        elif not patterns and peer.topic_sub is not None:
+            session.unsubscribe(peer.topic_sub.id)
+            peer.topic_sub = None
+        self.broker.topic_bindings_changed()
+
+    # -- receiving ------------------------------------------------------------------------
+
+    def message_received(self, link: LinkProtocol, message: Message, origin: str) -> None:
+        peer = self.peers.get(link.peer_id)
+        if peer is None:
+            return
+        key = f"{origin}/{message.id}"
+        markers = self.markers.setdefault(link.peer_id, {})
+        if key not in markers and key not in self._recent:
+            if message.persistent:
+                marker = Message(key, QUEUE, "", {}, b"", True)
+                self.store.add(_MARKER + link.peer_id, marker)
+                markers[key] = marker
+            else:
+                self._recent[key] = None
+                if len(self._recent) > _RECENT_NON_PERSISTENT:
+                    self._recent.popitem(last=False)
+            self.broker.route(message)
+        peer.to_confirm.append(message.id)
+        if len(peer.to_confirm) == 1:
+            self.reactor.callLater(0, self._confirm, link.peer_id, peer)
+
+    def _confirm(self, peer_id: str, peer: _Peer) -> None:
+        ids, peer.to_confirm = peer.to_confirm, []
+
+        def send(_: object) -> None:
+            if self.peers.get(peer_id) is peer:
+                peer.link.send_control(FrameType.STORED, ids)
+
+        self.store.when_durable().addCallback(send)
+
+    def stored(self, link: LinkProtocol, ids: list[str]) -> None:
+        """The peer has custody: forget our copies, then tell it so."""
+        peer = self.peers.get(link.peer_id)
+        if peer is None:
+            return
+        released = []
+        for message_id in ids:
+            sub = peer.forwarded.pop(message_id, None)
+            if sub is None or message_id not in sub.inflight:
+                continue
+            message = sub.inflight[message_id]
+            origin = message.path[0] if message.path else self.node_id
+            if message.persistent:
+                released.append(f"{origin}/{message_id}")
+            peer.session.settle(sub, message_id, cumulative=False)
+        if released:
+            peer_id = link.peer_id
+
+            def send(_: object) -> None:
+                current = self.peers.get(peer_id)
+                if current is not None:
+                    current.link.send_control(FrameType.RELEASED, released)
+
+            self.store.when_durable().addCallback(send)
+
+    def released(self, link: LinkProtocol, keys: list[str]) -> None:
+        markers = self.markers.get(link.peer_id, {})
+        for key in keys:
+            marker = markers.pop(key, None)
+            if marker is not None:
+                self.store.remove(_MARKER + link.peer_id, marker)
+
+    def markers_received(self, link: LinkProtocol, keys: list[str]) -> None:
+        """The peer still remembers these from us: release the ones we no longer hold."""
+        gone = [key for key in keys if not self.store.holds(key.partition("/")[2])]
+        if gone:
+            link.send_control(FrameType.RELEASED, gone)
+
+    def _recover_marker(self, key: str, marker: Message) -> None:
+        self.markers.setdefault(key[len(_MARKER):], {})[marker.id] = marker
+
+    def topology_received(self, link: LinkProtocol, topology: dict) -> None:
+        pass
+
+
+def _address_of(link: LinkProtocol) -> tuple[str, int]:
+    address = link.transport.getPeer()
+    return (address.host, address.port)
+
+
+def _any_of(subscriptions: list[Subscription]) -> str | None:
+    return _combine([sub.selector_text for sub in subscriptions])
+
+
+def _combine(selectors: list[str | None]) -> str | None:
+    """A link subscription takes what any consumer beyond it would take."""
+    if not selectors or any(not s for s in selectors):
+        return None
+    unique = sorted(set(selectors))
+    return unique[0] if len(unique) == 1 else " OR ".join(f"({s})" for s in unique)
