@@ -92,6 +92,9 @@ def _broker(args: argparse.Namespace) -> int:
 
     reactor.callWhenRunning(begin)
     reactor.run()
+    if node.fatal:
+        print(f"meshgate: {node.fatal}", file=sys.stderr)
+        return 1
     return outcome["status"]
 
 

@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import resource
+import time
 import uuid
 from pathlib import Path
 
@@ -87,6 +88,10 @@ class Node:
         self.stomp_factory: StompFactory | None = None
         self.ports: list = []
         self._sweeper: task.LoopingCall | None = None
+        self.mesh = None
+        self.discovery = None
+        self.started_at = time.time()
+        self.fatal: str | None = None
 
     @defer.inlineCallbacks
     def start(self):
@@ -112,6 +117,8 @@ class Node:
             expiry_queue=config.broker.expiry_queue,
             compile_selector=compile_selector,
         )
+        if config.mesh is not None:
+            self.mesh = self._make_mesh(config)  # before recovery: it owns some store records
         recovered = self.broker.recover()
         if recovered:
             log.info("recovered %d persistent messages", recovered)
@@ -141,6 +148,11 @@ class Node:
         self.ports.append((yield endpoint.listen(self.stomp_factory)))
         if stomp.tls is not None:
             self.ports.append((yield self._listen_tls(stomp.tls)))
+        if self.mesh is not None:
+            self.mesh.stomp_address = (self.addresses()[0][1], self.addresses()[0][2])
+            yield self.mesh.start()
+            if config.mesh.discovery is not None:
+                yield self._start_discovery(config)
         self._sweeper = task.LoopingCall(self.broker.sweep_expired)
         self._sweeper.clock = self.reactor
         self._sweeper.start(EXPIRY_SWEEP_SECONDS, now=False)
@@ -171,6 +183,10 @@ class Node:
         """Stop accepting, close clients, let in-flight store writes finish."""
         if self._sweeper is not None and self._sweeper.running:
             self._sweeper.stop()
+        if self.discovery is not None:
+            yield self.discovery.stop()
+        if self.mesh is not None:
+            yield self.mesh.stop()
         for port in self.ports:
             yield port.stopListening()
         self.ports = []
@@ -180,6 +196,42 @@ class Node:
             yield self.store.close()
         self.data_dir.unlock()
 
+
+    def _make_mesh(self, config: NodeConfig):
+        from mesh.node import MeshNode
+
+        return MeshNode(
+            config.mesh,
+            node_id=self.identity["id"],
+            name=config.name,
+            broker=self.broker,
+            started_at=self.started_at,
+            stomp_address=config.stomp.bind,
+            reactor=self.reactor,
+            on_fatal=self._fatal,
+        )
+
+    def _start_discovery(self, config: NodeConfig):
+        from mesh.discovery import Announcement, DiscoveryService
+
+        discovery = config.mesh.discovery
+        stomp = self.addresses()[0]
+        announcement = Announcement(self.identity["id"], config.name, self.mesh.link_address, (stomp[1], stomp[2]),
+                                    config.mesh.group_name)
+        self.discovery = DiscoveryService(
+            self.reactor, discovery.group, discovery.interface, announcement,
+            config.mesh.cluster_password.encode(), discovery.broadcast_period_ms / 1000.0,
+            discovery.refresh_timeout_ms / 1000.0,
+            on_found=lambda peer: self.mesh.add_connector(peer.link),
+            on_lost=lambda peer: self.mesh.remove_connector(peer.link),
+        )
+        return self.discovery.start()
+
+    def _fatal(self, reason: str) -> None:
+        """The mesh found this node must not run (a copied data dir): stop, exit non-zero."""
+        log.error("%s", reason)
+        self.fatal = reason
+        self.reactor.callLater(0, self.reactor.stop)
 
     @defer.inlineCallbacks
     def _close_clients(self, connections: set, patience: float = 2.0):

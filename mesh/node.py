@@ -122,12 +122,12 @@ class MeshNode:
         self.node_id = node_id
         self.name = name
         self.broker = broker
-        self.store = broker.store
         self.reactor = reactor
         self.started_at = started_at
         self.stomp_address = stomp_address
         self.on_fatal = on_fatal or (lambda reason: log.error("mesh: %s", reason))
         self.peers: dict[str, _Peer] = {}
+        self.store = broker.store
         self.connectors: list[_Connector] = []
         self.port = None
         self.link_address: tuple[str, int] = config.bind
@@ -162,6 +162,11 @@ class MeshNode:
         connector = _Connector(self, tuple(address))
         self.connectors.append(connector)
         connector.start()
+
+    def remove_connector(self, address: tuple[str, int]) -> None:
+        for connector in [c for c in self.connectors if c.address == tuple(address)]:
+            connector.stop()
+            self.connectors.remove(connector)
 
     @defer.inlineCallbacks
     def stop(self):
