@@ -307,24 +307,24 @@ class MeshNode:
             elif record["kind"] == TOPIC:
                 patterns.append(record["address"])
         session = peer.session
+        # Without duplex, traffic flows only over links this node dialled.
+        forwarding = self.config.message_load_balancing != "OFF" and (self.config.duplex or peer.link.dialled)
         for address, sub in list(peer.queue_subs.items()):
             selector = _combine(wanted.get(address, []))
             if address not in wanted or sub.selector_text != selector:
                 del peer.queue_subs[address]
                 session.unsubscribe(sub.id)
         for address, selectors in wanted.items():
-            if address not in peer.queue_subs and self.config.message_load_balancing != "OFF":
+            if address not in peer.queue_subs and forwarding:
                 peer.queue_subs[address] = session.subscribe(
                     "q:" + address, QUEUE, address, CLIENT_INDIVIDUAL, LINK_WINDOW, _combine(selectors), peer=peer_id
                 )
         peer.topic_patterns = [compile_pattern(p) for p in patterns]
-        if patterns and peer.topic_sub is None and self.config.message_load_balancing != "OFF":
-            matchers = peer.topic_patterns
+        if patterns and peer.topic_sub is None and forwarding:
 
             def matches(address: str, peer=peer) -> bool:
                 return any(match(address) for match in peer.topic_patterns)
 
-            del matchers
             peer.topic_sub = self.broker.bind_link(session, peer_id, matches, LINK_WINDOW)
             session.subscriptions[peer.topic_sub.id] = peer.topic_sub
         elif not patterns and peer.topic_sub is not None:
