@@ -27,10 +27,50 @@ def main(argv: list[str] | None = None) -> int:
     passwd = commands.add_parser("passwd", help="hash a password for [security.users]")
     passwd.add_argument("--stdin", action="store_true", help="read the password from standard input")
 
+    for name, help_text in (("topology", "print the mesh as a node sees it: nodes, links, partial queues"),
+                            ("stat", "print queue depths and consumers (--cluster: summed over the mesh)")):
+        admin = commands.add_parser(name, help=help_text)
+        admin.add_argument("--stomp", metavar="HOST:PORT", default="127.0.0.1:61613")
+        admin.add_argument("--login")
+        admin.add_argument("--passcode")
+        admin.add_argument("--json", action="store_true", help="print the raw JSON answer")
+        if name == "stat":
+            admin.add_argument("--cluster", action="store_true")
+
     args = parser.parse_args(argv)
     if args.command == "passwd":
         return _passwd(args)
+    if args.command in ("topology", "stat"):
+        return _admin(args)
     return _broker(args)
+
+
+def _admin(args: argparse.Namespace) -> int:
+    import json
+
+    from gateway.admin_client import AdminError, format_cluster_stat, format_topology, request
+
+    host, _, port = args.stomp.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"meshgate {args.command}: --stomp must be HOST:PORT", file=sys.stderr)
+        return 2
+    what = "stat" if args.command == "stat" and not args.cluster else "topology"
+    try:
+        answer = request(host, int(port), what, args.login, args.passcode)
+    except (OSError, AdminError) as error:
+        print(f"meshgate {args.command}: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(answer, indent=2, sort_keys=True))
+    elif what == "stat":
+        for queue, info in sorted(answer["queues"].items()):
+            print(f"/queue/{queue}: {info['depth']} queued, {info['inflight']} in flight, "
+                  f"{info['consumers']} consumer(s)")
+    elif args.command == "stat":
+        print(format_cluster_stat(answer))
+    else:
+        print(format_topology(answer))
+    return 0
 
 
 def _passwd(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ from twisted.internet import defer, endpoints, task
 from gateway.auth import Authenticator, Authorizer
 from gateway.broker.broker import Broker
 from gateway.config import NodeConfig
+from gateway.management import ManagementService
 from gateway.selector import compile_selector
 from gateway.stomp.protocol import StompFactory, StompSettings
 from gateway.store.journal import JournalStore
@@ -153,6 +154,7 @@ class Node:
             yield self.mesh.start()
             if config.mesh.discovery is not None:
                 yield self._start_discovery(config)
+        ManagementService(self.broker, self.identity["id"], config.name, self.mesh.view if self.mesh else None)
         self._sweeper = task.LoopingCall(self.broker.sweep_expired)
         self._sweeper.clock = self.reactor
         self._sweeper.start(EXPIRY_SWEEP_SECONDS, now=False)

@@ -17,7 +17,7 @@ import logging
 from collections import OrderedDict
 from typing import Callable
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.internet import reactor as default_reactor
 
 from gateway.broker.broker import Broker
@@ -136,6 +136,9 @@ class MeshNode:
         self.markers: dict[str, dict[str, Message]] = {}
         self._recent: OrderedDict[str, None] = OrderedDict()  # non-persistent duplicates, in memory only
         self._advertise_scheduled = False
+        self.topology: dict[str, dict] = {}
+        self._topology_seq = 0
+        self._gossip_loop = None
         broker.foreign_records[_MARKER] = self._recover_marker
         broker.watch_consumers(self.schedule_advertise)
 
@@ -149,6 +152,9 @@ class MeshNode:
         self.link_address = (address.host, address.port)
         for peer in self.config.static:
             self.add_connector(peer)
+        self._gossip_loop = task.LoopingCall(self.gossip)
+        self._gossip_loop.clock = self.reactor
+        self._gossip_loop.start(self.config.check_period_ms / 1000.0)
         return self
 
     def _listen(self, host: str, port: int):
@@ -170,6 +176,8 @@ class MeshNode:
 
     @defer.inlineCallbacks
     def stop(self):
+        if self._gossip_loop is not None and self._gossip_loop.running:
+            self._gossip_loop.stop()
         for connector in self.connectors:
             connector.stop()
         if self.port is not None:
@@ -233,6 +241,7 @@ class MeshNode:
         log.info("mesh: linked with %s", link.peer_name)
         link.send_control(FrameType.MARKERS, sorted(self.markers.get(peer_id, {})))
         self.schedule_advertise()
+        self.gossip()
 
     def link_down(self, link: LinkProtocol) -> None:
         peer = self.peers.get(link.peer_id)
@@ -241,6 +250,7 @@ class MeshNode:
         log.info("mesh: link with %s lost", link.peer_name)
         self._drop_peer(link.peer_id)
         self.schedule_advertise()
+        self.gossip()
 
     def _drop_peer(self, peer_id: str) -> None:
         peer = self.peers.pop(peer_id)
@@ -404,8 +414,44 @@ class MeshNode:
     def _recover_marker(self, key: str, marker: Message) -> None:
         self.markers.setdefault(key[len(_MARKER):], {})[marker.id] = marker
 
-    def topology_received(self, link: LinkProtocol, topology: dict) -> None:
-        pass
+    # -- topology -------------------------------------------------------------------------
+
+    def own_view(self) -> dict:
+        self._topology_seq += 1
+        return {
+            "name": self.name,
+            "stomp": list(self.stomp_address),
+            "link": list(self.link_address),
+            "links": sorted(self.peers),
+            "queues": {name: [len(q), len(q.consumers), q.inflight] for name, q in self.broker.queues.items()},
+            "version": [self.started_at, self._topology_seq],
+        }
+
+    def gossip(self) -> None:
+        """Tell every neighbour what this node knows of the mesh, itself refreshed."""
+        now = self.reactor.seconds()
+        self.topology[self.node_id] = {**self.own_view(), "heard": now}
+        stale = 3 * self.config.connection_ttl_ms / 1000.0
+        for node_id in [n for n, info in self.topology.items() if now - info["heard"] > stale]:
+            del self.topology[node_id]
+        nodes = {node_id: {k: v for k, v in info.items() if k != "heard"} for node_id, info in self.topology.items()}
+        for peer in self.peers.values():
+            peer.link.send_control(FrameType.TOPOLOGY, nodes)
+
+    def topology_received(self, link: LinkProtocol, nodes: dict) -> None:
+        now = self.reactor.seconds()
+        for node_id, info in nodes.items():
+            if node_id == self.node_id or not isinstance(info, dict):
+                continue
+            known = self.topology.get(node_id)
+            if known is None or list(info.get("version", ())) > list(known["version"]):
+                self.topology[node_id] = {**info, "heard": now}
+
+    def view(self) -> dict:
+        """The mesh as this node sees it: nodes, their links and partial queues."""
+        self.topology[self.node_id] = {**self.own_view(), "heard": self.reactor.seconds()}
+        return {node_id: {k: v for k, v in info.items() if k not in ("heard", "version")}
+                for node_id, info in self.topology.items()}
 
 
 def _address_of(link: LinkProtocol) -> tuple[str, int]:

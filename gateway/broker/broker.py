@@ -78,6 +78,8 @@ class Broker:
         self.expired = 0
         self.dropped = 0
         self._consumer_watchers: list[Callable[[], None]] = []
+        # Addresses answered by the node itself (management), never queued.
+        self.services: dict[str, Callable[[Message], None]] = {}
         # Store records under keys the core does not own (the mesh's duplicate
         # markers), handed over at recovery: key prefix -> handler.
         self.foreign_records: dict[str, Callable[[str, Message], None]] = {}
@@ -177,7 +179,13 @@ class Broker:
         address = message.address
         if kind == QUEUE:
             queue = self.queues.get(address)
-            self._enqueue(queue if queue is not None else self._create_queue(address), message)
+            if queue is None:
+                service = self.services.get(address)
+                if service is not None:
+                    service(message)
+                    return True
+                queue = self._create_queue(address)
+            self._enqueue(queue, message)
         elif kind == TOPIC:
             bindings = self._topic_cache.get(address)
             if bindings is None:

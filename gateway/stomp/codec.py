@@ -35,6 +35,7 @@ _RECEIPT_LINE = re.compile(r"^receipt:(.*)$", re.MULTILINE)
 _ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
 # CONNECT and CONNECTED are never escaped, so pre-1.1 clients can negotiate.
 _UNESCAPED_COMMANDS = frozenset({"CONNECT", "CONNECTED", "STOMP"})
+_CONNECT_COMMANDS = frozenset({"CONNECT", "STOMP"})
 
 
 class FrameError(Exception):
@@ -213,7 +214,7 @@ class FrameParser:
             frames.append(frame)
             self._pending = None
             pos = stop + 1
-            if frame.command in _UNESCAPED_COMMANDS:
+            if frame.command in _CONNECT_COMMANDS:
                 # What follows CONNECT is escaped per the version it negotiates:
                 # stop here until the protocol has set it.
                 self.stopped_at_connect = True

@@ -1,0 +1,59 @@
+"""Answers management requests sent over the messaging protocol itself, as
+ActiveMQ's statistics plugin does: SEND to /queue/meshgate.management with a
+``meshgate-request`` header and a ``reply-to``; the JSON answer goes there."""
+
+from __future__ import annotations
+
+import json
+from typing import Callable
+
+from gateway.broker.broker import TEMP, Broker
+from gateway.broker.message import QUEUE, TOPIC, Message
+
+ADDRESS = "meshgate.management"
+
+
+class ManagementService:
+    def __init__(self, broker: Broker, node_id: str, name: str, mesh_view: Callable[[], dict] | None) -> None:
+        self.broker = broker
+        self.node_id = node_id
+        self.name = name
+        self.mesh_view = mesh_view
+        broker.services[ADDRESS] = self.handle
+
+    def handle(self, message: Message) -> None:
+        reply_to = message.headers.get("reply-to")
+        target = _destination(reply_to) if reply_to else None
+        if target is None:
+            return  # nowhere to answer; nothing is queued either
+        request = message.headers.get("meshgate-request", "topology")
+        answers = {"topology": self.topology, "stat": self.local_stat}
+        answer = answers.get(request)
+        body = {"error": f"unknown request {request!r}; use one of {sorted(answers)}"} if answer is None else answer()
+        headers = {"content-type": "application/json"}
+        if "correlation-id" in message.headers:
+            headers["correlation-id"] = message.headers["correlation-id"]
+        self.broker.send(target[0], target[1], headers, json.dumps(body).encode())
+
+    def local_stat(self) -> dict:
+        return {
+            "node": {"id": self.node_id, "name": self.name},
+            "queues": {name: {"depth": len(q), "consumers": len(q.consumers), "inflight": q.inflight}
+                       for name, q in self.broker.queues.items()},
+        }
+
+    def topology(self) -> dict:
+        if self.mesh_view is None:
+            stat = self.local_stat()
+            queues = {name: [q["depth"], q["consumers"], q["inflight"]] for name, q in stat["queues"].items()}
+            nodes = {self.node_id: {"name": self.name, "links": [], "queues": queues}}
+        else:
+            nodes = self.mesh_view()
+        return {"self": self.node_id, "nodes": nodes}
+
+
+def _destination(text: str) -> tuple[str, str] | None:
+    for prefix, kind in (("/queue/", QUEUE), ("/topic/", TOPIC), ("/remote-temp-queue/", TEMP)):
+        if text.startswith(prefix) and len(text) > len(prefix):
+            return kind, text[len(prefix):]
+    return None
