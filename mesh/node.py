@@ -42,6 +42,7 @@ class _Peer:
         self.link = link
         self.session = session
         self.demand: list[dict] = []
+        self.advertised: list[dict] | None = None
         self.queue_subs: dict[str, Subscription] = {}
         self.topic_patterns: list[Callable[[str], bool]] = []
         self.topic_sub: Subscription | None = None
@@ -297,13 +298,18 @@ class MeshNode:
                         if peer_id in path or self.node_id in path or len(path) >= max_hops:
                             continue
                         records.append({**record, "path": [*path, self.node_id]})
-            peer.link.send_control(FrameType.DEMAND, records)
+            if records != peer.advertised:  # unchanged demand is not news: no ping-pong between nodes
+                peer.advertised = records
+                peer.link.send_control(FrameType.DEMAND, records)
 
     def demand_received(self, link: LinkProtocol, records: list[dict]) -> None:
         peer = self.peers.get(link.peer_id)
         if peer is None or peer.link is not link:
             return
-        peer.demand = [r for r in records if self.node_id not in r.get("path", ())]
+        demand = [r for r in records if self.node_id not in r.get("path", ())]
+        if demand == peer.demand:
+            return
+        peer.demand = demand
         self._reconcile(link.peer_id, peer)
         self.schedule_advertise()
 

@@ -1,0 +1,175 @@
+"""Mesh behaviour between brokers linked over iosim: demand, forwarding,
+custody, duplicates, hop limits and loops."""
+
+from __future__ import annotations
+
+from gateway.broker.message import TOPIC
+from tests.protocol.mesh_harness import MeshHarness
+
+
+def test_queue_messages_go_where_the_consumers_are_and_leave_the_sender():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    _, sink = b.consumer("orders")
+    mesh.settle()
+    for i in range(20):
+        a.send("orders", b"m%d" % i)
+    mesh.settle()
+    assert sink.bodies == [b"m%d" % i for i in range(20)]
+    assert a.depth("orders") == 0 and not a.broker.store.messages  # custody passed on STORED
+
+
+def test_local_consumers_with_capacity_come_first():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    _, local = a.consumer("orders")
+    _, remote = b.consumer("orders")
+    mesh.settle()
+    for i in range(10):
+        a.send("orders", b"m%d" % i)
+    mesh.settle()
+    assert len(local.messages) == 10 and remote.messages == []
+
+
+def test_busy_local_consumer_overflows_to_the_mesh():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    session, local = a.consumer("orders", ack="client-individual")
+    session.subscriptions["s"].prefetch = 2
+    _, remote = b.consumer("orders")
+    mesh.settle()
+    for i in range(10):
+        a.send("orders", b"m%d" % i)
+    mesh.settle()
+    assert len(local.messages) == 2 and len(remote.messages) == 8
+
+
+def test_link_loss_returns_unconfirmed_forwards_marked_redelivered():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    pump = mesh.link(a, b)
+    b.consumer("orders")
+    mesh.settle()
+    a.send("orders", b"in flight")
+    mesh.clock.advance(0)  # dispatched onto the link, not yet pumped across
+    queue = a.broker.queues["orders"]
+    assert queue.inflight == 1
+    # The link dies with the message still in a's socket buffer: b never sees it.
+    mesh.pumps.remove(pump)
+    a.mesh.peers[b.mesh.node_id].link.connectionLost(None)
+    assert len(queue) == 1 and queue.inflight == 0
+    (message,) = list(queue)
+    assert message.redelivered and message.deliveries == 0  # a hint, not a spent attempt
+
+
+def test_duplicate_forward_is_dropped_but_confirmed():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    pump = mesh.link(a, b)
+    _, sink = b.consumer("orders")
+    mesh.settle()
+    a.send("orders", b"once")
+    mesh.clock.advance(0)
+    pump.pump()  # b has it and a marker for it; its STORED has not reached a yet
+    (delivered,) = sink.messages
+    replay = delivered.copy()  # what a resends after a reconnect
+    b.mesh.message_received(b.mesh.peers[a.mesh.node_id].link, replay, a.mesh.node_id)
+    mesh.settle()
+    assert sink.bodies == [b"once"] and a.depth("orders") == 0
+
+
+def test_markers_are_released_once_the_sender_forgot():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    b.consumer("orders")
+    mesh.settle()
+    a.send("orders", b"x")
+    mesh.settle()
+    assert b.mesh.markers[a.mesh.node_id] == {}
+    assert not any(key.startswith("S:") for key, _ in b.broker.store.messages)
+
+
+def test_chain_hop_limit():
+    for max_hops, delivered in ((1, 0), (2, 5)):
+        mesh = MeshHarness(max_hops=max_hops)
+        a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+        mesh.link(a, b)
+        mesh.link(b, c)
+        _, sink = c.consumer("orders")
+        mesh.settle()
+        for i in range(5):
+            a.send("orders", b"m%d" % i)
+        mesh.settle()
+        assert len(sink.messages) == delivered
+        assert a.depth("orders") + b.depth("orders") == 5 - delivered
+
+
+def test_ring_topic_one_copy_each_and_no_loops():
+    mesh = MeshHarness(max_hops=3)
+    nodes = [mesh.node(name) for name in "abcd"]
+    for left, right in zip(nodes, nodes[1:] + nodes[:1], strict=True):
+        mesh.link(left, right)
+    sinks = [node.consumer("prices.>", kind=TOPIC)[1] for node in nodes]
+    mesh.settle()
+    for i in range(5):
+        nodes[0].send("prices.eu", b"p%d" % i, kind=TOPIC, persistent=False)
+    mesh.settle()
+    assert [sink.bodies for sink in sinks] == [[b"p%d" % i for i in range(5)]] * 4
+
+
+def test_ring_queue_consumed_exactly_once():
+    mesh = MeshHarness(max_hops=3)
+    nodes = [mesh.node(name) for name in "abcd"]
+    for left, right in zip(nodes, nodes[1:] + nodes[:1], strict=True):
+        mesh.link(left, right)
+    sinks = [nodes[i].consumer("work")[1] for i in (1, 2, 3)]
+    mesh.settle()
+    for i in range(30):
+        nodes[0].send("work", b"w%d" % i)
+    mesh.settle()
+    received = sorted(body for sink in sinks for body in sink.bodies)
+    assert received == sorted(b"w%d" % i for i in range(30))
+    assert sum(node.depth("work") for node in nodes) == 0
+
+
+def test_selector_demand_forwards_only_matching():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    _, sink = b.consumer("orders", selector="color = 'red'")
+    mesh.settle()
+    a.send("orders", b"red", color="red")
+    a.send("orders", b"blue", color="blue")
+    mesh.settle()
+    assert sink.bodies == [b"red"] and a.depth("orders") == 1
+
+
+def test_consumer_moving_pulls_the_backlog_after_it():
+    mesh = MeshHarness()
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    mesh.link(a, b)
+    mesh.link(a, c)
+    mesh.link(b, c)
+    for i in range(10):
+        a.send("orders", b"m%d" % i)
+    session, first = b.consumer("orders", ack="client-individual")
+    session.subscriptions["s"].prefetch = 3
+    mesh.settle()
+    assert len(first.messages) == 3
+    session.close()  # 3 unacked go back on b
+    _, second = c.consumer("orders")
+    mesh.settle()
+    assert sorted(second.bodies) == sorted(b"m%d" % i for i in range(10))
+    assert a.depth("orders") == b.depth("orders") == 0
+
+
+def test_wrong_cluster_password_is_refused():
+    mesh = MeshHarness()
+    a = mesh.node("a", cluster_password="one", insecure_cluster=False)
+    b = mesh.node("b", cluster_password="two", insecure_cluster=False)
+    mesh.link(a, b)
+    assert not a.mesh.peers and not b.mesh.peers
