@@ -185,15 +185,17 @@ class Node:
         """Stop accepting, close clients, let in-flight store writes finish."""
         if self._sweeper is not None and self._sweeper.running:
             self._sweeper.stop()
-        if self.discovery is not None:
-            yield self.discovery.stop()
-        if self.mesh is not None:
-            yield self.mesh.stop()
         for port in self.ports:
             yield port.stopListening()
         self.ports = []
         if self.stomp_factory is not None:
             yield self._close_clients(self.stomp_factory.connections)
+        if self.mesh is not None and self.config.mesh.scale_down and self.fatal is None:
+            yield self.mesh.scale_down()
+        if self.discovery is not None:
+            yield self.discovery.stop()
+        if self.mesh is not None:
+            yield self.mesh.stop()
         if self.store is not None:
             yield self.store.close()
         self.data_dir.unlock()

@@ -141,7 +141,10 @@ class MeshNode:
         self._topology_seq = 0
         self._gossip_loop = None
         broker.foreign_records[_MARKER] = self._recover_marker
-        broker.watch_consumers(self.schedule_advertise)
+        broker.watch_consumers(self._consumers_changed)
+        self._had_consumers: set[str] = set()
+        self._holds: dict[str, object] = {}
+        self.scaling_down = False
 
     # -- start and stop -------------------------------------------------------------------
 
@@ -169,6 +172,39 @@ class MeshNode:
         connector = _Connector(self, tuple(address))
         self.connectors.append(connector)
         connector.start()
+
+    @defer.inlineCallbacks
+    def scale_down(self, patience: float = 30.0):
+        """Hand every queued message to another node (of the same group_name, if
+        set) before this one stops; what cannot be handed over stays in the store."""
+        group = self.config.group_name
+        targets = [p for p in self.peers.values() if not group or p.link.peer.get("group") == group]
+        if not targets:
+            log.warning("mesh: scale-down found no node to take the messages; they stay in this node's store")
+            return
+        target = targets[0]
+        peer_id = target.link.peer_id
+        self.scaling_down = True
+        for name, queue in list(self.broker.queues.items()):
+            if not len(queue) or name in target.queue_subs:
+                continue
+            target.queue_subs[name] = target.session.subscribe(
+                "q:" + name, QUEUE, name, CLIENT_INDIVIDUAL, LINK_WINDOW, None, peer=peer_id)
+        for queue in self.broker.queues.values():
+            queue.remote_dispatch = True
+            queue.dispatch()
+        waited = 0.0
+        while waited < patience and self.peers.get(peer_id) is target and self._holding():
+            yield task.deferLater(self.reactor, 0.05, lambda: None)
+            waited += 0.05
+        left = sum(len(q) + q.inflight for q in self.broker.queues.values())
+        if left:
+            log.warning("mesh: scale-down left %d message(s) in this node's store", left)
+        else:
+            log.info("mesh: scaled down: every message handed to %s", target.link.peer_name)
+
+    def _holding(self) -> bool:
+        return any(len(q) or q.inflight for q in self.broker.queues.values())
 
     def remove_connector(self, address: tuple[str, int]) -> None:
         for connector in [c for c in self.connectors if c.address == tuple(address)]:
@@ -260,6 +296,52 @@ class MeshNode:
                 message.recovered = True  # the peer may have delivered it before the link went
         peer.session.close()
 
+    # -- redistribution -------------------------------------------------------------------
+
+    def _consumers_changed(self) -> None:
+        self.schedule_advertise()
+        mode = self.config.message_load_balancing
+        for name, queue in self.broker.queues.items():
+            has = bool(queue.consumers)
+            if mode == "OFF_WITH_REDISTRIBUTION":
+                # Nothing leaves while local consumers exist; the backlog follows them away.
+                if has:
+                    queue.remote_dispatch = False
+                    self._had_consumers.add(name)
+                elif not queue.remote_dispatch and name not in self._holds:
+                    self._hold(name, queue)
+            elif has:
+                self._had_consumers.add(name)
+                queue.remote_dispatch = True
+                self._cancel_hold(name)
+            elif name in self._had_consumers:
+                self._had_consumers.discard(name)
+                self._hold(name, queue)
+
+    def _hold(self, name: str, queue) -> None:
+        """The last local consumer left: keep the backlog for redistribution_delay_ms
+        (-1: keep it) before letting it follow consumers on other nodes."""
+        delay = self.config.redistribution_delay_for("/queue/" + name)
+        if delay == 0:
+            queue.remote_dispatch = True
+            queue.dispatch()
+            return
+        queue.remote_dispatch = False
+        if delay > 0:
+            self._holds[name] = self.reactor.callLater(delay / 1000.0, self._release_hold, name)
+
+    def _release_hold(self, name: str) -> None:
+        self._holds.pop(name, None)
+        queue = self.broker.queues.get(name)
+        if queue is not None and not queue.consumers:
+            queue.remote_dispatch = True
+            queue.dispatch()
+
+    def _cancel_hold(self, name: str) -> None:
+        call = self._holds.pop(name, None)
+        if call is not None and call.active():
+            call.cancel()
+
     # -- demand ---------------------------------------------------------------------------
 
     def schedule_advertise(self) -> None:
@@ -327,11 +409,17 @@ class MeshNode:
         forwarding = self.config.message_load_balancing != "OFF" and (self.config.duplex or peer.link.dialled)
         for address, sub in list(peer.queue_subs.items()):
             selector = _combine(wanted.get(address, []))
+            if self.scaling_down:
+                break
             if address not in wanted or sub.selector_text != selector:
                 del peer.queue_subs[address]
                 session.unsubscribe(sub.id)
         for address, selectors in wanted.items():
             if address not in peer.queue_subs and forwarding:
+                if self.config.message_load_balancing == "OFF_WITH_REDISTRIBUTION":
+                    queue = self.broker.queue(address)
+                    if queue.consumers:
+                        queue.remote_dispatch = False
                 peer.queue_subs[address] = session.subscribe(
                     "q:" + address, QUEUE, address, CLIENT_INDIVIDUAL, LINK_WINDOW, _combine(selectors), peer=peer_id
                 )

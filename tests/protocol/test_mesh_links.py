@@ -173,3 +173,66 @@ def test_wrong_cluster_password_is_refused():
     b = mesh.node("b", cluster_password="two", insecure_cluster=False)
     mesh.link(a, b)
     assert not a.mesh.peers and not b.mesh.peers
+
+
+def test_off_mode_never_forwards():
+    mesh = MeshHarness(message_load_balancing="OFF")
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    _, sink = b.consumer("orders")
+    mesh.settle()
+    a.send("orders", b"stays")
+    mesh.settle()
+    assert sink.messages == [] and a.depth("orders") == 1
+
+
+def test_off_with_redistribution_moves_only_a_backlog_without_local_consumers():
+    mesh = MeshHarness(message_load_balancing="OFF_WITH_REDISTRIBUTION")
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    session, local = a.consumer("orders", ack="client-individual")
+    session.subscriptions["s"].prefetch = 1
+    _, remote = b.consumer("orders")
+    mesh.settle()
+    for i in range(5):
+        a.send("orders", b"m%d" % i)
+    mesh.settle()
+    assert len(local.messages) == 1 and remote.messages == []  # busy local consumer: still nothing leaves
+    session.close()
+    mesh.settle()
+    assert len(remote.messages) == 5 and a.depth("orders") == 0
+
+
+def test_redistribution_delay_holds_the_backlog_then_lets_it_go():
+    mesh = MeshHarness(redistribution_delay_ms=500)
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    session, _ = a.consumer("orders", ack="client-individual")
+    session.subscriptions["s"].prefetch = 1
+    mesh.settle()
+    for i in range(3):
+        a.send("orders", b"m%d" % i)
+    mesh.settle()
+    session.close()
+    _, remote = b.consumer("orders")
+    mesh.settle()
+    assert remote.messages == []
+    mesh.clock.advance(0.6)
+    mesh.settle()
+    assert len(remote.messages) == 3
+
+
+def test_scale_down_hands_every_message_over():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    for i in range(5):
+        a.send("orders", b"p%d" % i)
+        a.send("audit", b"n%d" % i, persistent=False)
+    done = []
+    a.mesh.scale_down().addCallback(done.append)
+    for _ in range(20):
+        mesh.settle()
+        mesh.clock.advance(0.05)
+    assert done and a.depth("orders") == a.depth("audit") == 0
+    assert b.depth("orders") == 5 and b.depth("audit") == 5

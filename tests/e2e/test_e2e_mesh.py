@@ -1,0 +1,340 @@
+"""End-to-end tests of the mesh: real ``meshgate broker`` processes on loopback, linked
+by static connectors or multicast discovery, with stomp.py clients on each node.
+
+Positive checks wait (bounded) for what must arrive; negative checks ("stays on A")
+run a short quiet period after a fence and then prove it by draining the node the
+messages must still be on: a queue is FIFO, so whatever is left there arrives before
+a fence sent through the same node."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+import pytest
+from e2e_support import unique
+from mesh_support import QUIET, drain, mesh_fixture, send_many, wait_until  # noqa: F401
+
+N = 50
+
+
+def bodies_of(messages) -> list[str]:
+    return [m.body for m in messages]
+
+
+def dupes(bodies) -> dict[str, int]:
+    return {body: count for body, count in Counter(bodies).items() if count > 1}
+
+
+# ---------------------------------------------------------------------------------------
+# 1. Two nodes, static link
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("both_ways", [False, True], ids=["one-side-lists", "both-list-each-other"])
+def test_two_nodes_static_forward_exactly_once(mesh, both_ways):
+    a, b = mesh(2, both_ways=both_ways)
+    q = "/queue/" + unique("two")
+    consumer = b.client()
+    consumer.subscribe(q)
+    producer = a.client()
+    sent = send_many(producer, q, [f"m{i:03d}" for i in range(200)], persistent=True)
+    consumer.listener.wait_for(200, timeout=30)
+    # A fence sent after the 200 through the same path: late duplicates would come before it.
+    fence = unique("fence")
+    producer.send(q, fence, receipt=True)
+    got = [body for body in bodies_of(consumer.listener.wait_for_body(fence)) if body != fence]
+    assert not dupes(got), f"duplicates at B: {dupes(got)}"
+    assert sorted(got) == sorted(sent), f"missing at B: {sorted(set(sent) - set(got))[:20]}"
+    assert got == sent, "one producer, one link, one consumer: order should be kept"
+    for message in consumer.messages:
+        assert message.headers.get("persistent") == "true", message.headers
+        assert message.headers.get("redelivered", "false") != "true", message.headers
+    consumer.disconnect()
+    left = drain(a, q)
+    assert left == [], f"messages left on A after B consumed them all: {bodies_of(left)[:20]}"
+
+
+# ---------------------------------------------------------------------------------------
+# 2. Three nodes found by multicast discovery only
+# ---------------------------------------------------------------------------------------
+
+
+def test_three_nodes_discovery_only(mesh):
+    a, b, c = mesh(3, discovery=True)
+    for node in (a, b, c):
+        assert "static = []" in node.config
+    q = "/queue/" + unique("disc")
+    consumer = c.client()
+    consumer.subscribe(q)
+    sent = send_many(a.client(), q, [f"d{i}" for i in range(N)])
+    got = bodies_of(consumer.listener.wait_for(N, timeout=20))
+    assert sorted(got) == sorted(sent) and not dupes(got)
+    consumer.disconnect()
+    assert drain(a, q) == []
+
+
+# ---------------------------------------------------------------------------------------
+# 3. Chain A - B - C and max_hops
+# ---------------------------------------------------------------------------------------
+
+
+def test_chain_max_hops_2_reaches_the_far_end(mesh):
+    a, b, c = mesh(3, "chain", max_hops=2)
+    q = "/queue/" + unique("chain2")
+    consumer = c.client()
+    consumer.subscribe(q)
+    sent = send_many(a.client(), q, [f"c{i}" for i in range(N)])
+    got = bodies_of(consumer.listener.wait_for(N, timeout=20))
+    assert sorted(got) == sorted(sent) and not dupes(got), f"dupes {dupes(got)}"
+    consumer.disconnect()
+    assert drain(a, q) == [] and drain(b, q) == []
+
+
+def test_chain_max_hops_1_does_not_reach_the_far_end(mesh):
+    a, b, c = mesh(3, "chain", max_hops=1)
+    q = "/queue/" + unique("chain1")
+    consumer = c.client()
+    consumer.subscribe(q)
+    # Fence: C's demand has reached B (one hop), and B forwards to C.
+    fence = unique("fenceB")
+    b.client().send(q, fence, receipt=True)
+    consumer.listener.wait_for_body(fence)
+    sent = send_many(a.client(), q, [f"h{i}" for i in range(N)])
+    time.sleep(QUIET)  # the negative check: nothing of A's may reach C (two hops)
+    crossed = [body for body in consumer.listener.bodies() if body != fence]
+    assert crossed == [], f"with max_hops=1, C received {len(crossed)} messages sent on A: {crossed[:10]}"
+    consumer.disconnect()
+    left = bodies_of(drain(a, q))
+    assert left == sent, f"A should still hold all {N} messages; a late consumer on A got {len(left)}: {left[:10]}"
+
+
+# ---------------------------------------------------------------------------------------
+# 4. Ring of four, max_hops 3
+# ---------------------------------------------------------------------------------------
+
+
+def test_ring_topic_one_copy_per_subscriber(mesh):
+    nodes = mesh(4, "ring", max_hops=3)
+    topic = "/topic/" + unique("ring")
+    subscribers = []
+    for node in nodes:
+        client = node.client()
+        client.subscribe(topic)
+        subscribers.append(client)
+    publisher = nodes[0].client()
+
+    # Warm-up until a message published on A reaches every subscriber (topic demand has
+    # propagated round the ring); topic messages published before that are simply dropped.
+    warmups = []
+    deadline = time.monotonic() + 15
+    while not all(any(b.startswith("warm") for b in s.listener.bodies()) for s in subscribers):
+        assert time.monotonic() < deadline, "topic demand never reached A from every node: " + "; ".join(
+            f"{n.name}: {s.listener.bodies()}" for n, s in zip(nodes, subscribers, strict=True))
+        body = f"warm{len(warmups)}"
+        warmups.append(body)
+        publisher.send(topic, body, receipt=True)
+        time.sleep(0.2)
+    time.sleep(0.5)  # let demand over the long way round settle too
+
+    sent = []
+    for i in range(20):
+        body = f"t{i:02d}-{'p' if i % 2 else 'np'}"
+        headers = {"persistent": "true"} if i % 2 else {}
+        publisher.send(topic, body, receipt=True, headers=headers)
+        sent.append(body)
+    fence = unique("fence")
+    publisher.send(topic, fence, receipt=True)
+    for sub in subscribers:
+        sub.listener.wait_for_body(fence, timeout=15)
+    time.sleep(QUIET)  # late extra copies (the long way round the ring) would arrive now
+
+    problems = []
+    for node, sub in zip(nodes, subscribers, strict=True):
+        bodies = sub.listener.bodies()
+        counts = Counter(bodies)
+        missing = [b for b in sent if counts[b] == 0]
+        extra = {b: c for b, c in counts.items() if c > 1}
+        if missing or extra:
+            problems.append(f"{node.name}: missing {missing}, copies {extra}")
+    assert not problems, "each subscriber must get exactly one copy of each message:\n" + "\n".join(problems)
+
+
+def test_ring_queue_consumed_exactly_once(mesh):
+    nodes = mesh(4, "ring", max_hops=3)
+    q = "/queue/" + unique("ringq")
+    consumers = []
+    for node in nodes:
+        client = node.client()
+        client.subscribe(q)
+        consumers.append(client)
+    sent = send_many(nodes[0].client(), q, [f"r{i:03d}" for i in range(100)])
+
+    def total():
+        return sum(len(c.listener.messages) for c in consumers)
+
+    wait_until(lambda: total() >= len(sent), f"{len(sent)} messages in total", timeout=20,
+               describe=lambda: f"got {total()}")
+    time.sleep(QUIET)
+    got = [body for c in consumers for body in c.listener.bodies()]
+    per_node = {n.name: len(c.messages) for n, c in zip(nodes, consumers, strict=True)}
+    assert not dupes(got), f"consumed more than once: {dupes(got)}; per node {per_node}"
+    assert sorted(got) == sorted(sent), f"per node {per_node}"
+
+
+# ---------------------------------------------------------------------------------------
+# 5. The consumer moves from B to C
+# ---------------------------------------------------------------------------------------
+
+
+def test_consumer_moves_and_the_rest_follows(mesh):
+    a, b, c = mesh(3)
+    q = "/queue/" + unique("move")
+    first = b.client()
+    first.subscribe(q, ack="client-individual", headers={"activemq.prefetchSize": "5"})
+    sent = send_many(a.client(), q, [f"v{i:03d}" for i in range(100)])
+    taken = first.listener.wait_for(30, timeout=20)[:30]
+    for message in taken[:-1]:
+        first.ack(message)
+    first.ack(taken[-1], receipt=True)
+    acked = bodies_of(taken)
+    first.disconnect()  # what B still holds (queued or unacked) must now move on to C
+
+    second = c.client()
+    second.subscribe(q)
+    rest = len(sent) - len(acked)
+    second.listener.wait_for(rest, timeout=20)
+    time.sleep(QUIET)
+    got = second.listener.bodies()
+    assert not dupes(got), f"C got duplicates {dupes(got)}"
+    assert not set(got) & set(acked), f"acked on B and delivered again on C: {sorted(set(got) & set(acked))}"
+    assert sorted(got + acked) == sorted(sent), f"lost: {sorted(set(sent) - set(got) - set(acked))}"
+    second.disconnect()
+    assert drain(a, q) == [] and drain(b, q) == []
+
+
+# ---------------------------------------------------------------------------------------
+# 9. message_load_balancing modes
+# ---------------------------------------------------------------------------------------
+
+
+def test_load_balancing_off_keeps_messages_where_sent(mesh):
+    a, b = mesh(2, load_balancing="OFF")
+    q = "/queue/" + unique("off")
+    consumer = b.client()
+    consumer.subscribe(q)
+    fence = unique("fenceB")
+    b.client().send(q, fence, receipt=True)
+    consumer.listener.wait_for_body(fence)
+    sent = send_many(a.client(), q, [f"o{i}" for i in range(20)])
+    time.sleep(QUIET)
+    crossed = [body for body in consumer.listener.bodies() if body != fence]
+    assert crossed == [], f"OFF: B's consumer received messages sent on A: {crossed}"
+    consumer.disconnect()
+    assert bodies_of(drain(a, q)) == sent
+
+
+def test_load_balancing_on_demand_forwards_to_the_consumer(mesh):
+    a, b = mesh(2, load_balancing="ON_DEMAND")
+    q = "/queue/" + unique("ondemand")
+    consumer = b.client()
+    consumer.subscribe(q)
+    sent = send_many(a.client(), q, [f"n{i}" for i in range(20)])
+    got = bodies_of(consumer.listener.wait_for(20))
+    assert got == sent
+    consumer.disconnect()
+    assert drain(a, q) == []
+
+
+def test_load_balancing_on_demand_prefers_local_consumers(mesh):
+    """docs: "local consumers with capacity (free prefetch) are preferred"."""
+    a, b = mesh(2, load_balancing="ON_DEMAND")
+    q = "/queue/" + unique("local")
+    remote = b.client()
+    remote.subscribe(q)
+    local = a.client()
+    local.subscribe(q)
+    fence = unique("fenceA")
+    a.client().send(q, fence, receipt=True)  # B's demand has had time to reach A by now
+    sent = send_many(a.client(), q, [f"l{i}" for i in range(20)])
+    local.listener.wait_for(21)
+    time.sleep(QUIET)
+    assert remote.listener.bodies() == [], "a local consumer with free prefetch should get everything"
+    assert [b for b in local.listener.bodies() if b != fence] == sent
+
+
+def test_load_balancing_strict_round_robins_to_nodes_with_the_queue(mesh):
+    """docs: STRICT = "Round-robin across every node that has the queue, whether or not it
+    has consumers. Messages can pile up on a node nobody consumes from."
+    B has the queue (a message sent there, no consumer); A has a consumer. Sent on A, about
+    half must go to B and pile up there."""
+    a, b = mesh(2, load_balancing="STRICT")
+    q = "/queue/" + unique("strict")
+    seed = unique("seed")
+    b.client().send(q, seed, receipt=True, headers={"persistent": "true"})
+    local = a.client()
+    local.subscribe(q)
+    fence = unique("fenceA")
+    a.client().send(q, fence, receipt=True)
+    local.listener.wait_for_body(fence)
+    sent = send_many(a.client(), q, [f"s{i:02d}" for i in range(20)])
+    time.sleep(QUIET)
+    at_a = [body for body in local.listener.bodies() if body != fence]
+    local.disconnect()
+    at_b = [body for body in bodies_of(drain(b, q)) if body != seed]
+    assert sorted(at_a + at_b) == sorted(sent), f"A {at_a}, B {at_b}"
+    assert 5 <= len(at_b) <= 15, (f"STRICT should round-robin between A and B (which has the queue): "
+                                  f"A's consumer got {len(at_a)}, B holds {len(at_b)}")
+
+
+def test_load_balancing_off_with_redistribution(mesh):
+    """docs: OFF_WITH_REDISTRIBUTION = "Never forward on send (like OFF), but when the queue has
+    no consumers on this node, redistribute its backlog to nodes that have some (after the
+    redistribution delay)". With a 3 s delay: nothing moves at first, then everything does."""
+    a, b = mesh(2, load_balancing="OFF_WITH_REDISTRIBUTION", extra="redistribution_delay_ms = 3000")
+    q = "/queue/" + unique("owr")
+    consumer = b.client()
+    consumer.subscribe(q)
+    fence = unique("fenceB")
+    b.client().send(q, fence, receipt=True)
+    consumer.listener.wait_for_body(fence)
+    started = time.monotonic()
+    sent = send_many(a.client(), q, [f"w{i}" for i in range(20)])
+    time.sleep(1.0)
+    early = [body for body in consumer.listener.bodies() if body != fence]
+    assert early == [], f"forwarded on send ({len(early)} within 1 s), before the 3 s redistribution delay"
+    consumer.listener.wait_for(21, timeout=15)
+    elapsed = time.monotonic() - started
+    got = [body for body in consumer.listener.bodies() if body != fence]
+    assert sorted(got) == sorted(sent) and not dupes(got)
+    assert elapsed >= 2.5, f"backlog moved after {elapsed:.1f}s, before the 3 s delay"
+    consumer.disconnect()
+    assert drain(a, q) == []
+
+
+# ---------------------------------------------------------------------------------------
+# 10. Selectors in demand
+# ---------------------------------------------------------------------------------------
+
+
+def test_selector_demand_only_matching_messages_cross(mesh):
+    a, b = mesh(2)
+    q = "/queue/" + unique("sel")
+    consumer = b.client()
+    consumer.subscribe(q, headers={"selector": "color = 'red'"})
+    producer = a.client()
+    reds, blues = [], []
+    for i in range(20):
+        color = "red" if i % 2 == 0 else "blue"
+        body = f"{color}-{i:02d}"
+        (reds if color == "red" else blues).append(body)
+        producer.send(q, body, receipt=True, headers={"color": color, "persistent": "true"})
+    fence = "red-fence"
+    producer.send(q, fence, receipt=True, headers={"color": "red"})
+    consumer.listener.wait_for_body(fence, timeout=15)
+    time.sleep(QUIET)
+    got = [body for body in consumer.listener.bodies() if body != fence]
+    assert got == reds, f"B (selector color = 'red') got {got}"
+    consumer.disconnect()
+    left = bodies_of(drain(a, q))
+    assert left == blues, f"the blue messages should all still be on A: {left}"
