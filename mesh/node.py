@@ -414,14 +414,21 @@ class MeshNode:
             if address not in wanted or sub.selector_text != selector:
                 del peer.queue_subs[address]
                 session.unsubscribe(sub.id)
+        direct = {r["address"] for r in peer.demand if r["kind"] == QUEUE and r.get("path") == [peer_id]}
         for address, selectors in wanted.items():
-            if address not in peer.queue_subs and forwarding:
+            if address in peer.queue_subs:
+                sub = peer.queue_subs[address]
+                if sub.tag != (address in direct):
+                    sub.tag = address in direct
+                    sub.queue.dispatch()
+            elif forwarding:
                 if self.config.message_load_balancing == "OFF_WITH_REDISTRIBUTION":
                     queue = self.broker.queue(address)
                     if queue.consumers:
                         queue.remote_dispatch = False
                 peer.queue_subs[address] = session.subscribe(
-                    "q:" + address, QUEUE, address, CLIENT_INDIVIDUAL, LINK_WINDOW, _combine(selectors), peer=peer_id
+                    "q:" + address, QUEUE, address, CLIENT_INDIVIDUAL, LINK_WINDOW, _combine(selectors),
+                    tag=address in direct, peer=peer_id,
                 )
         peer.topic_patterns = [compile_pattern(p) for p in patterns]
         if patterns and peer.topic_sub is None and forwarding:

@@ -188,13 +188,16 @@ class Queue:
         self._next_remote = index % len(remotes) if remotes else 0
 
     def _take_for_peer(self, sub: Subscription) -> Message | None:
-        """The first message the peer may have: never one that crossed it already."""
+        """The first message the peer may have. One that crossed the peer already
+        may go back only to follow its consumers: when the peer itself has
+        consumers (``sub.tag``) and this node has none, else it would strand here."""
         peer = sub.peer
         selector = sub.selector
+        revisit = bool(sub.tag) and not self.consumers
         for priority in range(self._high, -1, -1):
             level = self._levels[priority]
             for position, message in enumerate(level):
-                if peer in message.path or (selector is not None and not selector(message.headers)):
+                if (peer in message.path and not revisit) or (selector is not None and not selector(message.headers)):
                     continue
                 del level[position]
                 self._count -= 1

@@ -236,3 +236,37 @@ def test_scale_down_hands_every_message_over():
         mesh.clock.advance(0.05)
     assert done and a.depth("orders") == a.depth("audit") == 0
     assert b.depth("orders") == 5 and b.depth("audit") == 5
+
+
+def test_backlog_follows_a_consumer_back_to_the_node_it_came_from():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    session, first = b.consumer("orders", ack="client-individual")
+    session.subscriptions["s"].prefetch = 1
+    mesh.settle()
+    for i in range(6):
+        a.send("orders", b"m%d" % i)
+    mesh.settle()
+    assert a.depth("orders") == 0 and b.depth("orders") == 6  # all went to b, where the consumer is
+    session.close()
+    _, back = a.consumer("orders")
+    mesh.settle()
+    assert sorted(back.bodies) == sorted(b"m%d" % i for i in range(6)) and b.depth("orders") == 0
+
+
+def test_busy_nodes_do_not_bounce_messages_between_them():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    sessions = [a.consumer("orders", ack="client-individual")[0], b.consumer("orders", ack="client-individual")[0]]
+    for session in sessions:
+        session.subscriptions["s"].prefetch = 1
+    mesh.settle()
+    for i in range(10):
+        a.send("orders", b"m%d" % i)
+    mesh.settle()
+    forwarded = b.broker.queues["orders"].enqueued
+    mesh.settle()
+    assert b.broker.queues["orders"].enqueued == forwarded  # nothing keeps moving
+    assert a.depth("orders") + b.depth("orders") == 10
