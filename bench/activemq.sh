@@ -2,8 +2,18 @@
 # Run Debian's ActiveMQ 5.17 as a private, loopback-only STOMP broker for
 # side-by-side benchmarks with Meshgate.
 #
-#   bench/activemq.sh start DATA_DIR [STOMP_PORT]   # default port 61700
+#   bench/activemq.sh start DATA_DIR [STOMP_PORT [OPENWIRE_PORT [PEER_OPENWIRE_PORT]]]
 #   bench/activemq.sh stop  DATA_DIR
+#
+# STOMP_PORT defaults to 61700. For a network of brokers (a pair), give each
+# broker an OPENWIRE_PORT (an openwire connector on 127.0.0.1 that the other
+# broker's networkConnector dials), and give one of them PEER_OPENWIRE_PORT:
+# that broker gets <networkConnector uri="static:(tcp://127.0.0.1:PEER)"
+# duplex="true"/> and start waits until the bridge is established. Start the
+# broker without a peer first:
+#
+#   bench/activemq.sh start /tmp/amq-b 61702 61712
+#   bench/activemq.sh start /tmp/amq-a 61701 61711 61712   # A dials B
 #
 # Everything (config, KahaDB, logs, PID file) lives under DATA_DIR so the
 # system instance in /var/lib/activemq is never touched. See bench/README.md.
@@ -12,6 +22,9 @@
 #   ACTIVEMQ_HEAP        JVM max heap                    (default 1g)
 #   ACTIVEMQ_STOMP_SCHEME  stomp+nio or stomp (blocking)  (default stomp+nio)
 #   ACTIVEMQ_START_TIMEOUT / ACTIVEMQ_STOP_TIMEOUT  seconds (default 60 / 20)
+#   ACTIVEMQ_OPENWIRE_PORT / ACTIVEMQ_NETWORK_PEER  same as the 4th / 5th argument
+#   ACTIVEMQ_BROKER_NAME brokerName (default meshgate-bench; bench-STOMP_PORT
+#                        when an openwire port is given: names must differ in a network)
 set -euo pipefail
 
 ACTIVEMQ_HOME=${ACTIVEMQ_HOME:-/usr/share/activemq}
@@ -21,7 +34,7 @@ START_TIMEOUT=${ACTIVEMQ_START_TIMEOUT:-60}
 STOP_TIMEOUT=${ACTIVEMQ_STOP_TIMEOUT:-20}
 
 usage() {
-    echo "usage: $0 start|stop DATA_DIR [STOMP_PORT]" >&2
+    echo "usage: $0 start|stop DATA_DIR [STOMP_PORT [OPENWIRE_PORT [PEER_OPENWIRE_PORT]]]" >&2
     exit 2
 }
 
@@ -29,15 +42,40 @@ usage() {
 ACTION=$1
 DATA_DIR=$2
 PORT=${3:-61700}
+OPENWIRE_PORT=${4:-${ACTIVEMQ_OPENWIRE_PORT:-}}
+PEER_PORT=${5:-${ACTIVEMQ_NETWORK_PEER:-}}
+if [ -n "$OPENWIRE_PORT" ]; then
+    BROKER_NAME=${ACTIVEMQ_BROKER_NAME:-bench-$PORT}
+else
+    BROKER_NAME=${ACTIVEMQ_BROKER_NAME:-meshgate-bench}
+fi
 PIDFILE="$DATA_DIR/activemq.pid"
 
 is_running() {
     [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
 }
 
-port_open() {
+port_open() {  # [PORT]
     # bash's /dev/tcp avoids depending on nc/ss being installed.
-    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null
+    (exec 3<>"/dev/tcp/127.0.0.1/${1:-$PORT}") 2>/dev/null
+}
+
+# Extra connectors for a network of brokers (empty without an openwire port).
+network_xml() {
+    if [ -n "$OPENWIRE_PORT" ]; then
+        OPENWIRE_XML="<transportConnector name=\"openwire\" uri=\"tcp://127.0.0.1:$OPENWIRE_PORT\"/>"
+    else
+        OPENWIRE_XML=""
+    fi
+    if [ -n "$PEER_PORT" ]; then
+        # Defaults otherwise (networkTTL 1, prefetchSize 1000, conduit
+        # subscriptions, dynamic demand-driven forwarding): a plain pair.
+        NETWORK_XML="<networkConnectors>
+            <networkConnector name=\"bench-bridge\" uri=\"static:(tcp://127.0.0.1:$PEER_PORT)\" duplex=\"true\"/>
+        </networkConnectors>"
+    else
+        NETWORK_XML=""
+    fi
 }
 
 write_config() {
@@ -57,7 +95,8 @@ EOF
     # - KahaDB lives under DATA_DIR; its defaults (journal disk syncs on every
     #   sync send, i.e. every SEND that asks for a receipt) are kept so the
     #   persistent numbers are honest.
-    # - Only a STOMP connector, bound to loopback; maximumConnections is raised
+    # - Only a STOMP connector (plus, for a broker pair, an openwire connector
+    #   and a duplex networkConnector), bound to loopback; maximumConnections is raised
     #   for the idle-connections scenario (NIO so 10k sockets don't need 10k
     #   threads).
     # - Memory and store limits are raised and producer flow control is off so
@@ -74,7 +113,7 @@ EOF
 
     <broker xmlns="http://activemq.apache.org/schema/core"
             useJmx="false"
-            brokerName="meshgate-bench"
+            brokerName="$BROKER_NAME"
             dataDirectory="$DATA_DIR/data"
             tmpDataDirectory="$DATA_DIR/tmp">
 
@@ -106,7 +145,9 @@ EOF
         <transportConnectors>
             <transportConnector name="stomp"
                 uri="$SCHEME://127.0.0.1:$PORT?maximumConnections=20000&amp;wireFormat.maxFrameSize=104857600"/>
+            $OPENWIRE_XML
         </transportConnectors>
+        $NETWORK_XML
     </broker>
 </beans>
 EOF
@@ -121,6 +162,15 @@ start() {
         echo "port $PORT is already in use" >&2
         exit 1
     fi
+    if [ -n "$OPENWIRE_PORT" ] && port_open "$OPENWIRE_PORT"; then
+        echo "port $OPENWIRE_PORT is already in use" >&2
+        exit 1
+    fi
+    if [ -n "$PEER_PORT" ] && [ -z "$OPENWIRE_PORT" ]; then
+        echo "a network peer needs an openwire port of this broker too (the duplex bridge)" >&2
+        exit 2
+    fi
+    network_xml
     mkdir -p "$DATA_DIR"
     DATA_DIR=$(cd "$DATA_DIR" && pwd -P)
     PIDFILE="$DATA_DIR/activemq.pid"
@@ -174,7 +224,23 @@ start() {
         fi
         sleep 0.5
     done
-    echo "activemq running: pid $pid, stomp 127.0.0.1:$PORT, data $DATA_DIR"
+    if [ -n "$PEER_PORT" ]; then
+        # DemandForwardingBridgeSupport logs "Network connection between
+        # vm://A#0 and tcp://... (B) has been established." once the bridge is up.
+        until grep -q "has been established" "$DATA_DIR/activemq.out"; do
+            if ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+                echo "activemq: no network bridge to 127.0.0.1:$PEER_PORT within ${START_TIMEOUT}s; see $DATA_DIR/activemq.out" >&2
+                tail -n 20 "$DATA_DIR/activemq.out" >&2 || true
+                stop
+                exit 1
+            fi
+            sleep 0.2
+        done
+    fi
+    local extra=""
+    [ -n "$OPENWIRE_PORT" ] && extra=", openwire 127.0.0.1:$OPENWIRE_PORT, broker $BROKER_NAME"
+    [ -n "$PEER_PORT" ] && extra="$extra, bridged to 127.0.0.1:$PEER_PORT"
+    echo "activemq running: pid $pid, stomp 127.0.0.1:$PORT$extra, data $DATA_DIR"
 }
 
 stop() {

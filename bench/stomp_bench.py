@@ -7,7 +7,11 @@ lean parser, and producer and consumers run in separate processes so the
 client is not the bottleneck on a 2-core machine.  See bench/README.md.
 
     python bench/stomp_bench.py --host 127.0.0.1 --port 61613 \
-        [--broker-pid PID] [--scenario NAME ...] [--label meshgate] [--count 0.1]
+        [--broker-pid PID ...] [--scenario NAME ...] [--label meshgate] [--count 0.1] \
+        [--consume-host H --consume-port P [--settle S]]
+
+With --consume-host/--consume-port, producers connect to --host/--port and
+consumers to the other broker (e.g. node B of a mesh or a network of brokers).
 """
 
 from __future__ import annotations
@@ -501,17 +505,23 @@ def holder_main(params: ConnParams, count: int, role: str, out: Any, release: An
 # Broker observation
 
 
-def broker_procs(pid: int | None) -> list[Any]:
+BrokerPids = int | tuple[int, ...] | None  # several brokers (a pair) are summed
+
+
+def broker_procs(pid: BrokerPids) -> list[Any]:
     if pid is None or psutil is None:
         return []
-    try:
-        root = psutil.Process(pid)
-        return [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return []
+    procs = []
+    for one in (pid,) if isinstance(pid, int) else pid:
+        try:
+            root = psutil.Process(one)
+            procs += [root, *root.children(recursive=True)]
+        except psutil.Error:
+            pass
+    return procs
 
 
-def broker_cpu(pid: int | None) -> float | None:
+def broker_cpu(pid: BrokerPids) -> float | None:
     procs = broker_procs(pid)
     if not procs:
         return None
@@ -539,11 +549,11 @@ class CpuSample:
     system: float | None
 
     @classmethod
-    def take(cls, pid: int | None) -> CpuSample:
+    def take(cls, pid: BrokerPids) -> CpuSample:
         return cls(broker_cpu(pid), system_busy())
 
 
-def broker_rss(pid: int | None) -> int | None:
+def broker_rss(pid: BrokerPids) -> int | None:
     procs = broker_procs(pid)
     if not procs:
         return None
@@ -613,13 +623,19 @@ class Result:
 @dataclass
 class RunContext:
     params: ConnParams
-    broker_pid: int | None
+    broker_pid: BrokerPids
     scale: float
     timeout_s: float
     idle_s: float
     fanout_procs: int
     run_id: str
     wait_quiet_s: float = 0.0
+    consume_params: ConnParams | None = None  # consumers' broker, if not params'
+    settle_s: float = 0.0  # pause between the consumers' SUBSCRIBE receipts and the first SEND
+
+    @property
+    def consumer_params(self) -> ConnParams:
+        return self.consume_params or self.params
 
 
 def percentiles_ms(raw: list[bytes]) -> tuple[float, float, float] | None:
@@ -701,8 +717,11 @@ def run_messaging(sc: Scenario, rc: RunContext) -> Result:
         for i, n_subs in enumerate(split_evenly(sc.subscribers, nproc)):
             role = f"consumer{i}"
             consumer_roles.append(role)
-            kids.start(role, consumer_main, rc.params, sub_spec, n_subs, role, kids.events, rc.idle_s)
+            kids.start(role, consumer_main, rc.consumer_params, sub_spec, n_subs, role, kids.events, rc.idle_s)
         kids.await_all("ready", consumer_roles, deadline)
+        if rc.settle_s > 0:
+            # Consumers on another broker: let their demand reach the producer's broker.
+            time.sleep(rc.settle_s)
         go = kids.ctx.Event()
         kids.start("producer", producer_main, rc.params, pub_spec, kids.events, go, rc.timeout_s)
         kids.await_all("ready", ["producer"], deadline)
@@ -713,7 +732,7 @@ def run_messaging(sc: Scenario, rc: RunContext) -> Result:
         return summarise(sc, count, results, consumer_roles, cpu0, cpu1)
     except ScenarioFailed as exc:
         if sc.kind == "queue":
-            exc.add_note(cleanup_note(rc.params, dest))
+            exc.add_note(cleanup_note(rc.consumer_params, dest))
         raise
     finally:
         kids.stop()
@@ -782,7 +801,7 @@ def other_cpu_pct(cpu0: CpuSample, cpu1: CpuSample, client_cpu: float, elapsed: 
     return max(0.0, 100 * (busy - broker - client_cpu) / elapsed)
 
 
-def wait_quiet(pid: int | None, max_wait: float) -> None:
+def wait_quiet(pid: BrokerPids, max_wait: float) -> None:
     """Wait until other processes leave the machine idle for 3 s in a row, or max_wait passes."""
     if psutil is None or max_wait <= 0:
         return
@@ -935,7 +954,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--vhost", default="localhost", help="CONNECT host header")
     ap.add_argument("--login")
     ap.add_argument("--passcode")
-    ap.add_argument("--broker-pid", type=int, help="broker PID for CPU and RSS (the java PID for ActiveMQ)")
+    ap.add_argument(
+        "--broker-pid",
+        type=int,
+        nargs="+",
+        metavar="PID",
+        help="broker PID for CPU and RSS (the java PID for ActiveMQ); several are summed (a broker pair)",
+    )
+    ap.add_argument("--consume-host", help="consumers connect to this broker instead of --host")
+    ap.add_argument("--consume-port", type=int, help="consumers connect to this port instead of --port")
+    ap.add_argument(
+        "--settle",
+        type=float,
+        metavar="SECONDS",
+        help="wait this long after the consumers subscribed before producing "
+        "(default 1.0 when consumers use another broker than the producer, else 0)",
+    )
     ap.add_argument("--scenario", nargs="+", choices=list(SCENARIOS), help="default: all")
     ap.add_argument("--label", default="broker", help="first column of the markdown table")
     ap.add_argument("--count", type=float, default=1.0, help="scale message and connection counts")
@@ -964,15 +998,21 @@ def main(argv: list[str] | None = None) -> int:
     raise_nofile()
     if args.broker_pid is not None and psutil is None:
         print("warning: psutil missing; broker CPU/RSS not measured", file=sys.stderr)
+    params = ConnParams(args.host, args.port, args.vhost, args.login, args.passcode)
+    consume = replace(params, host=args.consume_host or args.host, port=args.consume_port or args.port)
+    remote = (consume.host, consume.port) != (params.host, params.port)
+    pids = args.broker_pid
     rc = RunContext(
-        params=ConnParams(args.host, args.port, args.vhost, args.login, args.passcode),
-        broker_pid=args.broker_pid,
+        params=params,
+        broker_pid=None if not pids else pids[0] if len(pids) == 1 else tuple(pids),
         scale=args.count,
         timeout_s=args.timeout,
         idle_s=args.idle_timeout,
         fanout_procs=args.fanout_procs,
         run_id=uuid.uuid4().hex[:8],
         wait_quiet_s=args.wait_quiet,
+        consume_params=consume if remote else None,
+        settle_s=args.settle if args.settle is not None else (1.0 if remote else 0.0),
     )
     if args.warmup > 0:
         warm = Scenario("warmup", "queue", args.warmup)

@@ -63,14 +63,16 @@ def encode_message(message: Message, origin: str, path: tuple[str, ...]) -> byte
     path = ",".join(path).encode()
     headers = json.dumps(message.headers, separators=(",", ":")).encode() if message.headers else b""
     body = message.body
+    # Bit 1 carries "may have been delivered already" so the next node's delivery says redelivered:true.
+    flags = (1 if message.persistent else 0) | (2 if message.deliveries or message.recovered else 0)
     head = _MESSAGE.pack(len(mid), len(org), _KINDS[message.kind], len(address), len(headers), len(body),
-                         message.priority, message.expires, len(path), 1 if message.persistent else 0)
+                         message.priority, message.expires, len(path), flags)
     return _frame(FrameType.MESSAGE, b"".join((head, mid, org, address, headers, path, body)))
 
 
 def decode_message(payload: bytes) -> tuple[Message, str]:
     try:
-        ilen, olen, kind, alen, hlen, blen, priority, expires, plen, persistent = _MESSAGE.unpack_from(payload)
+        ilen, olen, kind, alen, hlen, blen, priority, expires, plen, flags = _MESSAGE.unpack_from(payload)
         off = _MESSAGE.size
         mid = payload[off:off + ilen].decode()
         off += ilen
@@ -85,7 +87,8 @@ def decode_message(payload: bytes) -> tuple[Message, str]:
         body = payload[off:off + blen]
         if len(body) != blen or off + blen != len(payload) or priority > 9:
             raise ValueError("lengths do not add up")
-        message = Message(mid, _KIND_NAMES[kind], address, headers, body, bool(persistent), priority, expires)
+        message = Message(mid, _KIND_NAMES[kind], address, headers, body, bool(flags & 1), priority, expires)
+        message.recovered = bool(flags & 2)
     except (struct.error, ValueError, KeyError, UnicodeDecodeError) as error:
         raise LinkError(f"malformed message frame: {error}") from None
     message.path = path

@@ -47,6 +47,7 @@ class _Peer:
         self.topic_patterns: list[Callable[[str], bool]] = []
         self.topic_sub: Subscription | None = None
         self.forwarded: dict[str, Subscription] = {}  # message id -> link subscription holding it
+        self.retiring: set[Subscription] = set()  # no demand any more; waiting for confirmations
         self.to_confirm: list[str] = []
 
 
@@ -145,6 +146,7 @@ class MeshNode:
         self._had_consumers: set[str] = set()
         self._holds: dict[str, object] = {}
         self.scaling_down = False
+        self._link_ids = 0
 
     # -- start and stop -------------------------------------------------------------------
 
@@ -188,8 +190,9 @@ class MeshNode:
         for name, queue in list(self.broker.queues.items()):
             if not len(queue) or name in target.queue_subs:
                 continue
+            self._link_ids += 1
             target.queue_subs[name] = target.session.subscribe(
-                "q:" + name, QUEUE, name, CLIENT_INDIVIDUAL, LINK_WINDOW, None, peer=peer_id)
+                f"q{self._link_ids}:{name}", QUEUE, name, CLIENT_INDIVIDUAL, LINK_WINDOW, None, peer=peer_id)
         for queue in self.broker.queues.values():
             queue.remote_dispatch = True
             queue.dispatch()
@@ -413,7 +416,7 @@ class MeshNode:
                 break
             if address not in wanted or sub.selector_text != selector:
                 del peer.queue_subs[address]
-                session.unsubscribe(sub.id)
+                self._retire(peer, sub)
         direct = {r["address"] for r in peer.demand if r["kind"] == QUEUE and r.get("path") == [peer_id]}
         for address, selectors in wanted.items():
             if address in peer.queue_subs:
@@ -426,9 +429,10 @@ class MeshNode:
                     queue = self.broker.queue(address)
                     if queue.consumers:
                         queue.remote_dispatch = False
+                self._link_ids += 1
                 peer.queue_subs[address] = session.subscribe(
-                    "q:" + address, QUEUE, address, CLIENT_INDIVIDUAL, LINK_WINDOW, _combine(selectors),
-                    tag=address in direct, peer=peer_id,
+                    f"q{self._link_ids}:{address}", QUEUE, address, CLIENT_INDIVIDUAL, LINK_WINDOW,
+                    _combine(selectors), tag=address in direct, peer=peer_id,
                 )
         peer.topic_patterns = [compile_pattern(p) for p in patterns]
         if patterns and peer.topic_sub is None and forwarding:
@@ -442,6 +446,15 @@ class MeshNode:
             session.unsubscribe(peer.topic_sub.id)
             peer.topic_sub = None
         self.broker.topic_bindings_changed()
+
+    def _retire(self, peer: _Peer, sub: Subscription) -> None:
+        """Demand over the link went away: take nothing new, but let what is in
+        flight be confirmed there rather than come back and go out twice."""
+        if not sub.inflight:
+            peer.session.unsubscribe(sub.id)
+            return
+        sub.prefetch = 0
+        peer.retiring.add(sub)
 
     # -- receiving ------------------------------------------------------------------------
 
@@ -489,6 +502,9 @@ class MeshNode:
             if message.persistent:
                 released.append(f"{origin}/{message_id}")
             peer.session.settle(sub, message_id, cumulative=False)
+            if sub in peer.retiring and not sub.inflight:
+                peer.retiring.discard(sub)
+                peer.session.unsubscribe(sub.id)
         if released:
             peer_id = link.peer_id
 

@@ -47,7 +47,7 @@ def test_two_nodes_static_forward_exactly_once(mesh, both_ways):
     assert not dupes(got), f"duplicates at B: {dupes(got)}"
     assert sorted(got) == sorted(sent), f"missing at B: {sorted(set(sent) - set(got))[:20]}"
     assert got == sent, "one producer, one link, one consumer: order should be kept"
-    for message in consumer.messages:
+    for message in consumer.messages[:200]:
         assert message.headers.get("persistent") == "true", message.headers
         assert message.headers.get("redelivered", "false") != "true", message.headers
     consumer.disconnect()
@@ -193,11 +193,11 @@ def test_consumer_moves_and_the_rest_follows(mesh):
     first = b.client()
     first.subscribe(q, ack="client-individual", headers={"activemq.prefetchSize": "5"})
     sent = send_many(a.client(), q, [f"v{i:03d}" for i in range(100)])
-    taken = first.listener.wait_for(30, timeout=20)[:30]
-    for message in taken[:-1]:
-        first.ack(message)
-    first.ack(taken[-1], receipt=True)
-    acked = bodies_of(taken)
+    acked = []
+    for i in range(30):  # ack as they come: only 5 may be unacknowledged at a time
+        message = first.listener.wait_for(i + 1, timeout=20)[i]
+        first.ack(message, receipt=(i == 29))
+        acked.append(message.body)
     first.disconnect()  # what B still holds (queued or unacked) must now move on to C
 
     second = c.client()
@@ -279,7 +279,7 @@ def test_load_balancing_strict_round_robins_to_nodes_with_the_queue(mesh):
     local.listener.wait_for_body(fence)
     sent = send_many(a.client(), q, [f"s{i:02d}" for i in range(20)])
     time.sleep(QUIET)
-    at_a = [body for body in local.listener.bodies() if body != fence]
+    at_a = [body for body in local.listener.bodies() if body not in (fence, seed)]
     local.disconnect()
     at_b = [body for body in bodies_of(drain(b, q)) if body != seed]
     assert sorted(at_a + at_b) == sorted(sent), f"A {at_a}, B {at_b}"
@@ -287,7 +287,7 @@ def test_load_balancing_strict_round_robins_to_nodes_with_the_queue(mesh):
                                   f"A's consumer got {len(at_a)}, B holds {len(at_b)}")
 
 
-def test_load_balancing_off_with_redistribution(mesh):
+def test_load_balancing_off_with_redistribution_does_not_forward_on_send(mesh):
     """docs: OFF_WITH_REDISTRIBUTION = "Never forward on send (like OFF), but when the queue has
     no consumers on this node, redistribute its backlog to nodes that have some (after the
     redistribution delay)". With a 3 s delay: nothing moves at first, then everything does."""
@@ -309,6 +309,39 @@ def test_load_balancing_off_with_redistribution(mesh):
     assert sorted(got) == sorted(sent) and not dupes(got)
     assert elapsed >= 2.5, f"backlog moved after {elapsed:.1f}s, before the 3 s delay"
     consumer.disconnect()
+    assert drain(a, q) == []
+
+
+def test_load_balancing_off_with_redistribution_backlog_follows_after_the_delay(mesh):
+    """The same mode, the case without any doubt: A has a local consumer (full: prefetch 1,
+    never acks), so nothing may leave A; when it goes, the backlog moves to B's consumer
+    after redistribution_delay_ms (3 s), not before."""
+    a, b = mesh(2, load_balancing="OFF_WITH_REDISTRIBUTION", extra="redistribution_delay_ms = 3000")
+    q = "/queue/" + unique("owr2")
+    remote = b.client()
+    remote.subscribe(q)
+    fence = unique("fenceB")
+    b.client().send(q, fence, receipt=True)
+    remote.listener.wait_for_body(fence)
+    local = a.client()
+    local.subscribe(q, ack="client-individual", headers={"activemq.prefetchSize": "1"})
+    time.sleep(0.5)  # B's demand reaches A in milliseconds; proven below when the backlog moves
+    sent = send_many(a.client(), q, [f"x{i}" for i in range(20)])
+    local.listener.wait_for(1)
+    time.sleep(QUIET)
+    early = [body for body in remote.listener.bodies() if body != fence]
+    assert early == [], f"{len(early)} left A while A had a consumer: {early}"
+    local.disconnect()  # its unacked message goes back; A now has no consumer
+    gone = time.monotonic()
+    time.sleep(1.5)
+    early = [body for body in remote.listener.bodies() if body != fence]
+    assert early == [], f"{len(early)} moved to B within 1.5 s of A's consumer leaving (delay is 3 s)"
+    remote.listener.wait_for(21, timeout=15)
+    elapsed = time.monotonic() - gone
+    got = [body for body in remote.listener.bodies() if body != fence]
+    assert sorted(got) == sorted(sent) and not dupes(got), f"B got {got}"
+    assert elapsed >= 2.5, f"backlog moved {elapsed:.1f}s after the consumer left, before the 3 s delay"
+    remote.disconnect()
     assert drain(a, q) == []
 
 

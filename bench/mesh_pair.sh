@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# Forwarding through a pair of brokers: produce on node A, consume on node B.
+#
+#   bench/mesh_pair.sh [--count SCALE] [--repeat N] [--wait-quiet S] [--no-activemq] [--profile]
+#
+# Runs queue-256 and queue-256-persistent (100k x 256 B each at --count 1)
+#   1. through two Meshgate nodes linked by a static mesh (A lists B in mesh.static),
+#   2. on one standalone Meshgate node,
+#   3. through two ActiveMQ 5.17 brokers joined by a duplex networkConnector,
+#   4. on one ActiveMQ broker,
+# then prints the four tables and a summary: pair / single for each broker and
+# Meshgate pair / ActiveMQ pair. Everything listens on 127.0.0.1 only, on free ports.
+#
+# The consumer subscribes on B first (with a receipt) and the producer starts on A
+# 1 s later (stomp_bench.py --settle, the default when --consume-port differs), so
+# B's demand has reached A before the first SEND. Every broker is started fresh.
+#
+# --profile: after the measured Meshgate pair runs, run each scenario once more
+# with py-spy attached to both nodes; raw (collapsed-stack) profiles are written
+# to WORK/profile-{a,b}-SCENARIO.txt. Not part of the measured figures.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY="$ROOT/.venv/bin/python"
+MESHGATE="$ROOT/.venv/bin/meshgate"
+PYSPY="$ROOT/.venv/bin/py-spy"
+COUNT=1
+REPEAT=3
+WAIT_QUIET=60
+ACTIVEMQ=1
+PROFILE=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --count) COUNT=$2; shift 2 ;;
+        --repeat) REPEAT=$2; shift 2 ;;
+        --wait-quiet) WAIT_QUIET=$2; shift 2 ;;
+        --no-activemq) ACTIVEMQ=0; shift ;;
+        --profile) PROFILE=1; shift ;;
+        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+SCENARIOS=(queue-256 queue-256-persistent)
+WORK="$(mktemp -d /tmp/meshgate-pair.XXXXXX)"
+STARTED=()     # PIDs of the Meshgate nodes this script started
+AMQ_DIRS=()    # ActiveMQ data dirs this script started brokers in
+FAILED=0
+
+cleanup() {
+    local pid dir
+    for pid in "${STARTED[@]}"; do
+        kill "$pid" 2>/dev/null || true
+    done
+    for dir in "${AMQ_DIRS[@]}"; do
+        "$ROOT/bench/activemq.sh" stop "$dir" >/dev/null 2>&1 || true
+    done
+}
+trap cleanup EXIT
+
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+wait_for() {  # file pattern pid what: wait up to 30 s for pattern in file while pid lives
+    local file=$1 pattern=$2 pid=$3 what=$4 deadline=$((SECONDS + 30))
+    until grep -q "$pattern" "$file" 2>/dev/null; do
+        if ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+            echo "$what: gave up waiting for '$pattern' in $file:" >&2
+            tail -n 20 "$file" >&2 || true
+            exit 1
+        fi
+        sleep 0.1
+    done
+}
+
+start_meshgate() {  # name config_file_or_empty stomp_port -> sets MG_PID
+    local name=$1 config=$2 port=$3 args=()
+    [ -n "$config" ] && args=(--config "$config")
+    (ulimit -n "$(ulimit -Hn)"
+     exec "$MESHGATE" broker --name "$name" --stomp "127.0.0.1:$port" --data "$WORK/data-$name" \
+        "${args[@]}" >"$WORK/$name.log" 2>&1 </dev/null) &
+    MG_PID=$!
+    STARTED+=("$MG_PID")
+    wait_for "$WORK/$name.log" "listening on" "$MG_PID" "meshgate $name"
+}
+
+stop_meshgate() {  # pid
+    kill "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
+bench() {  # output_file label produce_port consume_port pids... -- extra args
+    local out=$1 label=$2 pport=$3 cport=$4; shift 4
+    local pids=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do pids+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    echo "== $label (produce on :$pport, consume on :$cport)" | tee "$out"
+    uptime | tee -a "$out"
+    set +e
+    "$PY" "$ROOT/bench/stomp_bench.py" --port "$pport" --consume-port "$cport" --broker-pid "${pids[@]}" \
+        --label "$label" --count "$COUNT" --wait-quiet "$WAIT_QUIET" "$@" 2>&1 | tee -a "$out"
+    local rc=${PIPESTATUS[0]}
+    set -e
+    [ "$rc" -eq 0 ] || { FAILED=1; echo "($label: stomp_bench.py exited $rc)" | tee -a "$out"; }
+}
+
+# ---------------------------------------------------------------- Meshgate pair
+PASSWORD="$("$PY" -c 'import secrets; print(secrets.token_urlsafe(32))')"
+MG_A_STOMP=$(free_port); MG_B_STOMP=$(free_port); MG_B_LINK=$(free_port)
+umask 077  # the configs hold the cluster password
+cat >"$WORK/mg-b.toml" <<EOF
+[mesh]
+bind = "127.0.0.1:$MG_B_LINK"
+cluster_password = "$PASSWORD"
+EOF
+cat >"$WORK/mg-a.toml" <<EOF
+[mesh]
+bind = "127.0.0.1:0"
+static = ["127.0.0.1:$MG_B_LINK"]
+cluster_password = "$PASSWORD"
+EOF
+umask 022
+start_meshgate mg-b "$WORK/mg-b.toml" "$MG_B_STOMP"; MG_B_PID=$MG_PID
+start_meshgate mg-a "$WORK/mg-a.toml" "$MG_A_STOMP"; MG_A_PID=$MG_PID
+wait_for "$WORK/mg-a.log" "mesh: linked with mg-b" "$MG_A_PID" "meshgate mg-a"
+wait_for "$WORK/mg-b.log" "mesh: linked with mg-a" "$MG_B_PID" "meshgate mg-b"
+bench "$WORK/meshgate-pair.txt" meshgate-pair "$MG_A_STOMP" "$MG_B_STOMP" "$MG_A_PID" "$MG_B_PID" -- \
+    --repeat "$REPEAT" --scenario "${SCENARIOS[@]}"
+if [ "$PROFILE" = 1 ]; then
+    for sc in "${SCENARIOS[@]}"; do
+        "$PYSPY" record -p "$MG_A_PID" -f raw -o "$WORK/profile-a-$sc.txt" >"$WORK/py-spy-a-$sc.log" 2>&1 &
+        SPY_A=$!
+        "$PYSPY" record -p "$MG_B_PID" -f raw -o "$WORK/profile-b-$sc.txt" >"$WORK/py-spy-b-$sc.log" 2>&1 &
+        SPY_B=$!
+        sleep 1
+        bench "$WORK/meshgate-pair-profiled-$sc.txt" meshgate-pair-profiled "$MG_A_STOMP" "$MG_B_STOMP" \
+            "$MG_A_PID" "$MG_B_PID" -- --warmup 0 --scenario "$sc"
+        kill -INT "$SPY_A" "$SPY_B" 2>/dev/null || true
+        wait "$SPY_A" "$SPY_B" || true
+    done
+fi
+grep -h "mesh:" "$WORK/mg-a.log" "$WORK/mg-b.log" | grep -v "linked with" | sed 's/^/  (node log) /' || true
+stop_meshgate "$MG_A_PID"; stop_meshgate "$MG_B_PID"
+
+# -------------------------------------------------------------- Meshgate single
+MG_PORT=$(free_port)
+start_meshgate mg-single "" "$MG_PORT"; MG_SINGLE_PID=$MG_PID
+bench "$WORK/meshgate-single.txt" meshgate-single "$MG_PORT" "$MG_PORT" "$MG_SINGLE_PID" -- \
+    --repeat "$REPEAT" --scenario "${SCENARIOS[@]}"
+stop_meshgate "$MG_SINGLE_PID"
+
+# ---------------------------------------------------------------------- ActiveMQ
+if [ "$ACTIVEMQ" = 1 ]; then
+    AMQ_A=$(free_port); AMQ_B=$(free_port); AMQ_A_OW=$(free_port); AMQ_B_OW=$(free_port)
+    AMQ_DIRS+=("$WORK/amq-b"); "$ROOT/bench/activemq.sh" start "$WORK/amq-b" "$AMQ_B" "$AMQ_B_OW"
+    AMQ_DIRS+=("$WORK/amq-a"); "$ROOT/bench/activemq.sh" start "$WORK/amq-a" "$AMQ_A" "$AMQ_A_OW" "$AMQ_B_OW"
+    bench "$WORK/activemq-pair.txt" activemq-pair "$AMQ_A" "$AMQ_B" \
+        "$(cat "$WORK/amq-a/activemq.pid")" "$(cat "$WORK/amq-b/activemq.pid")" -- \
+        --repeat "$REPEAT" --scenario "${SCENARIOS[@]}"
+    "$ROOT/bench/activemq.sh" stop "$WORK/amq-a"
+    "$ROOT/bench/activemq.sh" stop "$WORK/amq-b"
+
+    AMQ=$(free_port)
+    AMQ_DIRS+=("$WORK/amq"); "$ROOT/bench/activemq.sh" start "$WORK/amq" "$AMQ"
+    bench "$WORK/activemq-single.txt" activemq-single "$AMQ" "$AMQ" "$(cat "$WORK/amq/activemq.pid")" -- \
+        --repeat "$REPEAT" --scenario "${SCENARIOS[@]}"
+    "$ROOT/bench/activemq.sh" stop "$WORK/amq"
+fi
+
+# ----------------------------------------------------------------------- report
+echo
+echo "## tables (count scale $COUNT, repeat $REPEAT)"
+for f in meshgate-pair meshgate-single activemq-pair activemq-single; do
+    [ -f "$WORK/$f.txt" ] || continue
+    echo
+    grep '^|' "$WORK/$f.txt" || echo "($f: no table; see $WORK/$f.txt)"
+done
+echo
+"$PY" - "$WORK" <<'EOF'
+import pathlib
+import sys
+
+work = pathlib.Path(sys.argv[1])
+rate = {}  # (label, scenario) -> msgs/s of the median run
+for path in work.glob("*.txt"):
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 10 and cells[3] not in ("msgs/s", "---:", "-") and not cells[9].startswith("FAILED"):
+            rate[cells[0], cells[1]] = float(cells[3])
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a and b else "-"
+
+
+def num(v):
+    return f"{v:,.0f}" if v else "-"
+
+
+print("| scenario | Meshgate pair | Meshgate single | MG pair/single | ActiveMQ pair | ActiveMQ single"
+      " | AMQ pair/single | MG pair / AMQ pair |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|")
+for sc in ("queue-256", "queue-256-persistent"):
+    mp, ms = rate.get(("meshgate-pair", sc)), rate.get(("meshgate-single", sc))
+    ap, as_ = rate.get(("activemq-pair", sc)), rate.get(("activemq-single", sc))
+    print(f"| {sc} | {num(mp)} | {num(ms)} | {ratio(mp, ms)} | {num(ap)} | {num(as_)} | {ratio(ap, as_)}"
+          f" | {ratio(mp, ap)} |")
+print()
+print("targets: MG pair / AMQ pair >= 2; MG pair/single >= 0.70 (forwarding costs < 30% of single-node throughput)")
+EOF
+echo "raw output and node logs in $WORK"
+exit "$FAILED"
