@@ -93,7 +93,9 @@ def consume(node, destination: str, deliveries: list, stop: threading.Event) -> 
                 except TimeoutError:
                     continue
                 if frame.command == "MESSAGE":
-                    deliveries.append((time.monotonic(), frame.body.decode(), frame.headers.get("redelivered") == "true", node.name, frame.headers.get("message-id")))
+                    redelivered = frame.headers.get("redelivered") == "true"
+                    deliveries.append((time.monotonic(), frame.body.decode(), redelivered, node.name,
+                                       frame.headers.get("message-id")))
                     wire.send("ACK", {"id": frame.headers["ack"]})
         except OSError:
             wire.close()
@@ -116,7 +118,7 @@ def test_random_kill9_loses_nothing_strands_nothing(mesh):
     destination = "/queue/" + address
     producers_stop, consumers_stop = threading.Event(), threading.Event()
     receipted: set[str] = set()
-    deliveries: list[tuple[float, str, bool]] = []
+    deliveries: list[tuple] = []  # (time, body, redelivered, node, message-id)
     threads = [threading.Thread(target=consume, args=(nodes[i], destination, deliveries, consumers_stop))
                for i in (2, 3)]
     threads += [threading.Thread(target=produce, args=(nodes[i], destination, f"p{i}", receipted, producers_stop))
