@@ -205,5 +205,7 @@ for sc in ("queue-256", "queue-256-persistent"):
 print()
 print("targets: MG pair / AMQ pair >= 2; MG pair/single >= 0.70 (forwarding costs < 30% of single-node throughput)")
 EOF
+# Stores are bulky and of no further use; keep the logs, tables and profiles.
+rm -rf "$WORK"/data-* "$WORK"/amq*/kahadb "$WORK"/amq*/data "$WORK"/amq*/tmp
 echo "raw output and node logs in $WORK"
 exit "$FAILED"

@@ -24,6 +24,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="override a configuration key, e.g. --set broker.memory_limit=64MiB")
     broker.add_argument("--log-level", default="INFO")
 
+    local = commands.add_parser("local-mesh", help="run a few linked nodes on this machine (to try the mesh)")
+    local.add_argument("--nodes", type=int, default=3)
+    local.add_argument("--base-port", type=int, default=61613,
+                       help="STOMP port of the first node; node i listens on base+10*i, links on +3")
+    local.add_argument("--data", metavar="DIR", help="data directory (default ./data/local-mesh)")
+
     passwd = commands.add_parser("passwd", help="hash a password for [security.users]")
     passwd.add_argument("--stdin", action="store_true", help="read the password from standard input")
 
@@ -42,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         return _passwd(args)
     if args.command in ("topology", "stat"):
         return _admin(args)
+    if args.command == "local-mesh":
+        from pathlib import Path
+
+        from gateway.local_mesh import default_data, run
+
+        return run(args.nodes, args.base_port, Path(args.data) if args.data else default_data())
     return _broker(args)
 
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Install what is needed and run Meshgate on embedded defaults: one broker node
-# on 127.0.0.1:61613 with its store under ./data/<name>. Extra arguments go to
-# `meshgate broker` (e.g. --stomp 127.0.0.1:61700).
+# Install what is needed and run Meshgate on embedded defaults: a local mesh of
+# three linked nodes (STOMP on 127.0.0.1:61613, :61623, :61633; stores under
+# ./data/local-mesh). Extra arguments go to `meshgate local-mesh` (e.g. --nodes 1).
 source "$(dirname "$0")/bootstrap.sh"
 ensure_venv run
 cd "$ROOT"
-exec "$VENV/bin/meshgate" broker "$@"
+exec "$VENV/bin/meshgate" local-mesh "$@"
