@@ -1,0 +1,55 @@
+"""`meshgate local-mesh` (what scripts/run.sh runs): three linked nodes, one Ctrl-C."""
+
+from __future__ import annotations
+
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from e2e_support import HOST
+
+from gateway.admin_client import AdminError, request
+
+
+def _free_base() -> int:
+    while True:
+        base = random.randrange(20000, 30000, 10)
+        ports = [base + 10 * i + offset for i in range(3) for offset in (0, 3)]
+        try:
+            sockets = []
+            for port in ports:
+                sock = socket.socket()
+                sock.bind((HOST, port))
+                sockets.append(sock)
+            return base
+        except OSError:
+            continue
+        finally:
+            for sock in sockets:
+                sock.close()
+
+
+def test_local_mesh_links_three_nodes_and_stops_cleanly(tmp_path):
+    base = _free_base()
+    process = subprocess.Popen([sys.executable, "-m", "gateway", "local-mesh", "--base-port", str(base),
+                                "--data", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        nodes = {}
+        while time.monotonic() < deadline:
+            try:
+                nodes = request(HOST, base, "topology", timeout=2)["nodes"]
+            except (OSError, AdminError):
+                nodes = {}
+            if len(nodes) == 3 and all(len(info["links"]) == 2 for info in nodes.values()):
+                break
+            time.sleep(0.2)
+        assert sorted(info["name"] for info in nodes.values()) == ["node1", "node2", "node3"]
+        assert all(len(info["links"]) == 2 for info in nodes.values()), nodes
+    finally:
+        process.send_signal(signal.SIGINT)
+        output = process.communicate(timeout=30)[0].decode()
+    assert process.returncode == 0, output
