@@ -142,9 +142,13 @@ class MeshNode:
         self._topology_seq = 0
         self._gossip_loop = None
         broker.foreign_records[_MARKER] = self._recover_marker
+        # STRICT: each new message goes round-robin to this node or a node with the
+        # queue, consumers or not; a backlog never moves.
+        broker.strict_routing = config.message_load_balancing == "STRICT"
         broker.watch_consumers(self._consumers_changed)
         self._had_consumers: set[str] = set()
         self._holds: dict[str, object] = {}
+        self._released: set[str] = set()  # queues whose hold ran out: their backlog may follow consumers
         self.scaling_down = False
         self._link_ids = 0
 
@@ -315,9 +319,9 @@ class MeshNode:
                     self._hold(name, queue)
             elif has:
                 self._had_consumers.add(name)
-                queue.remote_dispatch = True
+                queue.remote_dispatch = mode != "STRICT"
                 self._cancel_hold(name)
-            elif name in self._had_consumers:
+            elif name in self._had_consumers and mode != "STRICT":
                 self._had_consumers.discard(name)
                 self._hold(name, queue)
 
@@ -335,6 +339,7 @@ class MeshNode:
 
     def _release_hold(self, name: str) -> None:
         self._holds.pop(name, None)
+        self._released.add(name)
         queue = self.broker.queues.get(name)
         if queue is not None and not queue.consumers:
             queue.remote_dispatch = True
@@ -355,8 +360,9 @@ class MeshNode:
     def local_demand(self) -> list[dict]:
         carries = self.config.carries
         records = []
+        strict = self.config.message_load_balancing == "STRICT"
         for name, queue in self.broker.queues.items():
-            if queue.consumers and carries("/queue/" + name):
+            if (queue.consumers or strict) and carries("/queue/" + name):
                 records.append({"kind": QUEUE, "address": name, "selector": _any_of(queue.consumers),
                                 "consumers": len(queue.consumers), "path": [self.node_id]})
         patterns: dict[str, int] = {}
@@ -426,9 +432,12 @@ class MeshNode:
                     sub.queue.dispatch()
             elif forwarding:
                 if self.config.message_load_balancing == "OFF_WITH_REDISTRIBUTION":
+                    # Nothing is forwarded on send: a backlog moves only by redistribution.
                     queue = self.broker.queue(address)
                     if queue.consumers:
                         queue.remote_dispatch = False
+                    elif queue.remote_dispatch and address not in self._holds and address not in self._released:
+                        self._hold(address, queue)
                 self._link_ids += 1
                 peer.queue_subs[address] = session.subscribe(
                     f"q{self._link_ids}:{address}", QUEUE, address, CLIENT_INDIVIDUAL, LINK_WINDOW,
@@ -464,7 +473,8 @@ class MeshNode:
             return
         key = f"{origin}/{message.id}"
         markers = self.markers.setdefault(link.peer_id, {})
-        if key not in markers and key not in self._recent:
+        # A copy may come round another way (rings): a marker from any link counts.
+        if key not in self._recent and not any(key in held for held in self.markers.values()):
             if message.persistent:
                 marker = Message(key, QUEUE, "", {}, b"", True)
                 self.store.add(_MARKER + link.peer_id, marker)

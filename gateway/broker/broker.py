@@ -78,6 +78,7 @@ class Broker:
         self.expired = 0
         self.dropped = 0
         self._consumer_watchers: list[Callable[[], None]] = []
+        self.strict_routing = False  # the mesh's STRICT load balancing, see Queue.put
         # Addresses answered by the node itself (management), never queued.
         self.services: dict[str, Callable[[Message], None]] = {}
         # Store records under keys the core does not own (the mesh's duplicate

@@ -92,7 +92,8 @@ class Queue:
         self.remotes: list[Subscription] = []  # mesh links towards nodes with consumers
         self._next_remote = 0
         # The mesh turns this off to hold a backlog back (redistribution delay, load-balancing mode).
-        self.remote_dispatch = True
+        self.remote_dispatch = not broker.strict_routing
+        self._next_strict = 0
         self._levels: list[deque[Message]] = [deque() for _ in range(10)]
         self._high = 0  # no level above this one holds a message
         self._count = 0
@@ -120,8 +121,25 @@ class Queue:
             self._high = priority
         self._count += 1
         self.enqueued += 1
+        if self.remotes and self.broker.strict_routing and not message.path and self._strict_forward(message):
+            return
         if self.consumers or self.remotes:
             self.dispatch()
+
+    def _strict_forward(self, message: Message) -> bool:
+        """STRICT: this node and every node with the queue take turns, consumers or not."""
+        turn = self._next_strict % (len(self.remotes) + 1)
+        self._next_strict += 1
+        if turn == 0:
+            return False
+        sub = self.remotes[turn - 1]
+        if not sub.ready() or (sub.selector is not None and not sub.selector(message.headers)):
+            return False
+        self._levels[message.priority].pop()
+        self._count -= 1
+        self.dequeued += 1
+        sub.session.deliver(sub, message)
+        return True
 
     def put_back(self, messages: list[Message]) -> None:
         """Return messages (in their delivery order) to the head of the queue."""

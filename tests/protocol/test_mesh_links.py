@@ -270,3 +270,44 @@ def test_busy_nodes_do_not_bounce_messages_between_them():
     mesh.settle()
     assert b.broker.queues["orders"].enqueued == forwarded  # nothing keeps moving
     assert a.depth("orders") + b.depth("orders") == 10
+
+
+def test_strict_round_robins_over_nodes_with_the_queue_consumers_or_not():
+    mesh = MeshHarness(message_load_balancing="STRICT")
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    b.send("orders", b"seed")  # b has the queue, no consumer
+    _, local = a.consumer("orders")
+    mesh.settle()
+    for i in range(20):
+        a.send("orders", b"m%d" % i)
+    mesh.settle()
+    assert len(local.messages) == 10 and b.depth("orders") == 11  # b's backlog never moves
+
+
+def test_off_with_redistribution_holds_even_a_queue_that_never_had_consumers():
+    mesh = MeshHarness(message_load_balancing="OFF_WITH_REDISTRIBUTION", redistribution_delay_ms=1000)
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    _, remote = b.consumer("orders")
+    mesh.settle()
+    for i in range(5):
+        a.send("orders", b"m%d" % i)
+    mesh.settle()
+    assert remote.messages == []
+    mesh.clock.advance(1.1)
+    mesh.settle()
+    assert len(remote.messages) == 5
+
+
+def test_ring_persistent_topic_copies_are_deduplicated_whichever_way_they_come():
+    mesh = MeshHarness(max_hops=3)
+    nodes = [mesh.node(name) for name in "abcd"]
+    for left, right in zip(nodes, nodes[1:] + nodes[:1], strict=True):
+        mesh.link(left, right)
+    sinks = [node.consumer("news", kind=TOPIC)[1] for node in nodes]
+    mesh.settle()
+    for i in range(4):
+        nodes[0].send("news", b"n%d" % i, kind=TOPIC, persistent=True)
+    mesh.settle()
+    assert [sink.bodies for sink in sinks] == [[b"n%d" % i for i in range(4)]] * 4
