@@ -311,11 +311,15 @@ class MeshNode:
         for name, queue in self.broker.queues.items():
             has = bool(queue.consumers)
             if mode == "OFF_WITH_REDISTRIBUTION":
-                # Nothing leaves while local consumers exist; the backlog follows them away.
+                # Nothing leaves while local consumers exist; once they are gone the
+                # backlog follows consumers elsewhere, after a fresh delay.
                 if has:
                     queue.remote_dispatch = False
+                    self._cancel_hold(name)
+                    self._released.discard(name)
                     self._had_consumers.add(name)
-                elif not queue.remote_dispatch and name not in self._holds:
+                elif name in self._had_consumers:
+                    self._had_consumers.discard(name)
                     self._hold(name, queue)
             elif has:
                 self._had_consumers.add(name)
