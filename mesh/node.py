@@ -428,6 +428,10 @@ class MeshNode:
                 del peer.queue_subs[address]
                 self._retire(peer, sub)
         direct = {r["address"] for r in peer.demand if r["kind"] == QUEUE and r.get("path") == [peer_id]}
+        weights: dict[str, int] = {}
+        for record in peer.demand:
+            if record["kind"] == QUEUE:
+                weights[record["address"]] = weights.get(record["address"], 0) + max(1, int(record.get("consumers", 1)))
         for address, selectors in wanted.items():
             if address in peer.queue_subs:
                 sub = peer.queue_subs[address]
@@ -447,6 +451,8 @@ class MeshNode:
                     f"q{self._link_ids}:{address}", QUEUE, address, CLIENT_INDIVIDUAL, LINK_WINDOW,
                     _combine(selectors), tag=address in direct, peer=peer_id,
                 )
+            if address in peer.queue_subs:
+                peer.queue_subs[address].weight = weights.get(address, 1)
         peer.topic_patterns = [compile_pattern(p) for p in patterns]
         if patterns and peer.topic_sub is None and forwarding:
 

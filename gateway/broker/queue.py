@@ -35,6 +35,7 @@ class Subscription:
         "durable",
         "tag",
         "peer",
+        "weight",
     )
 
     def __init__(
@@ -65,6 +66,8 @@ class Subscription:
         self.tag: object = None
         # For a mesh link's subscription, the node id it forwards to; None for a client.
         self.peer: str | None = None
+        # Consumers beyond the link: it gets this many messages per round-robin turn.
+        self.weight = 1
 
     def ready(self) -> bool:
         if not self.session.writable:
@@ -91,6 +94,7 @@ class Queue:
         self.consumers: list[Subscription] = []
         self.remotes: list[Subscription] = []  # mesh links towards nodes with consumers
         self._next_remote = 0
+        self._remote_burst = 0
         # The mesh turns this off to hold a backlog back (redistribution delay, load-balancing mode).
         self.remote_dispatch = not broker.strict_routing
         self._next_strict = 0
@@ -187,23 +191,29 @@ class Queue:
             self._dispatching = False
 
     def _dispatch_remote(self) -> None:
+        """Round-robin over the links, each taking as many messages per turn as
+        it has consumers beyond it."""
         remotes = self.remotes
         index = self._next_remote
+        burst = self._remote_burst
         idle = 0
         while self._count and idle < len(remotes):
             sub = remotes[index % len(remotes)]
-            index += 1
-            if not sub.ready():
-                idle += 1
-                continue
-            message = self._take_for_peer(sub)
+            message = self._take_for_peer(sub) if sub.ready() else None
             if message is None:
                 idle += 1
+                index += 1
+                burst = 0
                 continue
             idle = 0
             self.dequeued += 1
             sub.session.deliver(sub, message)
+            burst += 1
+            if burst >= sub.weight:
+                index += 1
+                burst = 0
         self._next_remote = index % len(remotes) if remotes else 0
+        self._remote_burst = burst
 
     def _take_for_peer(self, sub: Subscription) -> Message | None:
         """The first message the peer may have. One that crossed the peer already

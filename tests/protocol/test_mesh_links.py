@@ -311,3 +311,17 @@ def test_ring_persistent_topic_copies_are_deduplicated_whichever_way_they_come()
         nodes[0].send("news", b"n%d" % i, kind=TOPIC, persistent=True)
     mesh.settle()
     assert [sink.bodies for sink in sinks] == [[b"n%d" % i for i in range(4)]] * 4
+
+
+def test_links_share_by_the_consumers_beyond_them():
+    mesh = MeshHarness()
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    mesh.link(a, b)
+    mesh.link(a, c)
+    one = [b.consumer("orders")[1]]
+    three = [c.consumer("orders")[1] for _ in range(3)]
+    mesh.settle()
+    for i in range(40):
+        a.send("orders", b"m%d" % i)
+    mesh.settle()
+    assert sum(len(s.messages) for s in one) == 10 and sum(len(s.messages) for s in three) == 30
