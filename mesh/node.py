@@ -31,7 +31,7 @@ from mesh.link import PROTOCOL_VERSION, LinkClientFactory, LinkProtocol, LinkSer
 log = logging.getLogger(__name__)
 
 LINK_WINDOW = 1000  # messages in flight per link subscription before the peer confirms
-_RECENT_NON_PERSISTENT = 100_000
+_RECENT_WINDOW = 100_000
 _MARKER = "S:"
 
 
@@ -136,7 +136,7 @@ class MeshNode:
         # peer id -> {"origin/id": marker}: persistent messages received from it
         # and not yet released; they survive restarts in the store.
         self.markers: dict[str, dict[str, Message]] = {}
-        self._recent: OrderedDict[str, None] = OrderedDict()  # non-persistent duplicates, in memory only
+        self._recent: OrderedDict[str, None] = OrderedDict()  # every message received lately, in memory
         self._advertise_scheduled = False
         self.topology: dict[str, dict] = {}
         self._topology_seq = 0
@@ -483,16 +483,17 @@ class MeshNode:
             return
         key = f"{origin}/{message.id}"
         markers = self.markers.setdefault(link.peer_id, {})
-        # A copy may come round another way (rings): a marker from any link counts.
+        # A copy may come round another way (rings), even after the first one's
+        # marker is released: the recent window catches those; markers catch
+        # resends across restarts.
         if key not in self._recent and not any(key in held for held in self.markers.values()):
             if message.persistent:
                 marker = Message(key, QUEUE, "", {}, b"", True)
                 self.store.add(_MARKER + link.peer_id, marker)
                 markers[key] = marker
-            else:
-                self._recent[key] = None
-                if len(self._recent) > _RECENT_NON_PERSISTENT:
-                    self._recent.popitem(last=False)
+            self._recent[key] = None
+            if len(self._recent) > _RECENT_WINDOW:
+                self._recent.popitem(last=False)
             self.broker.route(message)
         peer.to_confirm.append(message.id)
         if len(peer.to_confirm) == 1:
