@@ -24,7 +24,6 @@ from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import CLIENT_INDIVIDUAL, Subscription
 from gateway.broker.session import Session
-from gateway.wildcard import compile_pattern
 from mesh.codec import FrameType, encode_message
 from mesh.link import PROTOCOL_VERSION, LinkClientFactory, LinkProtocol, LinkServerFactory
 
@@ -44,7 +43,6 @@ class _Peer:
         self.demand: list[dict] = []
         self.advertised: list[dict] | None = None
         self.queue_subs: dict[str, Subscription] = {}
-        self.topic_patterns: list[Callable[[str], bool]] = []
         self.topic_sub: Subscription | None = None
         self.forwarded: dict[str, Subscription] = {}  # message id -> link subscription holding it
         self.retiring: set[Subscription] = set()  # no demand any more; waiting for confirmations
@@ -453,17 +451,20 @@ class MeshNode:
                 )
             if address in peer.queue_subs:
                 peer.queue_subs[address].weight = weights.get(address, 1)
-        peer.topic_patterns = [compile_pattern(p) for p in patterns]
-        if patterns and peer.topic_sub is None and forwarding:
-
-            def matches(address: str, peer=peer) -> bool:
-                return any(match(address) for match in peer.topic_patterns)
-
-            peer.topic_sub = self.broker.bind_link(session, peer_id, matches, LINK_WINDOW)
-            session.subscriptions[peer.topic_sub.id] = peer.topic_sub
-        elif not patterns and peer.topic_sub is not None:
-            session.unsubscribe(peer.topic_sub.id)
-            peer.topic_sub = None
+        patterns = sorted(set(patterns))
+        if patterns and forwarding:
+            if self.broker.link_patterns.get(peer_id) != patterns or ("link/" + peer_id) not in self.broker.bindings:
+                binding = self.broker.link_binding(peer_id, patterns)
+            else:
+                binding = self.broker.bindings["link/" + peer_id]
+            if peer.topic_sub is None:
+                peer.topic_sub = self.broker.attach_link(session, binding, LINK_WINDOW)
+                session.subscriptions[peer.topic_sub.id] = peer.topic_sub
+        elif not patterns:
+            if peer.topic_sub is not None:
+                session.subscriptions.pop(peer.topic_sub.id, None)
+                peer.topic_sub = None
+            self.broker.unbind_link(peer_id)
         self.broker.topic_bindings_changed()
 
     def _retire(self, peer: _Peer, sub: Subscription) -> None:

@@ -44,6 +44,11 @@ class _Binding:
         self.active: Subscription | None = None
 
 
+def _any_of_patterns(patterns: list[str]) -> Callable[[str], bool]:
+    matchers = [compile_pattern(p) for p in patterns]
+    return lambda address: any(match(address) for match in matchers)
+
+
 class Broker:
     def __init__(
         self,
@@ -79,6 +84,7 @@ class Broker:
         self.dropped = 0
         self._consumer_watchers: list[Callable[[], None]] = []
         self.strict_routing = False  # the mesh's STRICT load balancing, see Queue.put
+        self.link_patterns: dict[str, list[str]] = {}  # mesh peer id -> topic patterns subscribed beyond it
         # Addresses answered by the node itself (management), never queued.
         self.services: dict[str, Callable[[Message], None]] = {}
         # Store records under keys the core does not own (the mesh's duplicate
@@ -94,6 +100,8 @@ class Broker:
             self._create_queue(name, save=False)
         for name, spec in catalog.get("durable", {}).items():
             self._bind(name, spec["topic"], spec.get("selector"), durable=True)
+        for peer, patterns in catalog.get("links", {}).items():
+            self.link_binding(peer, patterns, save=False)
         by_key = {q.key: q for q in self.queues.values()}
         by_key.update((b.queue.key, b.queue) for b in self.bindings.values())
         count = 0
@@ -160,9 +168,9 @@ class Broker:
         durable = {
             name: {"topic": b.pattern, "selector": b.selector_text}
             for name, b in self.bindings.items()
-            if b.durable
+            if b.durable and b.peer is None
         }
-        self.store.save_catalog({"queues": sorted(self.queues), "durable": durable})
+        self.store.save_catalog({"queues": sorted(self.queues), "durable": durable, "links": self.link_patterns})
 
     # -- producing ------------------------------------------------------------------------
 
@@ -197,8 +205,11 @@ class Broker:
             for binding in bindings:
                 if binding.selector is not None and not binding.selector(headers):
                     continue
-                if binding.peer is not None and binding.peer in path:
-                    continue  # a mesh link never takes a message back to a node it crossed
+                if binding.peer is not None and (binding.peer in path or
+                                                 (binding.active is None and not message.persistent)):
+                    # A link never takes a message back to a node it crossed; while
+                    # it is down only persistent messages wait for it.
+                    continue
                 self._enqueue(binding.queue, message if first else message.copy())
                 first = False
         elif kind == TEMP:
@@ -289,19 +300,44 @@ class Broker:
         for callback in self._consumer_watchers:
             callback()
 
-    def bind_link(self, session: Session, peer: str, matches: Callable[[str], bool], prefetch: int) -> Subscription:
-        """One topic binding per mesh link: one copy per link of each message whose
-        address some consumer beyond it wants, never two copies to one node."""
-        name = f"{session.name}/topics"
-        queue = Queue(self, name, "L:" + name, durable=False)
-        binding = _Binding(">", None, None, queue, False, matches=matches, peer=peer)
-        self.bindings[name] = binding
+    def link_binding(self, peer: str, patterns: list[str], save: bool = True) -> _Binding:
+        """The store-and-forward queue of topic messages for one mesh peer: one copy
+        of each message whose address some subscriber beyond it wants (never two to
+        one node). It is durable and outlives the link, so persistent messages wait
+        for the peer to come back."""
+        name = "link/" + peer
+        matcher = _any_of_patterns(patterns)
+        binding = self.bindings.get(name)
+        if binding is None:
+            queue = Queue(self, name, "L:" + peer, durable=True)
+            binding = _Binding(">", None, None, queue, True, matches=matcher, peer=peer)
+            self.bindings[name] = binding
+        else:
+            binding.matches = matcher
+        self.link_patterns[peer] = sorted(patterns)
         self._topic_cache.clear()
-        sub = Subscription(session, "topics", queue, CLIENT_INDIVIDUAL, prefetch, None, topic=">")
-        sub.peer = peer
+        if save:
+            self._save_catalog()
+        return binding
+
+    def attach_link(self, session: Session, binding: _Binding, prefetch: int) -> Subscription:
+        sub = Subscription(session, "topics", binding.queue, CLIENT_INDIVIDUAL, prefetch, None, topic=">")
+        sub.peer = binding.peer
         binding.active = sub
-        queue.add_consumer(sub)
+        binding.queue.add_consumer(sub)
         return sub
+
+    def unbind_link(self, peer: str) -> None:
+        """Nobody beyond the peer subscribes any more: drop its topic queue."""
+        binding = self.bindings.get("link/" + peer)
+        if binding is None:
+            return
+        if binding.active is not None:
+            binding.queue.remove_consumer(binding.active)
+            binding.active = None
+        self._unbind(binding)
+        self.link_patterns.pop(peer, None)
+        self._save_catalog()
 
     def topic_bindings_changed(self) -> None:
         self._topic_cache.clear()

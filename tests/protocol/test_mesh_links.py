@@ -325,3 +325,37 @@ def test_links_share_by_the_consumers_beyond_them():
         a.send("orders", b"m%d" % i)
     mesh.settle()
     assert sum(len(s.messages) for s in one) == 10 and sum(len(s.messages) for s in three) == 30
+
+
+def test_persistent_topic_messages_wait_for_a_lost_link_to_come_back():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    pump = mesh.link(a, b)
+    _, sink = b.consumer("news", kind=TOPIC)
+    mesh.settle()
+    a.send("news", b"before", kind=TOPIC)
+    mesh.settle()
+    a.send("news", b"in flight", kind=TOPIC)
+    mesh.clock.advance(0)
+    mesh.pumps.remove(pump)
+    a.mesh.peers[b.mesh.node_id].link.connectionLost(None)  # lost with the bytes in a's buffer
+    b.mesh.peers[a.mesh.node_id].link.connectionLost(None)
+    a.send("news", b"while down", kind=TOPIC)
+    a.send("news", b"volatile while down", kind=TOPIC, persistent=False)
+    assert a.broker.link_patterns == {b.mesh.node_id: ["news"]}
+    mesh.link(a, b)
+    mesh.settle()
+    assert sink.bodies == [b"before", b"in flight", b"while down"]
+    assert sink.messages[1].redelivered and not sink.messages[2].redelivered
+
+
+def test_topic_queue_for_a_peer_goes_when_its_subscribers_go():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    session, _ = b.consumer("news", kind=TOPIC)
+    mesh.settle()
+    assert ("link/" + b.mesh.node_id) in a.broker.bindings
+    session.close()
+    mesh.settle()
+    assert ("link/" + b.mesh.node_id) not in a.broker.bindings and a.broker.link_patterns == {}
