@@ -369,7 +369,9 @@ class MeshNode:
                                 "consumers": len(queue.consumers), "path": [self.node_id]})
         patterns: dict[str, int] = {}
         for binding in self.broker.bindings.values():
-            if binding.peer is None and binding.active is not None and carries("/topic/" + binding.pattern):
+            # A durable subscription wants messages while its subscriber is away too.
+            wanted = binding.active is not None or binding.durable
+            if binding.peer is None and wanted and carries("/topic/" + binding.pattern):
                 patterns[binding.pattern] = patterns.get(binding.pattern, 0) + 1
         for pattern, count in patterns.items():
             records.append({"kind": TOPIC, "address": pattern, "selector": None, "consumers": count,
