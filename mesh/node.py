@@ -467,7 +467,6 @@ class MeshNode:
                 session.subscriptions.pop(peer.topic_sub.id, None)
                 peer.topic_sub = None
             self.broker.unbind_link(peer_id)
-        self.broker.topic_bindings_changed()
 
     def _retire(self, peer: _Peer, sub: Subscription) -> None:
         """Demand over the link went away: take nothing new, but let what is in

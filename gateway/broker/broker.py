@@ -339,9 +339,6 @@ class Broker:
         self.link_patterns.pop(peer, None)
         self._save_catalog()
 
-    def topic_bindings_changed(self) -> None:
-        self._topic_cache.clear()
-
     def _selector(self, text: str | None) -> Callable | None:
         if not text:
             return None
