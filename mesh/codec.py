@@ -24,10 +24,11 @@ class FrameType:
     STORED = 9     # ids the receiver has durably stored (or already had)
     RELEASED = 10  # ids the sender has durably forgotten: the receiver may drop its duplicate markers
     MARKERS = 11   # on (re)connect: ids the receiver still remembers from this sender
+    DURABLE = 12   # scale-down: make this durable subscription here; its backlog follows
 
 
 _HEAD = struct.Struct(">IB")
-_MESSAGE = struct.Struct(">HHBHIIBqHB")
+_MESSAGE = struct.Struct(">HHBHIIBqHBH")
 _KINDS = {"queue": 0, "topic": 1}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
 MAX_FRAME = 64 * 1024 * 1024
@@ -54,9 +55,10 @@ def decode_control(payload: bytes) -> Any:
         raise LinkError(f"malformed control frame: {error}") from None
 
 
-def encode_message(message: Message, origin: str, path: tuple[str, ...]) -> bytes:
+def encode_message(message: Message, origin: str, path: tuple[str, ...], target: str = "") -> bytes:
     """``origin`` is the node the message entered the mesh at (for duplicate
-    detection); ``path`` the nodes it has crossed, the sender included."""
+    detection); ``path`` the nodes it has crossed, the sender included; ``target``
+    a durable subscription to put it in (scale-down) instead of routing it."""
     mid = message.id.encode()
     org = origin.encode()
     address = message.address.encode()
@@ -65,14 +67,15 @@ def encode_message(message: Message, origin: str, path: tuple[str, ...]) -> byte
     body = message.body
     # Bit 1 carries "may have been delivered already" so the next node's delivery says redelivered:true.
     flags = (1 if message.persistent else 0) | (2 if message.deliveries or message.recovered else 0)
+    tgt = target.encode()
     head = _MESSAGE.pack(len(mid), len(org), _KINDS[message.kind], len(address), len(headers), len(body),
-                         message.priority, message.expires, len(path), flags)
-    return _frame(FrameType.MESSAGE, b"".join((head, mid, org, address, headers, path, body)))
+                         message.priority, message.expires, len(path), flags, len(tgt))
+    return _frame(FrameType.MESSAGE, b"".join((head, mid, org, address, headers, path, tgt, body)))
 
 
-def decode_message(payload: bytes) -> tuple[Message, str]:
+def decode_message(payload: bytes) -> tuple[Message, str, str]:
     try:
-        ilen, olen, kind, alen, hlen, blen, priority, expires, plen, flags = _MESSAGE.unpack_from(payload)
+        ilen, olen, kind, alen, hlen, blen, priority, expires, plen, flags, tlen = _MESSAGE.unpack_from(payload)
         off = _MESSAGE.size
         mid = payload[off:off + ilen].decode()
         off += ilen
@@ -84,6 +87,8 @@ def decode_message(payload: bytes) -> tuple[Message, str]:
         off += hlen
         path = tuple(payload[off:off + plen].decode().split(",")) if plen else ()
         off += plen
+        target = payload[off:off + tlen].decode()
+        off += tlen
         body = payload[off:off + blen]
         if len(body) != blen or off + blen != len(payload) or priority > 9:
             raise ValueError("lengths do not add up")
@@ -92,7 +97,7 @@ def decode_message(payload: bytes) -> tuple[Message, str]:
     except (struct.error, ValueError, KeyError, UnicodeDecodeError) as error:
         raise LinkError(f"malformed message frame: {error}") from None
     message.path = path
-    return message, origin
+    return message, origin, target
 
 
 class LinkParser:

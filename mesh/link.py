@@ -97,8 +97,8 @@ class LinkProtocol(Protocol):
     def _handle(self, kind: int, payload: bytes) -> None:
         mesh = self.mesh
         if kind == FrameType.MESSAGE and self.established:
-            message, origin = decode_message(payload)
-            mesh.message_received(self, message, origin)
+            message, origin, target = decode_message(payload)
+            mesh.message_received(self, message, origin, target)
         elif kind == FrameType.STORED and self.established:
             mesh.stored(self, decode_control(payload))
         elif kind == FrameType.RELEASED and self.established:
@@ -122,6 +122,8 @@ class LinkProtocol(Protocol):
             mesh.topology_received(self, decode_control(payload))
         elif kind == FrameType.MARKERS and self.established:
             mesh.markers_received(self, decode_control(payload))
+        elif kind == FrameType.DURABLE and self.established:
+            mesh.durable_received(self, decode_control(payload))
         else:
             raise LinkError(f"unexpected link frame type {kind} at this point")
 

@@ -60,9 +60,11 @@ class _Forwarder:
         peer = self.mesh.peers.get(self.peer_id)
         if peer is None:
             return
-        peer.forwarded[message.id] = sub
+        # A scale-down subscription (d:NAME) hands a durable subscription's backlog over.
+        target = sub.id[2:] if sub.id.startswith("d:") else ""
+        peer.forwarded[_entry(target, message.id)] = sub
         origin = message.path[0] if message.path else self.mesh.node_id
-        peer.link.transport.write(encode_message(message, origin, (*message.path, self.mesh.node_id)))
+        peer.link.transport.write(encode_message(message, origin, (*message.path, self.mesh.node_id), target))
 
 
 class _Connector:
@@ -195,6 +197,13 @@ class MeshNode:
             self._link_ids += 1
             target.queue_subs[name] = target.session.subscribe(
                 f"q{self._link_ids}:{name}", QUEUE, name, CLIENT_INDIVIDUAL, LINK_WINDOW, None, peer=peer_id)
+        for name, binding in list(self.broker.bindings.items()):
+            if binding.durable and binding.peer is None and len(binding.queue):
+                target.link.send_control(FrameType.DURABLE, {"name": name, "topic": binding.pattern,
+                                                            "selector": binding.selector_text})
+                self._link_ids += 1
+                sub = self.broker.attach_handover(target.session, "d:" + name, binding, LINK_WINDOW, peer_id)
+                target.session.subscriptions[sub.id] = sub
         for queue in self.broker.queues.values():
             queue.remote_dispatch = True
             queue.dispatch()
@@ -202,14 +211,16 @@ class MeshNode:
         while waited < patience and self.peers.get(peer_id) is target and self._holding():
             yield task.deferLater(self.reactor, 0.05, lambda: None)
             waited += 0.05
-        left = sum(len(q) + q.inflight for q in self.broker.queues.values())
+        durable = [b.queue for b in self.broker.bindings.values() if b.durable and b.peer is None]
+        left = sum(len(q) + q.inflight for q in (*self.broker.queues.values(), *durable))
         if left:
             log.warning("mesh: scale-down left %d message(s) in this node's store", left)
         else:
             log.info("mesh: scaled down: every message handed to %s", target.link.peer_name)
 
     def _holding(self) -> bool:
-        return any(len(q) or q.inflight for q in self.broker.queues.values())
+        durable = (b.queue for b in self.broker.bindings.values() if b.durable and b.peer is None)
+        return any(len(q) or q.inflight for q in (*self.broker.queues.values(), *durable))
 
     def remove_connector(self, address: tuple[str, int]) -> None:
         for connector in [c for c in self.connectors if c.address == tuple(address)]:
@@ -479,11 +490,12 @@ class MeshNode:
 
     # -- receiving ------------------------------------------------------------------------
 
-    def message_received(self, link: LinkProtocol, message: Message, origin: str) -> None:
+    def message_received(self, link: LinkProtocol, message: Message, origin: str, target: str = "") -> None:
         peer = self.peers.get(link.peer_id)
         if peer is None:
             return
-        key = f"{origin}/{message.id}"
+        entry = _entry(target, message.id)
+        key = f"{origin}/{entry}"
         markers = self.markers.setdefault(link.peer_id, {})
         # A copy may come round another way (rings), even after the first one's
         # marker is released: the recent window catches those; markers catch
@@ -496,8 +508,9 @@ class MeshNode:
             self._recent[key] = None
             if len(self._recent) > _RECENT_WINDOW:
                 self._recent.popitem(last=False)
-            self.broker.route(message)
-        peer.to_confirm.append(message.id)
+            if not target or not self.broker.put_in_subscription(target, message):
+                self.broker.route(message)
+        peer.to_confirm.append(entry)
         if len(peer.to_confirm) == 1:
             self.reactor.callLater(0, self._confirm, link.peer_id, peer)
 
@@ -516,14 +529,15 @@ class MeshNode:
         if peer is None:
             return
         released = []
-        for message_id in ids:
-            sub = peer.forwarded.pop(message_id, None)
+        for entry in ids:
+            sub = peer.forwarded.pop(entry, None)
+            message_id = entry.rpartition("/")[2]
             if sub is None or message_id not in sub.inflight:
                 continue
             message = sub.inflight[message_id]
             origin = message.path[0] if message.path else self.node_id
             if message.persistent:
-                released.append(f"{origin}/{message_id}")
+                released.append(f"{origin}/{entry}")
             peer.session.settle(sub, message_id, cumulative=False)
             if sub in peer.retiring and not sub.inflight:
                 peer.retiring.discard(sub)
@@ -547,9 +561,12 @@ class MeshNode:
 
     def markers_received(self, link: LinkProtocol, keys: list[str]) -> None:
         """The peer still remembers these from us: release the ones we no longer hold."""
-        gone = [key for key in keys if not self.store.holds(key.partition("/")[2])]
+        gone = [key for key in keys if not self.store.holds(key.rpartition("/")[2])]
         if gone:
             link.send_control(FrameType.RELEASED, gone)
+
+    def durable_received(self, link: LinkProtocol, spec: dict) -> None:
+        self.broker.ensure_durable(spec["name"], spec["topic"], spec.get("selector"))
 
     def _recover_marker(self, key: str, marker: Message) -> None:
         self.markers.setdefault(key[len(_MARKER):], {})[marker.id] = marker
@@ -592,6 +609,12 @@ class MeshNode:
         self.topology[self.node_id] = {**self.own_view(), "heard": self.reactor.seconds()}
         return {node_id: {k: v for k, v in info.items() if k not in ("heard", "version")}
                 for node_id, info in self.topology.items()}
+
+
+def _entry(target: str, message_id: str) -> str:
+    """How a forwarded copy is named in STORED/RELEASED: by id, and by the durable
+    subscription it goes to when handed over (copies of one message share its id)."""
+    return f"{target}/{message_id}" if target else message_id
 
 
 def _address_of(link: LinkProtocol) -> tuple[str, int]:

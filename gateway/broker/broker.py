@@ -327,6 +327,28 @@ class Broker:
         binding.queue.add_consumer(sub)
         return sub
 
+    def attach_handover(self, session: Session, sub_id: str, binding: _Binding, prefetch: int,
+                        peer: str) -> Subscription:
+        """A mesh link taking a durable subscription's backlog away (scale-down)."""
+        sub = Subscription(session, sub_id, binding.queue, CLIENT_INDIVIDUAL, prefetch, None, topic=binding.pattern)
+        sub.peer = peer
+        sub.tag = True  # may go back to a node it crossed: this node is leaving
+        binding.queue.add_consumer(sub)
+        return sub
+
+    def ensure_durable(self, name: str, pattern: str, selector: str | None) -> None:
+        """Create a durable subscription with no subscriber, if it does not exist."""
+        if name not in self.bindings:
+            self._bind(name, pattern, selector, durable=True)
+            self._save_catalog()
+
+    def put_in_subscription(self, name: str, message: Message) -> bool:
+        binding = self.bindings.get(name)
+        if binding is None or not binding.durable or binding.peer is not None:
+            return False
+        self._enqueue(binding.queue, message)
+        return True
+
     def unbind_link(self, peer: str) -> None:
         """Nobody beyond the peer subscribes any more: drop its topic queue."""
         binding = self.bindings.get("link/" + peer)

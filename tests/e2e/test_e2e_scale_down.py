@@ -33,3 +33,18 @@ def test_crash_keeps_messages_on_the_crashed_node(mesh):
     consumer = a.client()
     consumer.subscribe(queue)
     assert sorted(m.body for m in consumer.listener.wait_for(20)) == sorted(sent)
+
+
+def test_graceful_stop_hands_over_a_durable_subscription_backlog(mesh):
+    a, b = mesh(2, extra={0: "scale_down = true"})
+    topic = "/topic/" + unique("news")
+    reader = a.client(headers={"client-id": "app"})
+    reader.subscribe(topic, headers={"activemq.subscriptionName": "feed"})
+    reader.disconnect()
+    producer = a.client()
+    sent = send_many(producer, topic, [f"n{i}" for i in range(10)])
+    producer.disconnect()
+    assert a.proc.stop() == 0
+    back = b.client(headers={"client-id": "app"})
+    back.subscribe(topic, headers={"activemq.subscriptionName": "feed"})
+    assert [m.body for m in back.listener.wait_for(10)] == sent

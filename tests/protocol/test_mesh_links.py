@@ -372,3 +372,27 @@ def test_an_away_durable_subscriber_still_draws_topic_messages():
     a.send("news", b"kept for reader", kind=TOPIC)
     mesh.settle()
     assert [m.body for m in b.broker.bindings["reader.feed"].queue] == [b"kept for reader"]
+
+
+def test_scale_down_hands_over_durable_subscription_backlogs():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    reader = a.broker.open_session(Sink(), "reader")
+    reader.subscribe("1", TOPIC, "news.>", "auto", None, None, "app.feed")
+    reader.close()  # away: its durable subscription keeps what is published
+    other = a.broker.open_session(Sink(), "other")
+    other.subscribe("1", TOPIC, "news.>", "auto", None, None, "app.audit")
+    other.close()
+    for i in range(3):
+        a.send("news.eu", b"n%d" % i, kind=TOPIC)
+    done = []
+    a.mesh.scale_down().addCallback(done.append)
+    for _ in range(20):
+        mesh.settle()
+        mesh.clock.advance(0.05)
+    assert done
+    for name in ("app.feed", "app.audit"):
+        assert not len(a.broker.bindings[name].queue)
+        queue = b.broker.bindings[name].queue
+        assert [m.body for m in queue] == [b"n0", b"n1", b"n2"] and [m.address for m in queue] == ["news.eu"] * 3
