@@ -198,12 +198,18 @@ class MeshNode:
             target.queue_subs[name] = target.session.subscribe(
                 f"q{self._link_ids}:{name}", QUEUE, name, CLIENT_INDIVIDUAL, LINK_WINDOW, None, peer=peer_id)
         for name, binding in list(self.broker.bindings.items()):
-            if binding.durable and binding.peer is None and len(binding.queue):
-                target.link.send_control(FrameType.DURABLE, {"name": name, "topic": binding.pattern,
-                                                            "selector": binding.selector_text})
-                self._link_ids += 1
-                sub = self.broker.attach_handover(target.session, "d:" + name, binding, LINK_WINDOW, peer_id)
-                target.session.subscriptions[sub.id] = sub
+            if not binding.durable or not len(binding.queue) or binding.peer == peer_id:
+                continue
+            if binding.peer is None:
+                spec = {"name": name, "topic": binding.pattern, "selector": binding.selector_text}
+            elif binding.peer in self.peers:
+                continue  # its own link is up: it drains there
+            else:
+                # Kept for a peer whose link is down: the target keeps it for that peer now.
+                spec = {"name": name, "link": binding.peer, "patterns": self.broker.link_patterns[binding.peer]}
+            target.link.send_control(FrameType.DURABLE, spec)
+            sub = self.broker.attach_handover(target.session, "d:" + name, binding, LINK_WINDOW, peer_id)
+            target.session.subscriptions[sub.id] = sub
         for queue in self.broker.queues.values():
             queue.remote_dispatch = True
             queue.dispatch()
@@ -211,7 +217,7 @@ class MeshNode:
         while waited < patience and self.peers.get(peer_id) is target and self._holding():
             yield task.deferLater(self.reactor, 0.05, lambda: None)
             waited += 0.05
-        durable = [b.queue for b in self.broker.bindings.values() if b.durable and b.peer is None]
+        durable = [b.queue for b in self.broker.bindings.values() if b.durable]
         left = sum(len(q) + q.inflight for q in (*self.broker.queues.values(), *durable))
         if left:
             log.warning("mesh: scale-down left %d message(s) in this node's store", left)
@@ -219,7 +225,7 @@ class MeshNode:
             log.info("mesh: scaled down: every message handed to %s", target.link.peer_name)
 
     def _holding(self) -> bool:
-        durable = (b.queue for b in self.broker.bindings.values() if b.durable and b.peer is None)
+        durable = (b.queue for b in self.broker.bindings.values() if b.durable)
         return any(len(q) or q.inflight for q in (*self.broker.queues.values(), *durable))
 
     def remove_connector(self, address: tuple[str, int]) -> None:
@@ -566,7 +572,10 @@ class MeshNode:
             link.send_control(FrameType.RELEASED, gone)
 
     def durable_received(self, link: LinkProtocol, spec: dict) -> None:
-        self.broker.ensure_durable(spec["name"], spec["topic"], spec.get("selector"))
+        if "link" in spec:
+            self.broker.link_binding(spec["link"], spec["patterns"])
+        else:
+            self.broker.ensure_durable(spec["name"], spec["topic"], spec.get("selector"))
 
     def _recover_marker(self, key: str, marker: Message) -> None:
         self.markers.setdefault(key[len(_MARKER):], {})[marker.id] = marker

@@ -343,8 +343,10 @@ class Broker:
             self._save_catalog()
 
     def put_in_subscription(self, name: str, message: Message) -> bool:
+        """Put a handed-over message straight into a durable subscription (or a
+        mesh peer's topic queue), not routing it again."""
         binding = self.bindings.get(name)
-        if binding is None or not binding.durable or binding.peer is not None:
+        if binding is None or not binding.durable:
             return False
         self._enqueue(binding.queue, message)
         return True

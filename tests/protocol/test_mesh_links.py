@@ -396,3 +396,24 @@ def test_scale_down_hands_over_durable_subscription_backlogs():
         assert not len(a.broker.bindings[name].queue)
         queue = b.broker.bindings[name].queue
         assert [m.body for m in queue] == [b"n0", b"n1", b"n2"] and [m.address for m in queue] == ["news.eu"] * 3
+
+
+def test_scale_down_hands_over_what_waits_for_a_peer_whose_link_is_down():
+    mesh = MeshHarness()
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    mesh.link(a, b)
+    to_c = mesh.link(a, c)
+    _, sink = c.consumer("news", kind=TOPIC, ack="auto")
+    mesh.settle()
+    mesh.cut(to_c)  # c is away; a keeps persistent news for it
+    a.send("news", b"for c", kind=TOPIC)
+    assert [m.body for m in a.broker.bindings["link/" + c.mesh.node_id].queue] == [b"for c"]
+    done = []
+    a.mesh.scale_down().addCallback(done.append)
+    for _ in range(20):
+        mesh.settle()
+        mesh.clock.advance(0.05)
+    assert done and [m.body for m in b.broker.bindings["link/" + c.mesh.node_id].queue] == [b"for c"]
+    mesh.link(b, c)
+    mesh.settle()
+    assert sink.bodies == [b"for c"]
