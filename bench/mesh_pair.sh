@@ -101,6 +101,11 @@ bench() {  # output_file label produce_port consume_port pids... -- extra args
     [ "$rc" -eq 0 ] || { FAILED=1; echo "($label: stomp_bench.py exited $rc)" | tee -a "$out"; }
 }
 
+# Which code the Meshgate nodes run (they load it when they start, just below).
+CODE="$(git -C "$ROOT" log -1 --format='%h %ad %s' --date=format:'%Y-%m-%d %H:%M' 2>/dev/null || echo unknown)"
+DIRTY="$(git -C "$ROOT" status --porcelain -- gateway mesh 2>/dev/null | wc -l)"
+echo "meshgate code: $CODE ($DIRTY uncommitted file(s) under gateway/ mesh/)" | tee "$WORK/code.txt"
+
 # ---------------------------------------------------------------- Meshgate pair
 PASSWORD="$("$PY" -c 'import secrets; print(secrets.token_urlsafe(32))')"
 MG_A_STOMP=$(free_port); MG_B_STOMP=$(free_port); MG_B_LINK=$(free_port)
@@ -167,6 +172,7 @@ fi
 # ----------------------------------------------------------------------- report
 echo
 echo "## tables (count scale $COUNT, repeat $REPEAT)"
+cat "$WORK/code.txt"
 for f in meshgate-pair meshgate-single activemq-pair activemq-single; do
     [ -f "$WORK/$f.txt" ] || continue
     echo

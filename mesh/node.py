@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 LINK_WINDOW = 1000  # messages in flight per link subscription before the peer confirms
 _RECENT_WINDOW = 100_000
+_TOPIC_MARKER_GRACE = 60.0  # seconds a released topic marker is kept for copies by other paths
 _MARKER = "S:"
 
 
@@ -508,7 +509,8 @@ class MeshNode:
         # resends across restarts.
         if key not in self._recent and not any(key in held for held in self.markers.values()):
             if message.persistent:
-                marker = Message(key, QUEUE, "", {}, b"", True)
+                # The kind says how long to keep it once released (topics: a while).
+                marker = Message(key, message.kind, "", {}, b"", True)
                 self.store.add(_MARKER + link.peer_id, marker)
                 markers[key] = marker
             self._recent[key] = None
@@ -559,11 +561,23 @@ class MeshNode:
             self.store.when_durable().addCallback(send)
 
     def released(self, link: LinkProtocol, keys: list[str]) -> None:
-        markers = self.markers.get(link.peer_id, {})
+        peer_id = link.peer_id
+        markers = self.markers.get(peer_id, {})
         for key in keys:
-            marker = markers.pop(key, None)
-            if marker is not None:
-                self.store.remove(_MARKER + link.peer_id, marker)
+            marker = markers.get(key)
+            if marker is None:
+                continue
+            if marker.kind == TOPIC:
+                # Another copy of a topic message may still be coming round a ring:
+                # keep the marker a while, durably, before letting it go.
+                self.reactor.callLater(_TOPIC_MARKER_GRACE, self._forget_marker, peer_id, key)
+            else:
+                self._forget_marker(peer_id, key)
+
+    def _forget_marker(self, peer_id: str, key: str) -> None:
+        marker = self.markers.get(peer_id, {}).pop(key, None)
+        if marker is not None:
+            self.store.remove(_MARKER + peer_id, marker)
 
     def markers_received(self, link: LinkProtocol, keys: list[str]) -> None:
         """The peer still remembers these from us: release the ones we no longer hold."""

@@ -417,3 +417,23 @@ def test_scale_down_hands_over_what_waits_for_a_peer_whose_link_is_down():
     mesh.link(b, c)
     mesh.settle()
     assert sink.bodies == [b"for c"]
+
+
+def test_released_topic_markers_linger_to_catch_late_copies():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    _, sink = b.consumer("news", kind=TOPIC)
+    mesh.settle()
+    a.send("news", b"once", kind=TOPIC)
+    mesh.settle()
+    held = b.mesh.markers[a.mesh.node_id]
+    assert len(held) == 1  # released by a, but kept for a while
+    b.mesh._recent.clear()  # as after a restart of b
+    late = sink.messages[0].copy()
+    late.path = (a.mesh.node_id,)
+    b.mesh.message_received(b.mesh.peers[a.mesh.node_id].link, late, a.mesh.node_id)
+    mesh.settle()
+    assert sink.bodies == [b"once"]
+    mesh.clock.advance(61)
+    assert held == {}
