@@ -7,7 +7,7 @@ import json
 import struct
 from typing import Any
 
-from gateway.broker.message import Message
+from gateway.broker.message import Message, decode_headers, encode_headers
 
 __all__ = ["LinkError", "LinkParser", "encode_control", "encode_message", "decode_message", "FrameType"]
 
@@ -63,10 +63,12 @@ def encode_message(message: Message, origin: str, path: tuple[str, ...], target:
     org = origin.encode()
     address = message.address.encode()
     path = ",".join(path).encode()
-    headers = json.dumps(message.headers, separators=(",", ":")).encode() if message.headers else b""
+    headers, json_headers = encode_headers(message.headers)
     body = message.body
-    # Bit 1 carries "may have been delivered already" so the next node's delivery says redelivered:true.
-    flags = (1 if message.persistent else 0) | (2 if message.deliveries or message.recovered else 0)
+    # Bit 1 carries "may have been delivered already" so the next node's delivery
+    # says redelivered:true; bit 2 that the headers fell back to JSON.
+    maybe_delivered = message.deliveries or message.recovered
+    flags = (1 if message.persistent else 0) | (2 if maybe_delivered else 0) | (4 * json_headers)
     tgt = target.encode()
     head = _MESSAGE.pack(len(mid), len(org), _KINDS[message.kind], len(address), len(headers), len(body),
                          message.priority, message.expires, len(path), flags, len(tgt))
@@ -83,7 +85,7 @@ def decode_message(payload: bytes) -> tuple[Message, str, str]:
         off += olen
         address = payload[off:off + alen].decode()
         off += alen
-        headers = json.loads(payload[off:off + hlen]) if hlen else {}
+        headers = decode_headers(payload[off:off + hlen], 1 if flags & 4 else 0)
         off += hlen
         path = tuple(payload[off:off + plen].decode().split(",")) if plen else ()
         off += plen

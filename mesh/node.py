@@ -29,7 +29,7 @@ from mesh.link import PROTOCOL_VERSION, LinkClientFactory, LinkProtocol, LinkSer
 
 log = logging.getLogger(__name__)
 
-LINK_WINDOW = 1000  # messages in flight per link subscription before the peer confirms
+LINK_WINDOW = 10_000  # messages in flight per link subscription before the peer confirms
 _RECENT_WINDOW = 100_000
 _TOPIC_MARKER_GRACE = 60.0  # seconds a released topic marker is kept for copies by other paths
 _MARKER = "S:"

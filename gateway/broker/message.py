@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 QUEUE = "queue"
 TOPIC = "topic"
 DEFAULT_PRIORITY = 4
@@ -90,3 +92,23 @@ class Message:
 
     def __repr__(self) -> str:
         return f"<Message {self.id} {self.kind}:{self.address} p={self.priority} d={self.deliveries}>"
+
+
+def encode_headers(headers: dict[str, str]) -> tuple[bytes, int]:
+    """Headers as NUL-separated text (fast both ways), or JSON when a header
+    itself holds a NUL; the second value says which (0 text, 1 JSON)."""
+    if not headers:
+        return b"", 0
+    text = "\0".join([f"{k}\0{v}" for k, v in headers.items()])
+    if text.count("\0") == 2 * len(headers) - 1:
+        return text.encode(), 0
+    return json.dumps(headers).encode(), 1
+
+
+def decode_headers(blob: bytes, encoding: int) -> dict[str, str]:
+    if not blob:
+        return {}
+    if encoding == 1:
+        return json.loads(blob)
+    parts = blob.decode().split("\0")
+    return dict(zip(parts[::2], parts[1::2], strict=True))

@@ -24,7 +24,7 @@ from typing import Iterator
 
 from twisted.internet.defer import Deferred, succeed
 
-from gateway.broker.message import Message
+from gateway.broker.message import Message, decode_headers, encode_headers
 
 log = logging.getLogger(__name__)
 
@@ -36,24 +36,6 @@ _REMOVE_FIELDS = struct.Struct("<HH")
 _KINDS = {"queue": 0, "topic": 1, "temp": 2}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
 _SEGMENT_SUFFIX = ".log"
-
-
-def _encode_headers(headers: dict[str, str]) -> tuple[bytes, int]:
-    if not headers:
-        return b"", 0
-    text = "\0".join([f"{k}\0{v}" for k, v in headers.items()])
-    if text.count("\0") == 2 * len(headers) - 1:
-        return text.encode(), 0
-    return json.dumps(headers).encode(), 1  # a NUL inside a header: fall back
-
-
-def _decode_headers(blob: bytes, encoding: int) -> dict[str, str]:
-    if not blob:
-        return {}
-    if encoding == 1:
-        return json.loads(blob)
-    parts = blob.decode().split("\0")
-    return dict(zip(parts[::2], parts[1::2], strict=True))
 
 
 class _Syncer(threading.Thread):
@@ -206,7 +188,7 @@ class JournalStore:
         off += ilen
         address = payload[off:off + alen].decode()
         off += alen
-        headers = _decode_headers(payload[off:off + hlen], henc)
+        headers = decode_headers(payload[off:off + hlen], henc)
         off += hlen
         body = payload[off:off + blen]
         off += blen
@@ -222,7 +204,7 @@ class JournalStore:
         key = queue_key.encode()
         mid = message.id.encode()
         address = message.address.encode()
-        headers, henc = _encode_headers(message.headers)
+        headers, henc = encode_headers(message.headers)
         body = message.body
         if not message.sequence:  # a compacted message keeps its place in the order
             self._sequence += 1

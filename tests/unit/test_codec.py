@@ -155,3 +155,18 @@ def test_parser_stops_after_connect_until_the_version_is_set():
     parser.version = "1.2"
     (send,) = parser.feed(b"")
     assert send.headers == {"k": "a:b"} and not parser.stopped_at_connect
+
+
+def test_link_message_round_trip_keeps_everything():
+    from gateway.broker.message import Message
+    from mesh.codec import LinkParser, decode_message, encode_message
+
+    message = Message("id-1", "topic", "news.eu", {"k": "v:1", "odd": "a\0b"}, b"body\0", True, 7, 123)
+    message.recovered = True
+    frame = encode_message(message, "origin-node", ("n1", "n2"), "app.feed")
+    ((kind, payload),) = LinkParser().feed(frame)
+    copy, origin, target = decode_message(payload)
+    assert (origin, target, copy.path) == ("origin-node", "app.feed", ("n1", "n2"))
+    assert (copy.id, copy.kind, copy.address, copy.headers, copy.body) == (
+        "id-1", "topic", "news.eu", {"k": "v:1", "odd": "a\0b"}, b"body\0")
+    assert copy.persistent and copy.priority == 7 and copy.expires == 123 and copy.redelivered
