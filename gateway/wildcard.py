@@ -8,7 +8,7 @@ import re
 from functools import lru_cache
 from typing import Callable
 
-__all__ = ["has_wildcard", "compile_pattern", "matches"]
+__all__ = ["compile_pattern", "has_wildcard"]
 
 
 def has_wildcard(pattern: str) -> bool:
@@ -31,7 +31,3 @@ def compile_pattern(pattern: str) -> Callable[[str], bool]:
             parts.append(re.escape(element))
     regex = re.compile(r"\.".join(parts) + r"\Z")
     return lambda name: regex.match(name) is not None
-
-
-def matches(pattern: str, name: str) -> bool:
-    return compile_pattern(pattern)(name)
