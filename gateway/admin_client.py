@@ -47,8 +47,8 @@ def format_topology(answer: dict) -> str:
         links = ", ".join(names.get(peer, peer[:8]) for peer in info.get("links", [])) or "-"
         address = ":".join(map(str, info.get("stomp", []))) or "?"
         lines.append(f"  {names[node_id]} ({node_id}) stomp {address}; links: {links}")
-        for queue, (depth, consumers, inflight) in sorted(info.get("queues", {}).items()):
-            lines.append(f"    /queue/{queue}: {depth} queued, {inflight} in flight, {consumers} consumer(s)")
+        for queue, (depth, consumers, inflight, in_doubt) in sorted(info.get("queues", {}).items()):
+            lines.append(f"    /queue/{queue}: {format_counts(depth, inflight, in_doubt)}, {consumers} consumer(s)")
     return "\n".join(lines)
 
 
@@ -57,11 +57,12 @@ def format_cluster_stat(answer: dict) -> str:
     totals: dict[str, list[int]] = {}
     per_node: dict[str, list[tuple[str, int, int]]] = {}
     for info in nodes.values():
-        for queue, (depth, consumers, inflight) in info.get("queues", {}).items():
+        for queue, (depth, consumers, inflight, in_doubt) in info.get("queues", {}).items():
+            held = depth + inflight + in_doubt
             total = totals.setdefault(queue, [0, 0])
-            total[0] += depth + inflight
+            total[0] += held
             total[1] += consumers
-            per_node.setdefault(queue, []).append((info.get("name", "?"), depth + inflight, consumers))
+            per_node.setdefault(queue, []).append((info.get("name", "?"), held, consumers))
     lines = [f"{'queue':<40} {'messages':>10} {'consumers':>10}"]
     for queue in sorted(totals):
         depth, consumers = totals[queue]
@@ -69,3 +70,9 @@ def format_cluster_stat(answer: dict) -> str:
         for name, node_depth, node_consumers in sorted(per_node[queue]):
             lines.append(f"  {name:<38} {node_depth:>10} {node_consumers:>10}")
     return "\n".join(lines)
+
+
+def format_counts(depth: int, inflight: int, in_doubt: int) -> str:
+    text = f"{depth} queued, {inflight} in flight"
+    # Only after a link loss or restart: held until a peer says whether it has them.
+    return text + f", {in_doubt} in doubt" if in_doubt else text

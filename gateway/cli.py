@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 def _admin(args: argparse.Namespace) -> int:
     import json
 
-    from gateway.admin_client import AdminError, format_cluster_stat, format_topology, request
+    from gateway.admin_client import AdminError, format_cluster_stat, format_counts, format_topology, request
 
     host, _, port = args.stomp.rpartition(":")
     if not host or not port.isdigit():
@@ -76,8 +76,8 @@ def _admin(args: argparse.Namespace) -> int:
         print(json.dumps(answer, indent=2, sort_keys=True))
     elif what == "stat":
         for queue, info in sorted(answer["queues"].items()):
-            print(f"/queue/{queue}: {info['depth']} queued, {info['inflight']} in flight, "
-                  f"{info['consumers']} consumer(s)")
+            counts = format_counts(info["depth"], info["inflight"], info.get("in_doubt", 0))
+            print(f"/queue/{queue}: {counts}, {info['consumers']} consumer(s)")
     elif args.command == "stat":
         print(format_cluster_stat(answer))
     else:

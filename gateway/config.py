@@ -504,6 +504,7 @@ class MeshConfig:
     retry_interval_multiplier: float = _key(2.0, _number(1.0))
     max_retry_interval_ms: int = _key(10_000, _integer(1))
     reconnect_attempts: int = _key(-1, _integer(-1))
+    in_doubt_timeout_ms: int = _key(30_000, _integer(0))
     scale_down: bool = _key(False, _boolean)
     group_name: str = _key("", _string(*_NODE_NAME, empty=True))
 

@@ -38,14 +38,16 @@ class ManagementService:
     def local_stat(self) -> dict:
         return {
             "node": {"id": self.node_id, "name": self.name},
-            "queues": {name: {"depth": len(q), "consumers": len(q.consumers), "inflight": q.inflight}
+            "queues": {name: {"depth": len(q), "consumers": len(q.consumers), "inflight": q.inflight,
+                              "in_doubt": q.in_doubt}
                        for name, q in self.broker.queues.items()},
         }
 
     def topology(self) -> dict:
         if self.mesh_view is None:
             stat = self.local_stat()
-            queues = {name: [q["depth"], q["consumers"], q["inflight"]] for name, q in stat["queues"].items()}
+            queues = {name: [q["depth"], q["consumers"], q["inflight"], q["in_doubt"]]
+                      for name, q in stat["queues"].items()}
             nodes = {self.node_id: {"name": self.name, "links": [], "queues": queues}}
         else:
             nodes = self.mesh_view()

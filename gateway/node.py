@@ -121,6 +121,8 @@ class Node:
         if config.mesh is not None:
             self.mesh = self._make_mesh(config)  # before recovery: it owns some store records
         recovered = self.broker.recover()
+        if self.mesh is not None:
+            self.mesh.hold_recovered()
         if recovered:
             log.info("recovered %d persistent messages", recovered)
         if config.anonymous:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import struct
+from itertools import chain
 from typing import Any
 
-from gateway.broker.message import Message, decode_headers, encode_headers
+from gateway.broker.message import Message
 
 __all__ = ["LinkError", "LinkParser", "encode_control", "encode_message", "decode_message", "FrameType"]
 
@@ -28,9 +29,12 @@ class FrameType:
 
 
 _HEAD = struct.Struct(">IB")
-_MESSAGE = struct.Struct(">HHBHIIBqHBH")
+# text length, body length, kind, priority, expires, flags
+_MESSAGE = struct.Struct(">IIBBqB")
 _KINDS = {"queue": 0, "topic": 1}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
+_FIELDS = 5  # id, origin, address, path, target; header names and values follow
+_PERSISTENT, _MAYBE_DELIVERED, _JSON_TEXT = 1, 2, 4
 MAX_FRAME = 64 * 1024 * 1024
 
 
@@ -58,46 +62,48 @@ def decode_control(payload: bytes) -> Any:
 def encode_message(message: Message, origin: str, path: tuple[str, ...], target: str = "") -> bytes:
     """``origin`` is the node the message entered the mesh at (for duplicate
     detection); ``path`` the nodes it has crossed, the sender included; ``target``
-    a durable subscription to put it in (scale-down) instead of routing it."""
-    mid = message.id.encode()
-    org = origin.encode()
-    address = message.address.encode()
-    path = ",".join(path).encode()
-    headers, json_headers = encode_headers(message.headers)
+    a durable subscription to put it in (scale-down) instead of routing it.
+
+    Every string goes in one NUL-separated text block (one encode, one decode and
+    split on the other side); JSON only if some string holds a NUL itself."""
+    headers = message.headers
+    text = "\0".join((message.id, origin, message.address, ",".join(path), target,
+                      *chain.from_iterable(headers.items())))
+    # "May have been delivered already" makes the next node's delivery say redelivered:true.
+    flags = (_PERSISTENT if message.persistent else 0) | (
+        _MAYBE_DELIVERED if message.deliveries or message.recovered else 0)
+    if text.count("\0") != _FIELDS - 1 + 2 * len(headers):
+        text = json.dumps([message.id, origin, message.address, list(path), target, headers])
+        flags |= _JSON_TEXT
+    block = text.encode()
     body = message.body
-    # Bit 1 carries "may have been delivered already" so the next node's delivery
-    # says redelivered:true; bit 2 that the headers fell back to JSON.
-    maybe_delivered = message.deliveries or message.recovered
-    flags = (1 if message.persistent else 0) | (2 if maybe_delivered else 0) | (4 * json_headers)
-    tgt = target.encode()
-    head = _MESSAGE.pack(len(mid), len(org), _KINDS[message.kind], len(address), len(headers), len(body),
-                         message.priority, message.expires, len(path), flags, len(tgt))
-    return _frame(FrameType.MESSAGE, b"".join((head, mid, org, address, headers, path, tgt, body)))
+    head = _MESSAGE.pack(len(block), len(body), _KINDS[message.kind], message.priority, message.expires, flags)
+    return _HEAD.pack(_MESSAGE.size + len(block) + len(body), FrameType.MESSAGE) + head + block + body
 
 
 def decode_message(payload: bytes) -> tuple[Message, str, str]:
     try:
-        ilen, olen, kind, alen, hlen, blen, priority, expires, plen, flags, tlen = _MESSAGE.unpack_from(payload)
-        off = _MESSAGE.size
-        mid = payload[off:off + ilen].decode()
-        off += ilen
-        origin = payload[off:off + olen].decode()
-        off += olen
-        address = payload[off:off + alen].decode()
-        off += alen
-        headers = decode_headers(payload[off:off + hlen], 1 if flags & 4 else 0)
-        off += hlen
-        path = tuple(payload[off:off + plen].decode().split(",")) if plen else ()
-        off += plen
-        target = payload[off:off + tlen].decode()
-        off += tlen
-        body = payload[off:off + blen]
-        if len(body) != blen or off + blen != len(payload) or priority > 9:
+        tlen, blen, kind, priority, expires, flags = _MESSAGE.unpack_from(payload)
+        start = _MESSAGE.size
+        end = start + tlen
+        if end + blen != len(payload) or priority > 9:
             raise ValueError("lengths do not add up")
-        message = Message(mid, _KIND_NAMES[kind], address, headers, body, bool(flags & 1), priority, expires)
-        message.recovered = bool(flags & 2)
-    except (struct.error, ValueError, KeyError, UnicodeDecodeError) as error:
+        if flags & _JSON_TEXT:
+            mid, origin, address, path, target, headers = json.loads(payload[start:end])
+            path = tuple(path)
+        else:
+            parts = payload[start:end].decode().split("\0")
+            if len(parts) < _FIELDS or (len(parts) - _FIELDS) % 2:
+                raise ValueError("bad text block")
+            mid, origin, address, path_text, target = parts[:_FIELDS]
+            names_and_values = iter(parts[_FIELDS:])
+            headers = dict(zip(names_and_values, names_and_values, strict=True))
+            path = tuple(path_text.split(",")) if path_text else ()
+        message = Message(mid, _KIND_NAMES[kind], address, headers, payload[end:], bool(flags & _PERSISTENT),
+                          priority, expires)
+    except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
         raise LinkError(f"malformed message frame: {error}") from None
+    message.recovered = bool(flags & _MAYBE_DELIVERED)
     message.path = path
     return message, origin, target
 

@@ -9,20 +9,28 @@ message stays in the sender's store, in flight on the link subscription, until
 the receiver says it is STORED (durably, for persistent ones); a lost link
 returns what was in flight. The receiver keeps a durable duplicate marker per
 persistent message until the sender has durably forgotten the message
-(RELEASED), so a resend after a reconnect or a crash is dropped."""
+(RELEASED), so a resend after a reconnect or a crash is dropped.
+
+A persistent message whose link went before it was confirmed, or that this node
+recovered after a stop, may already be in a peer's custody: it is *in doubt*,
+held out of every queue until that peer (every peer this node has linked with,
+after a restart) lists the markers it holds on reconnect, or until
+``in_doubt_timeout_ms``. If the peer holds it, the peer keeps it and this node
+forgets it; otherwise it is dispatched again, marked redelivered. Sending it
+elsewhere at once would duplicate it unmarked at the peer."""
 
 from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from typing import Callable
+from typing import Callable, Iterable
 
 from twisted.internet import defer, task
 from twisted.internet import reactor as default_reactor
 
 from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE, TOPIC, Message
-from gateway.broker.queue import CLIENT_INDIVIDUAL, Subscription
+from gateway.broker.queue import CLIENT_INDIVIDUAL, Queue, Subscription
 from gateway.broker.session import Session
 from mesh.codec import FrameType, encode_message
 from mesh.link import PROTOCOL_VERSION, LinkClientFactory, LinkProtocol, LinkServerFactory
@@ -33,6 +41,7 @@ LINK_WINDOW = 10_000  # messages in flight per link subscription before the peer
 _RECENT_WINDOW = 100_000
 _TOPIC_MARKER_GRACE = 60.0  # seconds a released topic marker is kept for copies by other paths
 _MARKER = "S:"
+_PEER = "P:"  # one record per node this node has linked with: who may hold its messages after a restart
 
 
 class _Peer:
@@ -48,6 +57,17 @@ class _Peer:
         self.forwarded: dict[str, Subscription] = {}  # message id -> link subscription holding it
         self.retiring: set[Subscription] = set()  # no demand any more; waiting for confirmations
         self.to_confirm: list[str] = []
+
+
+class _InDoubt:
+    """A persistent message out of its queue while some peers may hold it."""
+
+    __slots__ = ("queue", "message", "waiting")
+
+    def __init__(self, queue: Queue, message: Message, waiting: set[str]) -> None:
+        self.queue = queue
+        self.message = message
+        self.waiting = waiting
 
 
 class _Forwarder:
@@ -143,6 +163,10 @@ class MeshNode:
         self._topology_seq = 0
         self._gossip_loop = None
         broker.foreign_records[_MARKER] = self._recover_marker
+        self.known_peers: dict[str, Message] = {}  # peer id -> its durable record
+        broker.foreign_records[_PEER] = self._recover_peer
+        self._doubt: dict[str, _InDoubt] = {}  # message id -> where it waits
+        self._doubt_timers: dict[str, object] = {}  # peer id -> when to stop waiting for it
         # STRICT: each new message goes round-robin to this node or a node with the
         # queue, consumers or not; a backlog never moves.
         broker.strict_routing = config.message_load_balancing == "STRICT"
@@ -192,6 +216,9 @@ class MeshNode:
         target = targets[0]
         peer_id = target.link.peer_id
         self.scaling_down = True
+        # This node is going: what a peer may hold is handed over too, marked
+        # redelivered, rather than left where no one would ever deliver it.
+        self.release_doubts()
         for name, queue in list(self.broker.queues.items()):
             if not len(queue) or name in target.queue_subs:
                 continue
@@ -219,7 +246,7 @@ class MeshNode:
             yield task.deferLater(self.reactor, 0.05, lambda: None)
             waited += 0.05
         durable = [b.queue for b in self.broker.bindings.values() if b.durable]
-        left = sum(len(q) + q.inflight for q in (*self.broker.queues.values(), *durable))
+        left = sum(len(q) + q.inflight + q.in_doubt for q in (*self.broker.queues.values(), *durable))
         if left:
             log.warning("mesh: scale-down left %d message(s) in this node's store", left)
         else:
@@ -227,7 +254,7 @@ class MeshNode:
 
     def _holding(self) -> bool:
         durable = (b.queue for b in self.broker.bindings.values() if b.durable)
-        return any(len(q) or q.inflight for q in (*self.broker.queues.values(), *durable))
+        return any(len(q) or q.inflight or q.in_doubt for q in (*self.broker.queues.values(), *durable))
 
     def remove_connector(self, address: tuple[str, int]) -> None:
         for connector in [c for c in self.connectors if c.address == tuple(address)]:
@@ -299,6 +326,10 @@ class MeshNode:
         session = self.broker.open_session(_Forwarder(self, peer_id), f"link-{link.peer_name}-{peer_id[:8]}")
         self.peers[peer_id] = _Peer(link, session)
         log.info("mesh: linked with %s", link.peer_name)
+        if peer_id not in self.known_peers:
+            record = Message(peer_id, QUEUE, "", {}, b"", True)
+            self.store.add(_PEER, record)
+            self.known_peers[peer_id] = record
         link.send_control(FrameType.MARKERS, sorted(self.markers.get(peer_id, {})))
         self.schedule_advertise()
         self.gossip()
@@ -314,10 +345,69 @@ class MeshNode:
 
     def _drop_peer(self, peer_id: str) -> None:
         peer = self.peers.pop(peer_id)
+        doubtful: list[tuple[Queue, Message]] = []
         for sub in peer.session.subscriptions.values():
+            if sub.queue.key.startswith("Q:"):
+                # Another node could take these now: hold them until the peer says whether it has them.
+                for message_id in [i for i, m in sub.inflight.items() if m.persistent]:
+                    doubtful.append((sub.queue, sub.inflight.pop(message_id)))
             for message in sub.inflight.values():
                 message.recovered = True  # the peer may have delivered it before the link went
         peer.session.close()
+        if doubtful:
+            self._doubt_about(doubtful, {peer_id})
+
+    # -- custody in doubt -----------------------------------------------------------------
+
+    def hold_recovered(self) -> None:
+        """After a restart any recovered queue message may have been in flight to
+        a peer: hold each until every peer this node has linked with has said."""
+        if not self.known_peers:
+            return
+        doubtful = []
+        for queue in self.broker.queues.values():
+            doubtful.extend((queue, message) for message in queue.take_all())
+        self._doubt_about(doubtful, set(self.known_peers))
+
+    def _doubt_about(self, doubtful: list[tuple[Queue, Message]], peers: set[str]) -> None:
+        for queue, message in doubtful:
+            message.recovered = True
+            queue.in_doubt += 1
+            self._doubt[message.id] = _InDoubt(queue, message, set(peers))
+        timeout = self.config.in_doubt_timeout_ms / 1000.0
+        for peer_id in peers:
+            if peer_id not in self._doubt_timers:
+                self._doubt_timers[peer_id] = self.reactor.callLater(timeout, self._peer_answered, peer_id, ())
+
+    def _peer_answered(self, peer_id: str, held: Iterable[str]) -> list[str]:
+        """The peer listed the message ids it holds from us (or stopped being
+        waited for): forget those, and dispatch again what no one else may hold.
+        Returns the ids forgotten."""
+        timer = self._doubt_timers.pop(peer_id, None)
+        if timer is not None and timer.active():
+            timer.cancel()
+        forgotten = []
+        for message_id in held:
+            entry = self._doubt.pop(message_id, None)
+            if entry is not None:
+                entry.queue.in_doubt -= 1
+                self.broker.consumed(entry.queue, entry.message)
+                forgotten.append(message_id)
+        released: dict[Queue, list[Message]] = {}
+        for message_id, entry in list(self._doubt.items()):
+            entry.waiting.discard(peer_id)
+            if not entry.waiting:
+                del self._doubt[message_id]
+                entry.queue.in_doubt -= 1
+                released.setdefault(entry.queue, []).append(entry.message)
+        for queue, messages in released.items():
+            self.broker.requeue(queue, messages)
+        return forgotten
+
+    def release_doubts(self) -> None:
+        """Stop waiting for anyone (scale-down hands everything over)."""
+        for peer_id in list(self._doubt_timers):
+            self._peer_answered(peer_id, ())
 
     # -- redistribution -------------------------------------------------------------------
 
@@ -501,18 +591,24 @@ class MeshNode:
         peer = self.peers.get(link.peer_id)
         if peer is None:
             return
-        entry = _entry(target, message.id)
+        entry = f"{target}/{message.id}" if target else message.id
         key = f"{origin}/{entry}"
-        markers = self.markers.setdefault(link.peer_id, {})
-        # A copy may come round another way (rings), even after the first one's
-        # marker is released: the recent window catches those; markers catch
-        # resends across restarts.
-        if key not in self._recent and not any(key in held for held in self.markers.values()):
+        if self.node_id in message.path:
+            # It left this node and comes back to follow consumers here: no copy of it
+            # is here, whatever the recent window says; only this sender's resend is.
+            duplicate = message.persistent and key in self.markers.get(link.peer_id, ())
+        else:
+            # A copy may come round another way (rings), even after the first one's
+            # marker is released: the recent window catches those; markers catch
+            # resends across restarts (only persistent messages have markers).
+            duplicate = key in self._recent or (
+                message.persistent and any(key in held for held in self.markers.values()))
+        if not duplicate:
             if message.persistent:
                 # The kind says how long to keep it once released (topics: a while).
                 marker = Message(key, message.kind, "", {}, b"", True)
                 self.store.add(_MARKER + link.peer_id, marker)
-                markers[key] = marker
+                self.markers.setdefault(link.peer_id, {})[key] = marker
             self._recent[key] = None
             if len(self._recent) > _RECENT_WINDOW:
                 self._recent.popitem(last=False)
@@ -537,19 +633,26 @@ class MeshNode:
         if peer is None:
             return
         released = []
+        forwarded = peer.forwarded
+        consumed = self.broker.consumed
+        settled: set[Subscription] = set()
         for entry in ids:
-            sub = peer.forwarded.pop(entry, None)
-            message_id = entry.rpartition("/")[2]
-            if sub is None or message_id not in sub.inflight:
+            sub = forwarded.pop(entry, None)
+            message = None if sub is None else sub.inflight.pop(entry.rpartition("/")[2], None)
+            if message is None:
                 continue
-            message = sub.inflight[message_id]
-            origin = message.path[0] if message.path else self.node_id
             if message.persistent:
+                origin = message.path[0] if message.path else self.node_id
                 released.append(f"{origin}/{entry}")
-            peer.session.settle(sub, message_id, cumulative=False)
+            consumed(sub.queue, message)
+            settled.add(sub)
+        # One dispatch per subscription for the whole batch: the window refills in one go.
+        for sub in settled:
             if sub in peer.retiring and not sub.inflight:
                 peer.retiring.discard(sub)
                 peer.session.unsubscribe(sub.id)
+            else:
+                sub.queue.dispatch()
         if released:
             peer_id = link.peer_id
 
@@ -580,10 +683,24 @@ class MeshNode:
             self.store.remove(_MARKER + peer_id, marker)
 
     def markers_received(self, link: LinkProtocol, keys: list[str]) -> None:
-        """The peer still remembers these from us: release the ones we no longer hold."""
-        gone = [key for key in keys if not self.store.holds(key.rpartition("/")[2])]
-        if gone:
-            link.send_control(FrameType.RELEASED, gone)
+        """The peer lists what it holds from us, on every new link: those in doubt
+        are its now; release what we no longer hold."""
+        by_id = {key.rpartition("/")[2]: key for key in keys}
+        taken = self._peer_answered(link.peer_id, by_id)
+        gone = [key for message_id, key in by_id.items() if not self.store.holds(message_id)]
+        if not gone:
+            return
+        peer_id = link.peer_id
+
+        def send(_: object) -> None:
+            current = self.peers.get(peer_id)
+            if current is not None:
+                current.link.send_control(FrameType.RELEASED, gone)
+
+        if taken:
+            self.store.when_durable().addCallback(send)  # our copies must be durably gone first
+        else:
+            send(None)
 
     def durable_received(self, link: LinkProtocol, spec: dict) -> None:
         if "link" in spec:
@@ -594,6 +711,9 @@ class MeshNode:
     def _recover_marker(self, key: str, marker: Message) -> None:
         self.markers.setdefault(key[len(_MARKER):], {})[marker.id] = marker
 
+    def _recover_peer(self, key: str, record: Message) -> None:
+        self.known_peers[record.id] = record
+
     # -- topology -------------------------------------------------------------------------
 
     def own_view(self) -> dict:
@@ -603,7 +723,8 @@ class MeshNode:
             "stomp": list(self.stomp_address),
             "link": list(self.link_address),
             "links": sorted(self.peers),
-            "queues": {name: [len(q), len(q.consumers), q.inflight] for name, q in self.broker.queues.items()},
+            "queues": {name: [len(q), len(q.consumers), q.inflight, q.in_doubt]
+                       for name, q in self.broker.queues.items()},
             "version": [self.started_at, self._topology_seq],
         }
 

@@ -106,6 +106,8 @@ class Queue:
         self._has_selectors = False
         self.enqueued = 0
         self.dequeued = 0
+        # Messages the mesh holds out of the queue while a peer may have them (see mesh.node).
+        self.in_doubt = 0
 
     def __len__(self) -> int:
         return self._count

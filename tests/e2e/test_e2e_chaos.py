@@ -105,8 +105,8 @@ def consume(node, destination: str, deliveries: list, stop: threading.Event) -> 
 def queue_depths(nodes, address: str) -> dict[str, int]:
     depths = {}
     for node in nodes:
-        stat = request(HOST, node.stomp, "stat")["queues"].get(address, {"depth": 0, "inflight": 0})
-        depths[node.name] = stat["depth"] + stat["inflight"]
+        stat = request(HOST, node.stomp, "stat")["queues"].get(address, {"depth": 0, "inflight": 0, "in_doubt": 0})
+        depths[node.name] = stat["depth"] + stat["inflight"] + stat["in_doubt"]
     return depths
 
 

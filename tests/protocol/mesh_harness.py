@@ -31,14 +31,36 @@ class Sink:
         return [m.body for m in self.messages]
 
 
+class KeepingStore(MemoryStore):
+    """A memory store that hands back what it holds when a node "restarts" on it,
+    as a journal does after a crash (every write counts as synced)."""
+
+    def recover(self):
+        for (key, _), message in list(self.messages.items()):
+            twin = message.copy()
+            twin.headers = dict(message.headers)
+            yield key, twin
+
+
 class SimNode:
     def __init__(self, harness: MeshHarness, name: str, **config) -> None:
         self.name = name
-        self.broker = Broker(MemoryStore(), clock=harness.clock, compile_selector=compile_selector)
-        options = {"insecure_cluster": True, **harness.defaults, **config}
-        self.mesh = MeshNode(MeshConfig(**options), node_id=str(uuid.uuid4()), name=name, broker=self.broker,
-                             started_at=harness.clock.seconds(), stomp_address=("127.0.0.1", 0),
-                             reactor=harness.clock)
+        self.harness = harness
+        self.config = {"insecure_cluster": True, **harness.defaults, **config}
+        self._boot(KeepingStore(), str(uuid.uuid4()))
+
+    def _boot(self, store: KeepingStore, node_id: str) -> None:
+        clock = self.harness.clock
+        self.broker = Broker(store, clock=clock, compile_selector=compile_selector)
+        self.mesh = MeshNode(MeshConfig(**self.config), node_id=node_id, name=self.name, broker=self.broker,
+                             started_at=clock.seconds(), stomp_address=("127.0.0.1", 0), reactor=clock)
+
+    def restart(self) -> None:
+        """Crash and start again on the same store, as gateway.node does (links must be cut first)."""
+        assert not self.mesh.peers, "cut this node's links before restarting it"
+        self._boot(self.broker.store, self.mesh.node_id)
+        self.broker.recover()
+        self.mesh.hold_recovered()
 
     def consumer(self, address: str, ack: str = "auto", selector: str | None = None, kind: str = QUEUE):
         sink = Sink()
@@ -48,6 +70,11 @@ class SimNode:
 
     def send(self, address: str, body: bytes, kind: str = QUEUE, persistent: bool = True, **headers) -> None:
         self.broker.send(kind, address, dict(headers), body, persistent)
+
+    @property
+    def stored(self) -> list[str]:
+        """Ids of the messages in this node's store (not the mesh's bookkeeping records)."""
+        return [message_id for key, message_id in self.broker.store.messages if key[:2] in ("Q:", "L:", "D:")]
 
     def depth(self, address: str) -> int:
         queue = self.broker.queues.get(address)

@@ -17,7 +17,7 @@ def test_queue_messages_go_where_the_consumers_are_and_leave_the_sender():
         a.send("orders", b"m%d" % i)
     mesh.settle()
     assert sink.bodies == [b"m%d" % i for i in range(20)]
-    assert a.depth("orders") == 0 and not a.broker.store.messages  # custody passed on STORED
+    assert a.depth("orders") == 0 and not a.stored  # custody passed on STORED
 
 
 def test_local_consumers_with_capacity_come_first():
@@ -45,24 +45,6 @@ def test_busy_local_consumer_overflows_to_the_mesh():
         a.send("orders", b"m%d" % i)
     mesh.settle()
     assert len(local.messages) == 2 and len(remote.messages) == 8
-
-
-def test_link_loss_returns_unconfirmed_forwards_marked_redelivered():
-    mesh = MeshHarness()
-    a, b = mesh.node("a"), mesh.node("b")
-    pump = mesh.link(a, b)
-    b.consumer("orders")
-    mesh.settle()
-    a.send("orders", b"in flight")
-    mesh.clock.advance(0)  # dispatched onto the link, not yet pumped across
-    queue = a.broker.queues["orders"]
-    assert queue.inflight == 1
-    # The link dies with the message still in a's socket buffer: b never sees it.
-    mesh.pumps.remove(pump)
-    a.mesh.peers[b.mesh.node_id].link.connectionLost(None)
-    assert len(queue) == 1 and queue.inflight == 0
-    (message,) = list(queue)
-    assert message.redelivered and message.deliveries == 0  # a hint, not a spent attempt
 
 
 def test_duplicate_forward_is_dropped_but_confirmed():
@@ -437,3 +419,26 @@ def test_released_topic_markers_linger_to_catch_late_copies():
     assert sink.bodies == [b"once"]
     mesh.clock.advance(61)
     assert held == {}
+
+
+def test_a_message_that_comes_back_to_follow_consumers_is_not_taken_for_a_copy():
+    mesh = MeshHarness()
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    mesh.link(a, b)
+    mesh.link(b, c)
+    at_b, first = b.consumer("orders", ack="client-individual")
+    at_b.subscriptions["s"].prefetch = 1
+    mesh.settle()
+    a.send("orders", b"taken")
+    a.send("orders", b"travels")
+    mesh.settle()
+    assert first.bodies == [b"taken"] and b.depth("orders") == 2  # b received both from a
+    at_c, _ = c.consumer("orders", ack="client-individual")
+    at_c.subscriptions["s"].prefetch = 0  # c wants the queue but takes nothing yet
+    at_b.close()  # b's consumer leaves: its backlog follows c's demand
+    mesh.settle()
+    assert b.depth("orders") == 0 and c.depth("orders") == 2
+    at_c.close()
+    _, again = b.consumer("orders")  # and now back to b, where a consumer is again
+    mesh.settle()
+    assert sorted(again.bodies) == [b"taken", b"travels"] and c.depth("orders") == 0

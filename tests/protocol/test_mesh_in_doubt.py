@@ -1,0 +1,144 @@
+"""Custody in doubt: a persistent message whose link went before the peer
+confirmed it, or that a node recovered after a restart, may already be the
+peer's. It waits, out of its queue, until the peer says (or in_doubt_timeout_ms);
+sending it elsewhere at once would deliver it twice, once unmarked."""
+
+from __future__ import annotations
+
+from tests.protocol.mesh_harness import MeshHarness
+
+TIMEOUT_MS = 5000
+
+
+def lose(mesh: MeshHarness, pump, *nodes) -> None:
+    """The link dies with whatever is still in its buffers: neither side sees more."""
+    mesh.pumps.remove(pump)
+    for node in nodes:
+        for peer in list(node.mesh.peers.values()):
+            if peer.link.transport in (pump.client.transport, pump.server.transport):
+                peer.link.connectionLost(None)
+
+
+def test_a_forward_the_peer_stored_before_the_link_went_goes_nowhere_else():
+    mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    to_b = mesh.link(a, b)
+    mesh.link(a, c)
+    _, at_b = b.consumer("orders")
+    mesh.settle()
+    a.send("orders", b"once")
+    mesh.clock.advance(0)
+    to_b.pump()  # b stores and delivers it; its STORED never reaches a
+    (sent,) = at_b.messages
+    lose(mesh, to_b, a, b)
+    _, at_c = c.consumer("orders")
+    mesh.settle()
+    queue = a.broker.queues["orders"]
+    assert at_c.messages == [] and queue.in_doubt == 1 and a.broker.store.holds(sent.id)
+    mesh.link(a, b)  # b lists its markers: the message is b's, so a forgets it
+    mesh.settle()
+    assert at_b.bodies == [b"once"] and at_c.messages == []
+    assert queue.in_doubt == 0 and len(queue) == 0 and a.stored == []
+    assert b.mesh.markers[a.mesh.node_id] == {}  # a said RELEASED once its copy was gone
+    mesh.clock.advance(TIMEOUT_MS / 1000)
+    mesh.settle()
+    assert at_c.messages == [] and at_b.bodies == [b"once"]
+
+
+def test_a_forward_the_peer_never_got_goes_out_again_marked_redelivered():
+    mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
+    a, b = mesh.node("a"), mesh.node("b")
+    to_b = mesh.link(a, b)
+    _, at_b = b.consumer("orders")
+    mesh.settle()
+    a.send("orders", b"in flight")
+    mesh.clock.advance(0)  # on the link, still in a's buffer
+    queue = a.broker.queues["orders"]
+    assert queue.inflight == 1
+    lose(mesh, to_b, a, b)
+    assert queue.inflight == 0 and len(queue) == 0 and queue.in_doubt == 1
+    mesh.link(a, b)
+    mesh.settle()
+    (delivered,) = at_b.messages
+    assert delivered.body == b"in flight" and delivered.redelivered and delivered.deliveries == 1
+    assert queue.in_doubt == 0 and not a.stored
+
+
+def test_a_peer_that_does_not_come_back_is_waited_for_only_so_long():
+    mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    to_b = mesh.link(a, b)
+    mesh.link(a, c)
+    b.consumer("orders")
+    mesh.settle()
+    a.send("orders", b"stranded?")
+    mesh.clock.advance(0)
+    lose(mesh, to_b, a, b)
+    _, at_c = c.consumer("orders")
+    mesh.settle()
+    mesh.clock.advance(TIMEOUT_MS / 1000 - 0.1)
+    mesh.settle()
+    assert at_c.messages == []
+    mesh.clock.advance(0.1)
+    mesh.settle()
+    (delivered,) = at_c.messages
+    assert delivered.body == b"stranded?" and delivered.redelivered
+    assert a.broker.queues["orders"].in_doubt == 0
+
+
+def test_after_a_restart_recovered_messages_wait_for_every_peer_known_before():
+    mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    to_b = mesh.link(a, b)
+    to_c = mesh.link(a, c)
+    b_session, at_b = b.consumer("orders")
+    mesh.settle()
+    a.send("orders", b"with b")
+    mesh.clock.advance(0)
+    to_b.pump()  # b has it; a dies before the STORED arrives
+    lose(mesh, to_b, a, b)
+    b_session.close()
+    for i in range(3):
+        a.send("orders", b"backlog %d" % i)
+    lose(mesh, to_c, a, c)
+    a.restart()
+    queue = a.broker.queues["orders"]
+    assert len(queue) == 0 and queue.in_doubt == 4
+    _, at_c = c.consumer("orders")
+    mesh.link(a, c)
+    mesh.settle()
+    assert at_c.messages == [] and queue.in_doubt == 4  # b has not said yet
+    mesh.link(a, b)
+    mesh.settle()
+    assert at_b.bodies == [b"with b"]
+    assert at_c.bodies == [b"backlog 0", b"backlog 1", b"backlog 2"] and all(m.redelivered for m in at_c.messages)
+    assert queue.in_doubt == 0 and a.stored == []
+
+
+def test_a_node_without_peers_holds_nothing_back_after_a_restart():
+    mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
+    a = mesh.node("a")
+    a.send("orders", b"kept")
+    a.restart()
+    _, sink = a.consumer("orders")
+    assert sink.bodies == [b"kept"] and sink.messages[0].redelivered
+
+
+def test_scale_down_hands_over_what_is_in_doubt():
+    mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    to_b = mesh.link(a, b)
+    mesh.link(a, c)
+    b.consumer("orders")
+    mesh.settle()
+    a.send("orders", b"in doubt")
+    mesh.clock.advance(0)
+    lose(mesh, to_b, a, b)
+    assert a.broker.queues["orders"].in_doubt == 1
+    done = []
+    a.mesh.scale_down().addCallback(done.append)
+    for _ in range(20):
+        mesh.settle()
+        mesh.clock.advance(0.05)
+    assert done and [m.body for m in c.broker.queues["orders"]] == [b"in doubt"]
+    assert a.stored == []
