@@ -47,8 +47,9 @@ def format_topology(answer: dict) -> str:
         links = ", ".join(names.get(peer, peer[:8]) for peer in info.get("links", [])) or "-"
         address = ":".join(map(str, info.get("stomp", []))) or "?"
         lines.append(f"  {names[node_id]} ({node_id}) stomp {address}; links: {links}")
-        for queue, (depth, consumers, inflight, in_doubt) in sorted(info.get("queues", {}).items()):
-            lines.append(f"    /queue/{queue}: {format_counts(depth, inflight, in_doubt)}, {consumers} consumer(s)")
+        for queue, (depth, consumers, inflight, *in_doubt) in sorted(info.get("queues", {}).items()):
+            counts = format_counts(depth, inflight, sum(in_doubt))
+            lines.append(f"    /queue/{queue}: {counts}, {consumers} consumer(s)")
     return "\n".join(lines)
 
 
@@ -57,8 +58,9 @@ def format_cluster_stat(answer: dict) -> str:
     totals: dict[str, list[int]] = {}
     per_node: dict[str, list[tuple[str, int, int]]] = {}
     for info in nodes.values():
-        for queue, (depth, consumers, inflight, in_doubt) in info.get("queues", {}).items():
-            held = depth + inflight + in_doubt
+        # Nodes before in-doubt counts sent three numbers per queue.
+        for queue, (depth, consumers, inflight, *in_doubt) in info.get("queues", {}).items():
+            held = depth + inflight + sum(in_doubt)
             total = totals.setdefault(queue, [0, 0])
             total[0] += held
             total[1] += consumers
