@@ -163,7 +163,7 @@ class MeshNode:
         self._topology_seq = 0
         self._gossip_loop = None
         broker.foreign_records[_MARKER] = self._recover_marker
-        self.known_peers: dict[str, Message] = {}  # peer id -> its durable record
+        self.known_peers: set[str] = set()  # each has a durable record under _PEER
         broker.foreign_records[_PEER] = self._recover_peer
         self._doubt: dict[str, _InDoubt] = {}  # message id -> where it waits
         self._doubt_timers: dict[str, object] = {}  # peer id -> when to stop waiting for it
@@ -327,9 +327,8 @@ class MeshNode:
         self.peers[peer_id] = _Peer(link, session)
         log.info("mesh: linked with %s", link.peer_name)
         if peer_id not in self.known_peers:
-            record = Message(peer_id, QUEUE, "", {}, b"", True)
-            self.store.add(_PEER, record)
-            self.known_peers[peer_id] = record
+            self.store.add(_PEER, Message(peer_id, QUEUE, "", {}, b"", True))
+            self.known_peers.add(peer_id)
         link.send_control(FrameType.MARKERS, sorted(self.markers.get(peer_id, {})))
         self.schedule_advertise()
         self.gossip()
@@ -367,7 +366,7 @@ class MeshNode:
         doubtful = []
         for queue in self.broker.queues.values():
             doubtful.extend((queue, message) for message in queue.take_all())
-        self._doubt_about(doubtful, set(self.known_peers))
+        self._doubt_about(doubtful, self.known_peers)
 
     def _doubt_about(self, doubtful: list[tuple[Queue, Message]], peers: set[str]) -> None:
         for queue, message in doubtful:
@@ -591,7 +590,7 @@ class MeshNode:
         peer = self.peers.get(link.peer_id)
         if peer is None:
             return
-        entry = f"{target}/{message.id}" if target else message.id
+        entry = _entry(target, message.id)
         key = f"{origin}/{entry}"
         if self.node_id in message.path:
             # It left this node and comes back to follow consumers here: no copy of it
@@ -654,14 +653,7 @@ class MeshNode:
             else:
                 sub.queue.dispatch()
         if released:
-            peer_id = link.peer_id
-
-            def send(_: object) -> None:
-                current = self.peers.get(peer_id)
-                if current is not None:
-                    current.link.send_control(FrameType.RELEASED, released)
-
-            self.store.when_durable().addCallback(send)
+            self._release_when_durable(link.peer_id, released)
 
     def released(self, link: LinkProtocol, keys: list[str]) -> None:
         peer_id = link.peer_id
@@ -688,19 +680,20 @@ class MeshNode:
         by_id = {key.rpartition("/")[2]: key for key in keys}
         taken = self._peer_answered(link.peer_id, by_id)
         gone = [key for message_id, key in by_id.items() if not self.store.holds(message_id)]
-        if not gone:
-            return
-        peer_id = link.peer_id
+        if taken:
+            self._release_when_durable(link.peer_id, gone)  # our copies must be durably gone first
+        elif gone:
+            link.send_control(FrameType.RELEASED, gone)
+
+    def _release_when_durable(self, peer_id: str, keys: list[str]) -> None:
+        """Tell the peer it may drop these markers once our removals are on disk."""
 
         def send(_: object) -> None:
             current = self.peers.get(peer_id)
             if current is not None:
-                current.link.send_control(FrameType.RELEASED, gone)
+                current.link.send_control(FrameType.RELEASED, keys)
 
-        if taken:
-            self.store.when_durable().addCallback(send)  # our copies must be durably gone first
-        else:
-            send(None)
+        self.store.when_durable().addCallback(send)
 
     def durable_received(self, link: LinkProtocol, spec: dict) -> None:
         if "link" in spec:
@@ -712,7 +705,7 @@ class MeshNode:
         self.markers.setdefault(key[len(_MARKER):], {})[marker.id] = marker
 
     def _recover_peer(self, key: str, record: Message) -> None:
-        self.known_peers[record.id] = record
+        self.known_peers.add(record.id)
 
     # -- topology -------------------------------------------------------------------------
 
