@@ -104,6 +104,15 @@ class MeshHarness:
         self.settle()
         self.pumps.remove(pump)
 
+    def scale_down(self, node: SimNode) -> bool:
+        """Run a node's scale-down on the clock; whether it finished within a second."""
+        done = []
+        node.mesh.scale_down().addCallback(done.append)
+        for _ in range(20):
+            self.settle()
+            self.clock.advance(0.05)
+        return bool(done)
+
     def settle(self, rounds: int = 50) -> None:
         """Run the reactor's zero-delay calls and move every byte until nothing moves."""
         for _ in range(rounds):

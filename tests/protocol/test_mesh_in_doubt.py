@@ -19,18 +19,26 @@ def lose(mesh: MeshHarness, pump, *nodes) -> None:
                 peer.link.connectionLost(None)
 
 
-def test_a_forward_the_peer_stored_before_the_link_went_goes_nowhere_else():
+def forward_on_a_dying_link(body: bytes, peer_stores_it: bool):
+    """a, linked to b and c, forwards one message to b (where the consumer is);
+    the a-b link dies before b's STORED reaches a."""
     mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
     a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
     to_b = mesh.link(a, b)
     mesh.link(a, c)
     _, at_b = b.consumer("orders")
     mesh.settle()
-    a.send("orders", b"once")
-    mesh.clock.advance(0)
-    to_b.pump()  # b stores and delivers it; its STORED never reaches a
-    (sent,) = at_b.messages
+    a.send("orders", body)
+    mesh.clock.advance(0)  # on the link, still in a's buffer
+    if peer_stores_it:
+        to_b.pump()  # b stores and delivers it; its STORED never reaches a
     lose(mesh, to_b, a, b)
+    return mesh, a, b, c, at_b
+
+
+def test_a_forward_the_peer_stored_before_the_link_went_goes_nowhere_else():
+    mesh, a, b, c, at_b = forward_on_a_dying_link(b"once", peer_stores_it=True)
+    (sent,) = at_b.messages
     _, at_c = c.consumer("orders")
     mesh.settle()
     queue = a.broker.queues["orders"]
@@ -65,15 +73,7 @@ def test_a_forward_the_peer_never_got_goes_out_again_marked_redelivered():
 
 
 def test_a_peer_that_does_not_come_back_is_waited_for_only_so_long():
-    mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
-    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
-    to_b = mesh.link(a, b)
-    mesh.link(a, c)
-    b.consumer("orders")
-    mesh.settle()
-    a.send("orders", b"stranded?")
-    mesh.clock.advance(0)
-    lose(mesh, to_b, a, b)
+    mesh, a, b, c, _ = forward_on_a_dying_link(b"stranded?", peer_stores_it=False)
     _, at_c = c.consumer("orders")
     mesh.settle()
     mesh.clock.advance(TIMEOUT_MS / 1000 - 0.1)
@@ -125,20 +125,8 @@ def test_a_node_without_peers_holds_nothing_back_after_a_restart():
 
 
 def test_scale_down_hands_over_what_is_in_doubt():
-    mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
-    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
-    to_b = mesh.link(a, b)
-    mesh.link(a, c)
-    b.consumer("orders")
-    mesh.settle()
-    a.send("orders", b"in doubt")
-    mesh.clock.advance(0)
-    lose(mesh, to_b, a, b)
+    mesh, a, b, c, _ = forward_on_a_dying_link(b"in doubt", peer_stores_it=False)
     assert a.broker.queues["orders"].in_doubt == 1
-    done = []
-    a.mesh.scale_down().addCallback(done.append)
-    for _ in range(20):
-        mesh.settle()
-        mesh.clock.advance(0.05)
+    done = mesh.scale_down(a)
     assert done and [m.body for m in c.broker.queues["orders"]] == [b"in doubt"]
     assert a.stored == []

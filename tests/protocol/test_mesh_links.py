@@ -211,11 +211,7 @@ def test_scale_down_hands_every_message_over():
     for i in range(5):
         a.send("orders", b"p%d" % i)
         a.send("audit", b"n%d" % i, persistent=False)
-    done = []
-    a.mesh.scale_down().addCallback(done.append)
-    for _ in range(20):
-        mesh.settle()
-        mesh.clock.advance(0.05)
+    done = mesh.scale_down(a)
     assert done and a.depth("orders") == a.depth("audit") == 0
     assert b.depth("orders") == 5 and b.depth("audit") == 5
 
@@ -368,11 +364,7 @@ def test_scale_down_hands_over_durable_subscription_backlogs():
     other.close()
     for i in range(3):
         a.send("news.eu", b"n%d" % i, kind=TOPIC)
-    done = []
-    a.mesh.scale_down().addCallback(done.append)
-    for _ in range(20):
-        mesh.settle()
-        mesh.clock.advance(0.05)
+    done = mesh.scale_down(a)
     assert done
     for name in ("app.feed", "app.audit"):
         assert not len(a.broker.bindings[name].queue)
@@ -390,11 +382,7 @@ def test_scale_down_hands_over_what_waits_for_a_peer_whose_link_is_down():
     mesh.cut(to_c)  # c is away; a keeps persistent news for it
     a.send("news", b"for c", kind=TOPIC)
     assert [m.body for m in a.broker.bindings["link/" + c.mesh.node_id].queue] == [b"for c"]
-    done = []
-    a.mesh.scale_down().addCallback(done.append)
-    for _ in range(20):
-        mesh.settle()
-        mesh.clock.advance(0.05)
+    done = mesh.scale_down(a)
     assert done and [m.body for m in b.broker.bindings["link/" + c.mesh.node_id].queue] == [b"for c"]
     mesh.link(b, c)
     mesh.settle()
