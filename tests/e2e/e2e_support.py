@@ -438,25 +438,23 @@ class Client:
         self._wait(rid, True)
 
     def ack(self, message, transaction: str | None = None, receipt=False) -> None:
-        rid = _receipt_id() if receipt is True else (receipt or None)
-        h = message.headers
-        if self.version == "1.2":
-            self.conn.ack(h["ack"], transaction=transaction, receipt=rid)
-        elif self.version == "1.1":
-            self.conn.ack(h["message-id"], h["subscription"], transaction=transaction, receipt=rid)
-        else:
-            self.conn.ack(h["message-id"], transaction=transaction, receipt=rid)
-        self._wait(rid, True)
+        self._settle(self.conn.ack, message, transaction, receipt)
 
     def nack(self, message, transaction: str | None = None, receipt=False) -> None:
+        if self.version == "1.0":
+            raise AssertionError("STOMP 1.0 has no NACK")
+        self._settle(self.conn.nack, message, transaction, receipt)
+
+    def _settle(self, method, message, transaction: str | None, receipt) -> None:
+        """ACK or NACK, addressed the way the connection's STOMP version wants."""
         rid = _receipt_id() if receipt is True else (receipt or None)
         h = message.headers
         if self.version == "1.2":
-            self.conn.nack(h["ack"], transaction=transaction, receipt=rid)
+            method(h["ack"], transaction=transaction, receipt=rid)
         elif self.version == "1.1":
-            self.conn.nack(h["message-id"], h["subscription"], transaction=transaction, receipt=rid)
+            method(h["message-id"], h["subscription"], transaction=transaction, receipt=rid)
         else:
-            raise AssertionError("STOMP 1.0 has no NACK")
+            method(h["message-id"], transaction=transaction, receipt=rid)
         self._wait(rid, True)
 
     def begin(self, transaction: str, receipt=True) -> None:
