@@ -130,9 +130,9 @@ bench "$WORK/meshgate-pair.txt" meshgate-pair "$MG_A_STOMP" "$MG_B_STOMP" "$MG_A
     --repeat "$REPEAT" --scenario "${SCENARIOS[@]}"
 if [ "$PROFILE" = 1 ]; then
     for sc in "${SCENARIOS[@]}"; do
-        "$PYSPY" record -p "$MG_A_PID" -f raw -o "$WORK/profile-a-$sc.txt" >"$WORK/py-spy-a-$sc.log" 2>&1 &
+        "$PYSPY" record --rate 500 --nonblocking -p "$MG_A_PID" -f raw -o "$WORK/profile-a-$sc.txt" >"$WORK/py-spy-a-$sc.log" 2>&1 &
         SPY_A=$!
-        "$PYSPY" record -p "$MG_B_PID" -f raw -o "$WORK/profile-b-$sc.txt" >"$WORK/py-spy-b-$sc.log" 2>&1 &
+        "$PYSPY" record --rate 500 --nonblocking -p "$MG_B_PID" -f raw -o "$WORK/profile-b-$sc.txt" >"$WORK/py-spy-b-$sc.log" 2>&1 &
         SPY_B=$!
         sleep 1
         bench "$WORK/meshgate-pair-profiled-$sc.txt" meshgate-pair-profiled "$MG_A_STOMP" "$MG_B_STOMP" \

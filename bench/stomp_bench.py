@@ -521,18 +521,21 @@ def broker_procs(pid: BrokerPids) -> list[Any]:
     return procs
 
 
-def broker_cpu(pid: BrokerPids) -> float | None:
-    procs = broker_procs(pid)
-    if not procs:
+def broker_cpu(pid: BrokerPids) -> tuple[float, ...] | None:
+    """CPU seconds of each broker (with its children), in the order given."""
+    if pid is None or psutil is None:
         return None
-    total = 0.0
-    for proc in procs:
-        try:
-            t = proc.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
-    return total
+    each = []
+    for one in (pid,) if isinstance(pid, int) else pid:
+        total = 0.0
+        for proc in broker_procs(one):
+            try:
+                t = proc.cpu_times()
+                total += t.user + t.system
+            except psutil.Error:
+                pass
+        each.append(total)
+    return tuple(each)
 
 
 def system_busy() -> float | None:
@@ -545,8 +548,12 @@ def system_busy() -> float | None:
 
 @dataclass(frozen=True)
 class CpuSample:
-    broker: float | None
+    each_broker: tuple[float, ...] | None
     system: float | None
+
+    @property
+    def broker(self) -> float | None:
+        return None if self.each_broker is None else sum(self.each_broker)
 
     @classmethod
     def take(cls, pid: BrokerPids) -> CpuSample:
@@ -776,6 +783,9 @@ def summarise(
     res.other_cpu_pct = other_cpu_pct(cpu0, cpu1, sum(client_cpu), elapsed)
     if cpu0.broker is not None and cpu1.broker is not None:
         res.broker_cpu_pct = 100 * (cpu1.broker - cpu0.broker) / elapsed
+        if len(cpu0.each_broker) > 1:  # which node of a pair is the busy one
+            each = (100 * (b - a) / elapsed for a, b in zip(cpu0.each_broker, cpu1.each_broker, strict=True))
+            res.notes.append("per broker " + " + ".join(f"{pct:.0f}%" for pct in each))
     if res.noisy:
         res.notes.append(f"NOISY: other processes used {res.other_cpu_pct:.0f}% CPU")
     if "receipt_lat" in prod:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import getpass
 import logging
 import sys
 
 from gateway import __version__
+
+_GC_YOUNG_THRESHOLD = 20_000  # container allocations (net) between young-generation collections
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +128,7 @@ def _broker(args: argparse.Namespace) -> int:
 
     def started(node: Node) -> None:
         reactor.addSystemEventTrigger("before", "shutdown", node.stop)
+        _tune_gc()
         for scheme, host, port in node.addresses():
             print(f"meshgate node {config.name} ({node.identity['id']}) listening on {scheme}://{host}:{port}",
                   flush=True)
@@ -152,3 +156,13 @@ def _broker(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _tune_gc() -> None:
+    """Messages are freed by reference counting; the cycle collector only costs.
+    With the defaults it ran every ~700 net allocations and re-scanned every
+    queued message and in-flight forward on each full pass (a tenth of a
+    forwarding node's CPU). What exists once the node is up (code, recovered
+    messages) is frozen out of its scans; young objects are scanned less often."""
+    gc.freeze()
+    gc.set_threshold(_GC_YOUNG_THRESHOLD, 20, 20)

@@ -31,6 +31,7 @@ class FrameType:
 _HEAD = struct.Struct(">IB")
 # text length, body length, kind, priority, expires, flags
 _MESSAGE = struct.Struct(">IIBBqB")
+_FRAMED_MESSAGE = struct.Struct(">IB" + _MESSAGE.format[1:])  # the frame head and the message head in one pack
 _KINDS = {"queue": 0, "topic": 1}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
 _FIELDS = 5  # id, origin, address, path, target; header names and values follow
@@ -67,8 +68,11 @@ def encode_message(message: Message, origin: str, path: tuple[str, ...], target:
     Every string goes in one NUL-separated text block (one encode, one decode and
     split on the other side); JSON only if some string holds a NUL itself."""
     headers = message.headers
-    text = "\0".join((message.id, origin, message.address, ",".join(path), target,
-                      *chain.from_iterable(headers.items())))
+    if headers:
+        text = "\0".join((message.id, origin, message.address, ",".join(path), target,
+                          *chain.from_iterable(headers.items())))
+    else:
+        text = "\0".join((message.id, origin, message.address, ",".join(path), target))
     # "May have been delivered already" makes the next node's delivery say redelivered:true.
     flags = (_PERSISTENT if message.persistent else 0) | (
         _MAYBE_DELIVERED if message.deliveries or message.recovered else 0)
@@ -77,8 +81,9 @@ def encode_message(message: Message, origin: str, path: tuple[str, ...], target:
         flags |= _JSON_TEXT
     block = text.encode()
     body = message.body
-    head = _MESSAGE.pack(len(block), len(body), _KINDS[message.kind], message.priority, message.expires, flags)
-    return _HEAD.pack(_MESSAGE.size + len(block) + len(body), FrameType.MESSAGE) + head + block + body
+    head = _FRAMED_MESSAGE.pack(_MESSAGE.size + len(block) + len(body), FrameType.MESSAGE, len(block), len(body),
+                                _KINDS[message.kind], message.priority, message.expires, flags)
+    return b"".join((head, block, body))
 
 
 def decode_message(payload: bytes) -> tuple[Message, str, str]:
@@ -93,11 +98,14 @@ def decode_message(payload: bytes) -> tuple[Message, str, str]:
             path = tuple(path)
         else:
             parts = payload[start:end].decode().split("\0")
-            if len(parts) < _FIELDS or (len(parts) - _FIELDS) % 2:
+            if len(parts) == _FIELDS:
+                mid, origin, address, path_text, target = parts
+                headers = {}
+            elif len(parts) < _FIELDS or (len(parts) - _FIELDS) % 2:
                 raise ValueError("bad text block")
-            mid, origin, address, path_text, target = parts[:_FIELDS]
-            names_and_values = iter(parts[_FIELDS:])
-            headers = dict(zip(names_and_values, names_and_values, strict=True))
+            else:
+                mid, origin, address, path_text, target = parts[:_FIELDS]
+                headers = {parts[i]: parts[i + 1] for i in range(_FIELDS, len(parts), 2)}
             path = tuple(path_text.split(",")) if path_text else ()
         message = Message(mid, _KIND_NAMES[kind], address, headers, payload[end:], bool(flags & _PERSISTENT),
                           priority, expires)
@@ -122,14 +130,15 @@ class LinkParser:
         pos = 0
         end = len(buf)
         head = _HEAD.size
-        while end - pos >= head:
-            length, kind = _HEAD.unpack_from(buf, pos)
-            if length > self.max_frame:
-                raise LinkError(f"link frame of {length} bytes exceeds the limit of {self.max_frame}")
-            if end - pos - head < length:
-                break
-            frames.append((kind, bytes(buf[pos + head:pos + head + length])))
-            pos += head + length
+        with memoryview(buf) as view:  # slices of a view copy once, where slices of the bytearray copy twice
+            while end - pos >= head:
+                length, kind = _HEAD.unpack_from(buf, pos)
+                if length > self.max_frame:
+                    raise LinkError(f"link frame of {length} bytes exceeds the limit of {self.max_frame}")
+                if end - pos - head < length:
+                    break
+                frames.append((kind, view[pos + head:pos + head + length].tobytes()))
+                pos += head + length
         if pos:
             del buf[:pos]
         return frames

@@ -38,6 +38,7 @@ class LinkProtocol(Protocol):
         self.closing = False
         self.last_received = 0.0
         self._health = None
+        self._pending: list[bytes] = []  # encoded messages, written together at the end of this reactor turn
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -79,7 +80,22 @@ class LinkProtocol(Protocol):
     # -- frames -------------------------------------------------------------------------
 
     def send_control(self, kind: int, body: object = None) -> None:
+        if self._pending:
+            self.flush()  # frames keep their order on the wire
         self.transport.write(encode_control(kind, body))
+
+    def send_message(self, frame: bytes) -> None:
+        """Queue an encoded message; a dispatch burst goes out as one write."""
+        pending = self._pending
+        pending.append(frame)
+        if len(pending) == 1:
+            self.mesh.reactor.callLater(0, self.flush)
+
+    def flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending = []
+            self.transport.write(data)
 
     def dataReceived(self, data: bytes) -> None:
         if self.closing:

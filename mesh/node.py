@@ -22,7 +22,6 @@ elsewhere at once would duplicate it unmarked at the peer."""
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from typing import Callable, Iterable
 
 from twisted.internet import defer, task
@@ -59,6 +58,33 @@ class _Peer:
         self.to_confirm: list[str] = []
 
 
+class _RecentWindow:
+    """Keys seen lately: the last ``size / 2`` at least, ``size`` at most. Two
+    generations of sets cost a set insert per key, where an ordered window would
+    pay an ordered insert and an eviction."""
+
+    __slots__ = ("_current", "_previous", "_half")
+
+    def __init__(self, size: int) -> None:
+        self._current: set[str] = set()
+        self._previous: set[str] = set()
+        self._half = size // 2
+
+    def add(self, key: str) -> None:
+        current = self._current
+        current.add(key)
+        if len(current) >= self._half:
+            self._previous = current
+            self._current = set()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._current or key in self._previous
+
+    def clear(self) -> None:
+        self._current.clear()
+        self._previous.clear()
+
+
 class _InDoubt:
     """A persistent message out of its queue while some peers may hold it."""
 
@@ -73,19 +99,24 @@ class _InDoubt:
 class _Forwarder:
     """The link session's sink: writes each message onto the link."""
 
-    def __init__(self, mesh: MeshNode, peer_id: str) -> None:
-        self.mesh = mesh
-        self.peer_id = peer_id
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self.peer: _Peer | None = None  # set once the peer is known, cleared when its link goes
 
     def deliver(self, sub: Subscription, message: Message) -> None:
-        peer = self.mesh.peers.get(self.peer_id)
+        peer = self.peer
         if peer is None:
             return
-        # A scale-down subscription (d:NAME) hands a durable subscription's backlog over.
-        target = sub.id[2:] if sub.id.startswith("d:") else ""
-        peer.forwarded[_entry(target, message.id)] = sub
-        origin = message.path[0] if message.path else self.mesh.node_id
-        peer.link.transport.write(encode_message(message, origin, (*message.path, self.mesh.node_id), target))
+        path = message.path
+        if sub.id.startswith("d:"):
+            # A scale-down subscription (d:NAME) hands a durable subscription's backlog over.
+            target = sub.id[2:]
+            peer.forwarded[_entry(target, message.id)] = sub
+        else:
+            target = ""
+            peer.forwarded[message.id] = sub
+        peer.link.send_message(encode_message(message, path[0] if path else self.node_id,
+                                              (*path, self.node_id), target))
 
 
 class _Connector:
@@ -157,7 +188,7 @@ class MeshNode:
         # peer id -> {"origin/id": marker}: persistent messages received from it
         # and not yet released; they survive restarts in the store.
         self.markers: dict[str, dict[str, Message]] = {}
-        self._recent: OrderedDict[str, None] = OrderedDict()  # every message received lately, in memory
+        self._recent = _RecentWindow(_RECENT_WINDOW)  # every message received lately, in memory
         self._advertise_scheduled = False
         self.topology: dict[str, dict] = {}
         self._topology_seq = 0
@@ -323,8 +354,9 @@ class MeshNode:
             loser.established = False
             loser.refuse("duplicate link")
             self._drop_peer(peer_id)
-        session = self.broker.open_session(_Forwarder(self, peer_id), f"link-{link.peer_name}-{peer_id[:8]}")
-        self.peers[peer_id] = _Peer(link, session)
+        forwarder = _Forwarder(self.node_id)
+        session = self.broker.open_session(forwarder, f"link-{link.peer_name}-{peer_id[:8]}")
+        self.peers[peer_id] = forwarder.peer = _Peer(link, session)
         log.info("mesh: linked with %s", link.peer_name)
         if peer_id not in self.known_peers:
             self.store.add(_PEER, Message(peer_id, QUEUE, "", {}, b"", True))
@@ -344,6 +376,7 @@ class MeshNode:
 
     def _drop_peer(self, peer_id: str) -> None:
         peer = self.peers.pop(peer_id)
+        peer.session.sink.peer = None
         doubtful: list[tuple[Queue, Message]] = []
         for sub in peer.session.subscriptions.values():
             if sub.queue.key.startswith("Q:"):
@@ -608,9 +641,7 @@ class MeshNode:
                 marker = Message(key, message.kind, "", {}, b"", True)
                 self.store.add(_MARKER + link.peer_id, marker)
                 self.markers.setdefault(link.peer_id, {})[key] = marker
-            self._recent[key] = None
-            if len(self._recent) > _RECENT_WINDOW:
-                self._recent.popitem(last=False)
+            self._recent.add(key)
             if not target or not self.broker.put_in_subscription(target, message):
                 self.broker.route(message)
         peer.to_confirm.append(entry)
