@@ -26,6 +26,8 @@ class FrameType:
     RELEASED = 10  # ids the sender has durably forgotten: the receiver may drop its duplicate markers
     MARKERS = 11   # on (re)connect: ids the receiver still remembers from this sender
     DURABLE = 12   # scale-down: make this durable subscription here; its backlog follows
+    ASK = 13       # on reconnect: non-persistent messages in flight when the link went; which did you get?
+    HAVE = 14      # the asked ones the receiver got (its recent window)
 
 
 _HEAD = struct.Struct(">IB")

@@ -140,6 +140,10 @@ class LinkProtocol(Protocol):
             mesh.markers_received(self, decode_control(payload))
         elif kind == FrameType.DURABLE and self.established:
             mesh.durable_received(self, decode_control(payload))
+        elif kind == FrameType.ASK and self.established:
+            mesh.ask_received(self, decode_control(payload))
+        elif kind == FrameType.HAVE and self.established:
+            mesh.have_received(self, decode_control(payload))
         else:
             raise LinkError(f"unexpected link frame type {kind} at this point")
 

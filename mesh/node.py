@@ -11,13 +11,15 @@ returns what was in flight. The receiver keeps a durable duplicate marker per
 persistent message until the sender has durably forgotten the message
 (RELEASED), so a resend after a reconnect or a crash is dropped.
 
-A persistent message whose link went before it was confirmed, or that this node
+A queue message whose link went before it was confirmed, or that this node
 recovered after a stop, may already be in a peer's custody: it is *in doubt*,
 held out of every queue until that peer (every peer this node has linked with,
-after a restart) lists the markers it holds on reconnect, or until
-``in_doubt_timeout_ms``. If the peer holds it, the peer keeps it and this node
-forgets it; otherwise it is dispatched again, marked redelivered. Sending it
-elsewhere at once would duplicate it unmarked at the peer."""
+after a restart) has said on reconnect whether it has it, or until
+``in_doubt_timeout_ms``. For persistent messages the peer lists its markers; for
+non-persistent ones this node asks (ASK) and the peer answers from its recent
+window (HAVE). If the peer has it, the peer keeps it and this node forgets it;
+otherwise it is dispatched again, marked redelivered. Sending it elsewhere at
+once would duplicate it unmarked at the peer."""
 
 from __future__ import annotations
 
@@ -86,7 +88,7 @@ class _RecentWindow:
 
 
 class _InDoubt:
-    """A persistent message out of its queue while some peers may hold it."""
+    """A queue message out of its queue while some peers may hold it."""
 
     __slots__ = ("queue", "message", "waiting")
 
@@ -362,6 +364,10 @@ class MeshNode:
             self.store.add(_PEER, Message(peer_id, QUEUE, "", {}, b"", True))
             self.known_peers.add(peer_id)
         link.send_control(FrameType.MARKERS, sorted(self.markers.get(peer_id, {})))
+        asked = _asked(peer_id)
+        keys = [self._key(entry.message) for entry in self._doubt.values() if asked in entry.waiting]
+        if keys:
+            link.send_control(FrameType.ASK, keys)
         self.schedule_advertise()
         self.gossip()
 
@@ -377,17 +383,21 @@ class MeshNode:
     def _drop_peer(self, peer_id: str) -> None:
         peer = self.peers.pop(peer_id)
         peer.session.sink.peer = None
-        doubtful: list[tuple[Queue, Message]] = []
+        stored: list[tuple[Queue, Message]] = []
+        recent: list[tuple[Queue, Message]] = []
         for sub in peer.session.subscriptions.values():
             if sub.queue.key.startswith("Q:"):
                 # Another node could take these now: hold them until the peer says whether it has them.
-                for message_id in [i for i, m in sub.inflight.items() if m.persistent]:
-                    doubtful.append((sub.queue, sub.inflight.pop(message_id)))
+                for message in sub.inflight.values():
+                    (stored if message.persistent else recent).append((sub.queue, message))
+                sub.inflight.clear()
             for message in sub.inflight.values():
                 message.recovered = True  # the peer may have delivered it before the link went
         peer.session.close()
-        if doubtful:
-            self._doubt_about(doubtful, {peer_id})
+        if stored:
+            self._doubt_about(stored, {peer_id})
+        if recent:
+            self._doubt_about(recent, {_asked(peer_id)})
 
     # -- custody in doubt -----------------------------------------------------------------
 
@@ -414,7 +424,8 @@ class MeshNode:
     def _peer_answered(self, peer_id: str, held: Iterable[str]) -> list[str]:
         """The peer listed the message ids it holds from us (or stopped being
         waited for): forget those, and dispatch again what no one else may hold.
-        Returns the ids forgotten."""
+        Returns the ids forgotten. ``peer_id`` is ``_asked(peer)`` for the
+        peer's answer about non-persistent messages."""
         timer = self._doubt_timers.pop(peer_id, None)
         if timer is not None and timer.active():
             timer.cancel()
@@ -716,6 +727,19 @@ class MeshNode:
         elif gone:
             link.send_control(FrameType.RELEASED, gone)
 
+    def ask_received(self, link: LinkProtocol, keys: list[str]) -> None:
+        """The peer asks which of its non-persistent messages reached us before the
+        last link went: the recent window knows (after a restart it is empty, and
+        so is what we held of them)."""
+        link.send_control(FrameType.HAVE, [key for key in keys if key in self._recent])
+
+    def have_received(self, link: LinkProtocol, keys: list[str]) -> None:
+        self._peer_answered(_asked(link.peer_id), [key.rpartition("/")[2] for key in keys])
+
+    def _key(self, message: Message) -> str:
+        """How the receiver knows a queue message from this node: origin and id."""
+        return f"{message.path[0] if message.path else self.node_id}/{message.id}"
+
     def _release_when_durable(self, peer_id: str, keys: list[str]) -> None:
         """Tell the peer it may drop these markers once our removals are on disk."""
 
@@ -777,6 +801,11 @@ class MeshNode:
         self.topology[self.node_id] = {**self.own_view(), "heard": self.reactor.seconds()}
         return {node_id: {k: v for k, v in info.items() if k not in ("heard", "version")}
                 for node_id, info in self.topology.items()}
+
+
+def _asked(peer_id: str) -> str:
+    """Whom non-persistent messages in doubt wait for: the peer's HAVE, not its MARKERS."""
+    return "asked:" + peer_id
 
 
 def _entry(target: str, message_id: str) -> str:

@@ -1,7 +1,7 @@
-"""Custody in doubt: a persistent message whose link went before the peer
-confirmed it, or that a node recovered after a restart, may already be the
-peer's. It waits, out of its queue, until the peer says (or in_doubt_timeout_ms);
-sending it elsewhere at once would deliver it twice, once unmarked."""
+"""Custody in doubt: a queue message whose link went before the peer confirmed
+it, or that a node recovered after a restart, may already be the peer's. It
+waits, out of its queue, until the peer says (or in_doubt_timeout_ms); sending
+it elsewhere at once would deliver it twice, once unmarked."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def lose(mesh: MeshHarness, pump, *nodes) -> None:
                 peer.link.connectionLost(None)
 
 
-def forward_on_a_dying_link(body: bytes, peer_stores_it: bool):
+def forward_on_a_dying_link(body: bytes, peer_stores_it: bool, persistent: bool = True):
     """a, linked to b and c, forwards one message to b (where the consumer is);
     the a-b link dies before b's STORED reaches a."""
     mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
@@ -28,7 +28,7 @@ def forward_on_a_dying_link(body: bytes, peer_stores_it: bool):
     mesh.link(a, c)
     _, at_b = b.consumer("orders")
     mesh.settle()
-    a.send("orders", body)
+    a.send("orders", body, persistent=persistent)
     mesh.clock.advance(0)  # on the link, still in a's buffer
     if peer_stores_it:
         to_b.pump()  # b stores and delivers it; its STORED never reaches a
@@ -70,6 +70,31 @@ def test_a_forward_the_peer_never_got_goes_out_again_marked_redelivered():
     (delivered,) = at_b.messages
     assert delivered.body == b"in flight" and delivered.redelivered and delivered.deliveries == 1
     assert queue.in_doubt == 0 and not a.stored
+
+
+def test_a_non_persistent_forward_the_peer_got_goes_nowhere_else():
+    mesh, a, b, c, at_b = forward_on_a_dying_link(b"once", peer_stores_it=True, persistent=False)
+    _, at_c = c.consumer("orders")
+    mesh.settle()
+    queue = a.broker.queues["orders"]
+    assert at_c.messages == [] and queue.in_doubt == 1 and len(queue) == 0
+    mesh.link(a, b)  # a asks; b's recent window has it
+    mesh.settle()
+    assert at_b.bodies == [b"once"] and at_c.messages == []
+    assert queue.in_doubt == 0 and len(queue) == 0 and queue.inflight == 0
+    mesh.clock.advance(TIMEOUT_MS / 1000)
+    mesh.settle()
+    assert at_c.messages == [] and at_b.bodies == [b"once"]
+
+
+def test_a_non_persistent_forward_the_peer_never_got_goes_out_again_marked():
+    mesh, a, b, c, at_b = forward_on_a_dying_link(b"lost on the wire", peer_stores_it=False, persistent=False)
+    assert at_b.messages == [] and a.broker.queues["orders"].in_doubt == 1
+    mesh.link(a, b)
+    mesh.settle()
+    (delivered,) = at_b.messages
+    assert delivered.body == b"lost on the wire" and delivered.redelivered
+    assert a.broker.queues["orders"].in_doubt == 0
 
 
 def test_a_peer_that_does_not_come_back_is_waited_for_only_so_long():
