@@ -28,6 +28,7 @@ class FrameType:
     DURABLE = 12   # scale-down: make this durable subscription here; its backlog follows
     ASK = 13       # on reconnect: non-persistent messages in flight when the link went; which did you get?
     HAVE = 14      # the asked ones the receiver got (its recent window)
+    LEAVING = 15   # scale-down finished: this node holds nothing of anyone's and goes for good
 
 
 _HEAD = struct.Struct(">IB")

@@ -144,6 +144,8 @@ class LinkProtocol(Protocol):
             mesh.ask_received(self, decode_control(payload))
         elif kind == FrameType.HAVE and self.established:
             mesh.have_received(self, decode_control(payload))
+        elif kind == FrameType.LEAVING and self.established:
+            mesh.leaving_received(self)
         else:
             raise LinkError(f"unexpected link frame type {kind} at this point")
 

@@ -196,7 +196,7 @@ class MeshNode:
         self._topology_seq = 0
         self._gossip_loop = None
         broker.foreign_records[_MARKER] = self._recover_marker
-        self.known_peers: set[str] = set()  # each has a durable record under _PEER
+        self.known_peers: dict[str, Message] = {}  # peer id -> its durable record under _PEER
         broker.foreign_records[_PEER] = self._recover_peer
         self._doubt: dict[str, _InDoubt] = {}  # message id -> where it waits
         self._doubt_timers: dict[str, object] = {}  # peer id -> when to stop waiting for it
@@ -282,8 +282,12 @@ class MeshNode:
         left = sum(len(q) + q.inflight + q.in_doubt for q in (*self.broker.queues.values(), *durable))
         if left:
             log.warning("mesh: scale-down left %d message(s) in this node's store", left)
-        else:
-            log.info("mesh: scaled down: every message handed to %s", target.link.peer_name)
+            return
+        log.info("mesh: scaled down: every message handed to %s", target.link.peer_name)
+        # Peers would otherwise wait for this node after their next restart, and
+        # keep duplicate markers for messages it will never resend.
+        for peer in self.peers.values():
+            peer.link.send_control(FrameType.LEAVING)
 
     def _holding(self) -> bool:
         durable = (b.queue for b in self.broker.bindings.values() if b.durable)
@@ -361,8 +365,8 @@ class MeshNode:
         self.peers[peer_id] = forwarder.peer = _Peer(link, session)
         log.info("mesh: linked with %s", link.peer_name)
         if peer_id not in self.known_peers:
-            self.store.add(_PEER, Message(peer_id, QUEUE, "", {}, b"", True))
-            self.known_peers.add(peer_id)
+            record = self.known_peers[peer_id] = Message(peer_id, QUEUE, "", {}, b"", True)
+            self.store.add(_PEER, record)
         link.send_control(FrameType.MARKERS, sorted(self.markers.get(peer_id, {})))
         asked = _asked(peer_id)
         keys = [self._key(entry.message) for entry in self._doubt.values() if asked in entry.waiting]
@@ -409,7 +413,7 @@ class MeshNode:
         doubtful = []
         for queue in self.broker.queues.values():
             doubtful.extend((queue, message) for message in queue.take_all())
-        self._doubt_about(doubtful, self.known_peers)
+        self._doubt_about(doubtful, set(self.known_peers))
 
     def _doubt_about(self, doubtful: list[tuple[Queue, Message]], peers: set[str]) -> None:
         for queue, message in doubtful:
@@ -638,8 +642,10 @@ class MeshNode:
         key = f"{origin}/{entry}"
         if self.node_id in message.path:
             # It left this node and comes back to follow consumers here: no copy of it
-            # is here, whatever the recent window says; only this sender's resend is.
-            duplicate = message.persistent and key in self.markers.get(link.peer_id, ())
+            # is here, whatever the recent window says; only this sender's resend is,
+            # and it has as many hops as the marker (a later visit has more).
+            marker = self.markers.get(link.peer_id, {}).get(key) if message.persistent else None
+            duplicate = marker is not None and marker.address == str(len(message.path))
         else:
             # A copy may come round another way (rings), even after the first one's
             # marker is released: the recent window catches those; markers catch
@@ -648,10 +654,14 @@ class MeshNode:
                 message.persistent and any(key in held for held in self.markers.values()))
         if not duplicate:
             if message.persistent:
-                # The kind says how long to keep it once released (topics: a while).
-                marker = Message(key, message.kind, "", {}, b"", True)
+                markers = self.markers.setdefault(link.peer_id, {})
+                stale = markers.get(key)
+                if stale is not None:  # an earlier visit's, not yet released
+                    self.store.remove(_MARKER + link.peer_id, stale)
+                # The kind says how long to keep it once released (topics: a while);
+                # the address holds the hop count, to tell a resend from a later visit.
+                markers[key] = marker = Message(key, message.kind, str(len(message.path)), {}, b"", True)
                 self.store.add(_MARKER + link.peer_id, marker)
-                self.markers.setdefault(link.peer_id, {})[key] = marker
             self._recent.add(key)
             if not target or not self.broker.put_in_subscription(target, message):
                 self.broker.route(message)
@@ -727,6 +737,19 @@ class MeshNode:
         elif gone:
             link.send_control(FrameType.RELEASED, gone)
 
+    def leaving_received(self, link: LinkProtocol) -> None:
+        """The peer scaled down and holds nothing: it will not resend, nor hold
+        anything of ours after this node restarts."""
+        peer_id = link.peer_id
+        log.info("mesh: %s scaled down and left the mesh", link.peer_name)
+        record = self.known_peers.pop(peer_id, None)
+        if record is not None:
+            self.store.remove(_PEER, record)
+        self.released(link, list(self.markers.get(peer_id, ())))
+        for waiting_for in (peer_id, _asked(peer_id)):
+            if waiting_for in self._doubt_timers:
+                self._peer_answered(waiting_for, ())
+
     def ask_received(self, link: LinkProtocol, keys: list[str]) -> None:
         """The peer asks which of its non-persistent messages reached us before the
         last link went: the recent window knows (after a restart it is empty, and
@@ -760,7 +783,7 @@ class MeshNode:
         self.markers.setdefault(key[len(_MARKER):], {})[marker.id] = marker
 
     def _recover_peer(self, key: str, record: Message) -> None:
-        self.known_peers.add(record.id)
+        self.known_peers[record.id] = record
 
     # -- topology -------------------------------------------------------------------------
 

@@ -47,11 +47,15 @@ class SimNode:
         self.name = name
         self.harness = harness
         self.config = {"insecure_cluster": True, **harness.defaults, **config}
+        self.boots = 0
         self._boot(KeepingStore(), str(uuid.uuid4()))
 
     def _boot(self, store: KeepingStore, node_id: str) -> None:
         clock = self.harness.clock
-        self.broker = Broker(store, clock=clock, compile_selector=compile_selector)
+        self.boots += 1
+        # Ids unique across nodes and boots, as gateway.node makes them.
+        self.broker = Broker(store, clock=clock, compile_selector=compile_selector,
+                             message_id_prefix=f"{self.name}-{self.boots}-")
         self.mesh = MeshNode(MeshConfig(**self.config), node_id=node_id, name=self.name, broker=self.broker,
                              started_at=clock.seconds(), stomp_address=("127.0.0.1", 0), reactor=clock)
 

@@ -155,3 +155,23 @@ def test_scale_down_hands_over_what_is_in_doubt():
     done = mesh.scale_down(a)
     assert done and [m.body for m in c.broker.queues["orders"]] == [b"in doubt"]
     assert a.stored == []
+
+
+def test_a_node_that_scaled_down_is_not_waited_for_after_a_restart():
+    mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    to_b = mesh.link(a, b)
+    to_c = mesh.link(c, a)
+    c.send("orders", b"from c")
+    assert mesh.scale_down(c)  # c hands its message to a and leaves for good
+    assert [m.body for m in a.broker.queues["orders"]] == [b"from c"]
+    mesh.cut(to_c)
+    a.send("orders", b"from a")
+    mesh.cut(to_b)
+    a.restart()
+    assert c.mesh.node_id not in a.mesh.known_peers
+    _, at_b = b.consumer("orders")
+    mesh.link(a, b)
+    mesh.settle()  # b answers at once; c is not waited for
+    assert sorted(at_b.bodies) == [b"from a", b"from c"]
+    assert a.broker.queues["orders"].in_doubt == 0 and a.stored == []

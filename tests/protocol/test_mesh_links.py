@@ -430,3 +430,31 @@ def test_a_message_that_comes_back_to_follow_consumers_is_not_taken_for_a_copy()
     _, again = b.consumer("orders")  # and now back to b, where a consumer is again
     mesh.settle()
     assert sorted(again.bodies) == [b"taken", b"travels"] and c.depth("orders") == 0
+
+
+def test_a_message_back_where_its_first_visit_is_not_yet_released_is_not_dropped():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    late_releases = []  # a's disk is slow: its RELEASED for the first visit comes last
+    a.mesh._release_when_durable = lambda peer_id, keys: late_releases.append((peer_id, keys))
+    waiting, _ = b.consumer("orders", ack="client-individual")
+    waiting.subscriptions["s"].prefetch = 0  # b wants the queue but takes nothing yet
+    mesh.settle()
+    a.send("orders", b"round trip")
+    mesh.settle()
+    assert b.depth("orders") == 1 and late_releases  # first visit: b keeps a marker for it
+    waiting.close()
+    back_at_a, _ = a.consumer("orders", ack="client-individual")
+    back_at_a.subscriptions["s"].prefetch = 0
+    mesh.settle()
+    assert a.depth("orders") == 1 and b.depth("orders") == 0
+    back_at_a.close()
+    _, at_b = b.consumer("orders")  # second visit to b: not a resend of the first
+    mesh.settle()
+    assert at_b.bodies == [b"round trip"] and a.depth("orders") == 0
+    del a.mesh._release_when_durable
+    for peer_id, keys in late_releases:
+        a.mesh._release_when_durable(peer_id, keys)
+    mesh.settle()
+    assert at_b.bodies == [b"round trip"] and a.stored == b.stored == []
