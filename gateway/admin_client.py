@@ -1,5 +1,5 @@
-"""A minimal blocking STOMP client for the ``meshgate topology`` and ``meshgate
-stat`` commands: one request to the management address, one JSON answer."""
+"""A minimal blocking STOMP client for the ``meshgate topology``, ``stat`` and
+``forget`` commands: one request to the management address, one JSON answer."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class AdminError(Exception):
 
 
 def request(host: str, port: int, what: str, login: str | None = None, passcode: str | None = None,
-            timeout: float = 10.0) -> dict:
+            timeout: float = 10.0, headers: dict[str, str] | None = None) -> dict:
     connect = {"accept-version": "1.2", "host": host, "heart-beat": "0,0"}
     if login is not None:
         connect.update(login=login, passcode=passcode or "")
@@ -25,7 +25,8 @@ def request(host: str, port: int, what: str, login: str | None = None, passcode:
         sock.sendall(
             encode_frame("CONNECT", connect)
             + encode_frame("SUBSCRIBE", {"id": "admin", "destination": reply})
-            + encode_frame("SEND", {"destination": "/queue/" + ADDRESS, "reply-to": reply, "meshgate-request": what})
+            + encode_frame("SEND", {**(headers or {}), "destination": "/queue/" + ADDRESS, "reply-to": reply,
+                                    "meshgate-request": what})
         )
         parser = FrameParser("1.2")
         while True:

@@ -37,8 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     passwd.add_argument("--stdin", action="store_true", help="read the password from standard input")
 
     for name, help_text in (("topology", "print the mesh as a node sees it: nodes, links, partial queues"),
-                            ("stat", "print queue depths and consumers (--cluster: summed over the mesh)")):
+                            ("stat", "print queue depths and consumers (--cluster: summed over the mesh)"),
+                            ("forget", "tell the mesh a crashed node is gone for good (needs admin)")):
         admin = commands.add_parser(name, help=help_text)
+        if name == "forget":
+            admin.add_argument("node_id", help="the id of the node to forget (meshgate topology shows it)")
         admin.add_argument("--stomp", metavar="HOST:PORT", default="127.0.0.1:61613")
         admin.add_argument("--login")
         admin.add_argument("--passcode")
@@ -49,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "passwd":
         return _passwd(args)
-    if args.command in ("topology", "stat"):
+    if args.command in ("topology", "stat", "forget"):
         return _admin(args)
     if args.command == "local-mesh":
         from pathlib import Path
@@ -69,11 +72,15 @@ def _admin(args: argparse.Namespace) -> int:
     if not host or not port.isdigit():
         print(f"meshgate {args.command}: --stomp must be HOST:PORT", file=sys.stderr)
         return 2
-    what = "stat" if args.command == "stat" and not args.cluster else "topology"
+    what = "topology" if args.command == "stat" and args.cluster else args.command
+    headers = {"meshgate-node": args.node_id} if what == "forget" else None
     try:
-        answer = request(host, int(port), what, args.login, args.passcode)
+        answer = request(host, int(port), what, args.login, args.passcode, headers=headers)
     except (OSError, AdminError) as error:
         print(f"meshgate {args.command}: {error}", file=sys.stderr)
+        return 1
+    if "error" in answer:
+        print(f"meshgate {args.command}: {answer['error']}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(answer, indent=2, sort_keys=True))
@@ -81,6 +88,8 @@ def _admin(args: argparse.Namespace) -> int:
         for queue, info in sorted(answer["queues"].items()):
             counts = format_counts(info["depth"], info["inflight"], info.get("in_doubt", 0))
             print(f"/queue/{queue}: {counts}, {info['consumers']} consumer(s)")
+    elif what == "forget":
+        print(f"forgot node {answer['forgotten']}: no node waits for it, and what was kept for it is dropped")
     elif args.command == "stat":
         print(format_cluster_stat(answer))
     else:

@@ -1,6 +1,10 @@
 """Answers management requests sent over the messaging protocol itself, as
 ActiveMQ's statistics plugin does: SEND to /queue/meshgate.management with a
-``meshgate-request`` header and a ``reply-to``; the JSON answer goes there."""
+``meshgate-request`` header and a ``reply-to``; the JSON answer goes there.
+
+Requests that change something need the ``admin`` permission on the management
+address; the protocol layer that took the SEND says whether the sender has it in
+``ADMIN_HEADER`` (whatever the client put there is overwritten)."""
 
 from __future__ import annotations
 
@@ -11,14 +15,17 @@ from gateway.broker.broker import TEMP, Broker
 from gateway.broker.message import QUEUE, TOPIC, Message
 
 ADDRESS = "meshgate.management"
+ADMIN_HEADER = "meshgate-admin"
 
 
 class ManagementService:
-    def __init__(self, broker: Broker, node_id: str, name: str, mesh_view: Callable[[], dict] | None) -> None:
+    def __init__(self, broker: Broker, node_id: str, name: str, mesh_view: Callable[[], dict] | None,
+                 forget_node: Callable[[str], str | None] | None = None) -> None:
         self.broker = broker
         self.node_id = node_id
         self.name = name
         self.mesh_view = mesh_view
+        self.forget_node = forget_node
         broker.services[ADDRESS] = self.handle
 
     def handle(self, message: Message) -> None:
@@ -27,9 +34,14 @@ class ManagementService:
         if target is None:
             return  # nowhere to answer; nothing is queued either
         request = message.headers.get("meshgate-request", "topology")
-        answers = {"topology": self.topology, "stat": self.local_stat}
+        answers = {"topology": self.topology, "stat": self.local_stat, "forget": self.forget}
         answer = answers.get(request)
-        body = {"error": f"unknown request {request!r}; use one of {sorted(answers)}"} if answer is None else answer()
+        if answer is None:
+            body = {"error": f"unknown request {request!r}; use one of {sorted(answers)}"}
+        elif request == "forget" and message.headers.get(ADMIN_HEADER) != "true":
+            body = {"error": f"forget needs the admin permission on /queue/{ADDRESS}"}
+        else:
+            body = answer(message.headers) if request == "forget" else answer()
         headers = {"content-type": "application/json"}
         if "correlation-id" in message.headers:
             headers["correlation-id"] = message.headers["correlation-id"]
@@ -42,6 +54,15 @@ class ManagementService:
                               "in_doubt": q.in_doubt}
                        for name, q in self.broker.queues.items()},
         }
+
+    def forget(self, headers: dict[str, str]) -> dict:
+        node_id = headers.get("meshgate-node", "")
+        if self.forget_node is None:
+            return {"error": "this node is not in a mesh"}
+        if not node_id:
+            return {"error": "forget needs a meshgate-node header: the id of the node to forget"}
+        refusal = self.forget_node(node_id)
+        return {"error": refusal} if refusal else {"forgotten": node_id}
 
     def topology(self) -> dict:
         if self.mesh_view is None:

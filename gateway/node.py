@@ -156,7 +156,8 @@ class Node:
             yield self.mesh.start()
             if config.mesh.discovery is not None:
                 yield self._start_discovery(config)
-        ManagementService(self.broker, self.identity["id"], config.name, self.mesh.view if self.mesh else None)
+        ManagementService(self.broker, self.identity["id"], config.name, self.mesh.view if self.mesh else None,
+                          self.mesh.forget if self.mesh else None)
         self._sweeper = task.LoopingCall(self.broker.sweep_expired)
         self._sweeper.clock = self.reactor
         self._sweeper.start(EXPIRY_SWEEP_SECONDS, now=False)

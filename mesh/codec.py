@@ -29,6 +29,7 @@ class FrameType:
     ASK = 13       # on reconnect: non-persistent messages in flight when the link went; which did you get?
     HAVE = 14      # the asked ones the receiver got (its recent window)
     LEAVING = 15   # scale-down finished: this node holds nothing of anyone's and goes for good
+    FORGET = 16    # an administrator says a crashed node is gone for good; passed on to every node
 
 
 _HEAD = struct.Struct(">IB")

@@ -146,6 +146,8 @@ class LinkProtocol(Protocol):
             mesh.have_received(self, decode_control(payload))
         elif kind == FrameType.LEAVING and self.established:
             mesh.leaving_received(self)
+        elif kind == FrameType.FORGET and self.established:
+            mesh.forget_received(self, decode_control(payload))
         else:
             raise LinkError(f"unexpected link frame type {kind} at this point")
 

@@ -24,6 +24,7 @@ once would duplicate it unmarked at the peer."""
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Callable, Iterable
 
 from twisted.internet import defer, task
@@ -209,6 +210,7 @@ class MeshNode:
         self._released: set[str] = set()  # queues whose hold ran out: their backlog may follow consumers
         self.scaling_down = False
         self._link_ids = 0
+        self._forget_requests: set[str] = set()
 
     # -- start and stop -------------------------------------------------------------------
 
@@ -708,7 +710,9 @@ class MeshNode:
             self._release_when_durable(link.peer_id, released)
 
     def released(self, link: LinkProtocol, keys: list[str]) -> None:
-        peer_id = link.peer_id
+        self._release_markers(link.peer_id, keys)
+
+    def _release_markers(self, peer_id: str, keys: list[str]) -> None:
         markers = self.markers.get(peer_id, {})
         for key in keys:
             marker = markers.get(key)
@@ -740,13 +744,49 @@ class MeshNode:
     def leaving_received(self, link: LinkProtocol) -> None:
         """The peer scaled down and holds nothing: it will not resend, nor hold
         anything of ours after this node restarts."""
-        peer_id = link.peer_id
         log.info("mesh: %s scaled down and left the mesh", link.peer_name)
-        record = self.known_peers.pop(peer_id, None)
+        self._stop_counting_on(link.peer_id)
+
+    def forget(self, node_id: str) -> str | None:
+        """An administrator says a node crashed and will not come back: stop
+        waiting for it, release its duplicate markers, drop the topic messages kept
+        for it, and tell every node. Returns why not, if it cannot be forgotten."""
+        if node_id == self.node_id:
+            return "a node cannot forget itself"
+        if node_id in self.peers:
+            return f"node {node_id} is linked with this node; stop it before forgetting it"
+        if node_id in self.topology:
+            ago = self.reactor.seconds() - self.topology[node_id]["heard"]
+            return (f"node {node_id} is still in the mesh (heard of {ago:.0f} s ago); a node is dropped "
+                    f"{3 * self.config.connection_ttl_ms / 1000:.0f} s after it was last heard of")
+        self._forget_received(node_id, str(uuid.uuid4()), None)
+        return None
+
+    def forget_received(self, link: LinkProtocol, request: dict) -> None:
+        self._forget_received(request["node"], request["id"], link.peer_id)
+
+    def _forget_received(self, node_id: str, request_id: str, source: str | None) -> None:
+        if request_id in self._forget_requests:
+            return  # it came round another way
+        self._forget_requests.add(request_id)
+        for peer_id, peer in self.peers.items():
+            if peer_id != source:
+                peer.link.send_control(FrameType.FORGET, {"node": node_id, "id": request_id})
+        if node_id in self.peers:
+            log.warning("mesh: told to forget %s, which is linked with this node: kept", node_id)
+            return
+        log.warning("mesh: forgetting node %s: it is not waited for, and what was kept for it is dropped", node_id)
+        self._stop_counting_on(node_id)
+        self.broker.unbind_link(node_id)
+        self.topology.pop(node_id, None)
+
+    def _stop_counting_on(self, node_id: str) -> None:
+        """The node is gone for good: it will not resend, nor hold anything of ours."""
+        record = self.known_peers.pop(node_id, None)
         if record is not None:
             self.store.remove(_PEER, record)
-        self.released(link, list(self.markers.get(peer_id, ())))
-        for waiting_for in (peer_id, _asked(peer_id)):
+        self._release_markers(node_id, list(self.markers.get(node_id, ())))
+        for waiting_for in (node_id, _asked(node_id)):
             if waiting_for in self._doubt_timers:
                 self._peer_answered(waiting_for, ())
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from gateway.broker.broker import TEMP
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import AUTO, CLIENT, CLIENT_INDIVIDUAL, Subscription
+from gateway.management import ADMIN_HEADER
 from gateway.stomp.codec import ESCAPES, Frame, escape_header
 
 if TYPE_CHECKING:
@@ -106,7 +107,11 @@ class Stomp10:
             raise StompError("SEND frame is missing the required 'destination' header")
         parsed = self._destinations.get(target)
         kind, address = parsed if parsed is not None else self.destination(target)
-        self.authorize("write", _acl_name(target, kind, address))
+        acl_name = _acl_name(target, kind, address)
+        self.authorize("write", acl_name)
+        if kind == QUEUE and address in self.broker.services:
+            admin = self.authorizer.allowed(self.principal, "admin", acl_name)
+            headers[ADMIN_HEADER] = "true" if admin else "false"
         transaction = headers.pop("transaction", None)
         headers.pop("receipt", None)
         headers.pop("content-length", None)

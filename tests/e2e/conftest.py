@@ -112,6 +112,7 @@ def hashes() -> dict[str, str]:
         "bob": password_hash("bob-secret"),
         # Characters that STOMP 1.1/1.2 would escape elsewhere; CONNECT is never unescaped.
         "carol": password_hash("c:ar\\ol\\n"),
+        "dave": password_hash("dave-secret"),
     }
 
 

@@ -21,6 +21,10 @@ groups = ["readers"]
 password = "{carol}"
 groups = ["admins"]
 
+[security.users.dave]
+password = "{dave}"
+groups = ["operators"]
+
 [[security.authorization]]
 destination = ">"
 read = ["admins"]
@@ -35,6 +39,15 @@ read = ["readers"]
 destination = "/topic/news.>"
 read = ["readers"]
 write = ["bob"]
+
+[[security.authorization]]
+destination = "/queue/meshgate.management"
+write = ["operators"]
+
+[[security.authorization]]
+destination = "/temp-queue/>"
+read = ["operators"]
+write = ["operators"]
 """
 
 ALICE = {"login": "alice", "passcode": "alice-secret"}
@@ -261,3 +274,15 @@ def test_frames_pipelined_after_a_refused_connect_are_not_executed(secure_broker
     assert [f.command for f in frames] == ["ERROR"], frames
     watcher.send(destination, "fence")
     assert [m.body for m in watcher.listener.wait_for_body("fence")] == ["fence"]
+
+
+def test_forgetting_a_node_needs_admin_on_the_management_address(secure_broker):
+    from gateway.admin_client import request
+
+    # dave may ask for topology and stat, not change anything; a forged header does not help.
+    asked = {"meshgate-node": "some-node", "meshgate-admin": "true"}
+    answer = request("127.0.0.1", secure_broker.port, "forget", "dave", "dave-secret", headers=asked)
+    assert "admin permission" in answer["error"], answer
+    assert "nodes" in request("127.0.0.1", secure_broker.port, "topology", "dave", "dave-secret")
+    answer = request("127.0.0.1", secure_broker.port, "forget", "alice", "alice-secret", headers=asked)
+    assert answer == {"error": "this node is not in a mesh"}

@@ -1,5 +1,5 @@
 """End-to-end tests of the mesh when things go wrong: a node killed mid-stream, a wrong
-cluster password, a copied data dir."""
+cluster password, a copied data dir, a node that crashed for good."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections import defaultdict
 
 import pytest
 import stomp
-from e2e_support import BrokerStartError, unique
+from e2e_support import HOST, BrokerStartError, run_meshgate, unique
 from mesh_support import QUIET, drain, mesh_fixture, send_many, wait_until  # noqa: F401
 
 # ---------------------------------------------------------------------------------------
@@ -160,3 +160,39 @@ def test_copied_data_dir_newcomer_exits(mesh, dialler):
     client.subscribe(q)
     client.send(q, "still here", receipt=True)
     assert [m.body for m in client.listener.wait_for(1)] == ["still here"]
+
+
+# ---------------------------------------------------------------------------------------
+# A node crashed for good: the administrator tells the mesh to forget it
+# ---------------------------------------------------------------------------------------
+
+
+def test_a_crashed_node_forgotten_with_the_cli_is_not_waited_for(mesh):
+    from gateway.admin_client import request
+
+    a, b, c = mesh(3, extra="in_doubt_timeout_ms = 600000")
+    c_id = request(HOST, c.stomp, "topology")["self"]
+    forget = ["forget", c_id, "--stomp", f"{HOST}:{b.stomp}"]
+    refused = run_meshgate(forget)
+    assert refused.returncode == 1 and "linked with this node" in refused.stderr, refused.stderr
+    q = "/queue/" + unique("forget")
+    sent = send_many(a.client(), q, [f"f{i}" for i in range(5)])  # no consumer anywhere: they stay on a
+    c.kill9()
+    a.restart(graceful=False)
+    a.wait_linked(b)
+
+    def in_doubt_on_a() -> int:
+        return request(HOST, a.stomp, "stat")["queues"].get(q[len("/queue/"):], {}).get("in_doubt", 0)
+
+    consumer = b.client()
+    consumer.subscribe(q)
+    wait_until(lambda: c_id not in request(HOST, b.stomp, "topology")["nodes"], "b to stop hearing of c",
+               describe=mesh.describe)
+    assert in_doubt_on_a() == len(sent), "a's recovered messages should still wait for c"
+    assert consumer.listener.bodies() == []
+    result = run_meshgate(forget)
+    assert result.returncode == 0 and "forgot node" in result.stdout, result.stderr
+    delivered = consumer.listener.wait_for(len(sent))
+    assert sorted(m.body for m in delivered) == sorted(sent)
+    assert all(m.headers.get("redelivered") == "true" for m in delivered)
+    assert in_doubt_on_a() == 0

@@ -1,0 +1,76 @@
+"""Forgetting a node that crashed for good: an administrator's word, passed to
+every node, ends the waits for it and drops what was kept for it."""
+
+from __future__ import annotations
+
+from gateway.broker.message import TOPIC
+from tests.protocol.mesh_harness import MeshHarness
+from tests.protocol.test_mesh_in_doubt import lose
+
+STALE_AFTER = 3 * 15 + 1  # seconds: 3 x connection_ttl_ms (default), and one more
+
+
+def crashed_for_good():
+    """a linked with b and c; c had a topic subscriber, then crashed and never came
+    back; a restarted holding a message, and b has answered for it: c has not."""
+    mesh = MeshHarness(in_doubt_timeout_ms=600_000)
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    to_b = mesh.link(a, b)
+    to_c = mesh.link(a, c)
+    c.consumer("news", kind=TOPIC)
+    mesh.settle()
+    a.mesh.gossip()  # as every check_period_ms: a tells b of c
+    mesh.settle()
+    lose(mesh, to_c, a, c)
+    a.send("news", b"for c", kind=TOPIC)  # kept on a for c's subscriber
+    a.send("orders", b"kept")
+    lose(mesh, to_b, a, b)
+    a.restart()
+    mesh.link(a, b)
+    mesh.settle()
+    assert a.broker.queues["orders"].in_doubt == 1  # still waiting for c
+    return mesh, a, b, c
+
+
+def let_time_pass(mesh: MeshHarness, seconds: int, *nodes) -> None:
+    """Seconds go by, and the nodes gossip as their check_period_ms loop would."""
+    for _ in range(seconds):
+        mesh.clock.advance(1)
+        for node in nodes:
+            node.mesh.gossip()
+        mesh.settle()
+
+
+def test_a_forgotten_node_is_not_waited_for_and_nothing_is_kept_for_it():
+    mesh, a, b, c = crashed_for_good()
+    c_id = c.mesh.node_id
+    assert ("link/" + c_id) in a.broker.bindings and c_id in a.mesh.known_peers
+    refusal = b.mesh.forget(c_id)
+    assert refusal is not None and "still in the mesh" in refusal  # b heard of c lately
+    let_time_pass(mesh, STALE_AFTER, a, b)  # c drops out of every node's view of the mesh
+    _, at_b = b.consumer("orders")
+    mesh.settle()
+    assert at_b.messages == []
+    assert b.mesh.forget(c_id) is None  # asked on b; b passes the word to a
+    mesh.settle()
+    assert at_b.bodies == [b"kept"] and at_b.messages[0].redelivered
+    assert a.broker.queues["orders"].in_doubt == 0
+    assert c_id not in a.mesh.known_peers and ("P:", c_id) not in a.broker.store.messages
+    assert ("link/" + c_id) not in a.broker.bindings and a.stored == []
+    assert c_id not in a.mesh.view() and c_id not in b.mesh.view()
+
+
+def test_a_node_linked_with_the_asked_one_or_with_another_is_not_forgotten():
+    mesh = MeshHarness()
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    mesh.link(a, b)
+    mesh.link(a, c)
+    refusal = b.mesh.forget(a.mesh.node_id)
+    assert refusal is not None and "linked with this node" in refusal
+    assert "cannot forget itself" in b.mesh.forget(b.mesh.node_id)
+    c.consumer("news", kind=TOPIC)
+    mesh.settle()
+    # b has not heard of c lately (no gossip yet), but a has a link with it: a keeps it.
+    assert c.mesh.node_id not in b.mesh.topology and b.mesh.forget(c.mesh.node_id) is None
+    mesh.settle()
+    assert c.mesh.node_id in a.mesh.known_peers and ("link/" + c.mesh.node_id) in a.broker.bindings
