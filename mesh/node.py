@@ -758,7 +758,7 @@ class MeshNode:
         if node_id in self.topology:
             ago = self.reactor.seconds() - self.topology[node_id]["heard"]
             return (f"node {node_id} is still in the mesh (heard of {ago:.0f} s ago); a node is dropped "
-                    f"{3 * self.config.connection_ttl_ms / 1000:.0f} s after it was last heard of")
+                    f"{self._topology_expiry():.0f} s after it was last heard of")
         self._forget_received(node_id, str(uuid.uuid4()), None)
         return None
 
@@ -843,12 +843,16 @@ class MeshNode:
         """Tell every neighbour what this node knows of the mesh, itself refreshed."""
         now = self.reactor.seconds()
         self.topology[self.node_id] = {**self.own_view(), "heard": now}
-        stale = 3 * self.config.connection_ttl_ms / 1000.0
+        stale = self._topology_expiry()
         for node_id in [n for n, info in self.topology.items() if now - info["heard"] > stale]:
             del self.topology[node_id]
         nodes = {node_id: {k: v for k, v in info.items() if k != "heard"} for node_id, info in self.topology.items()}
         for peer in self.peers.values():
             peer.link.send_control(FrameType.TOPOLOGY, nodes)
+
+    def _topology_expiry(self) -> float:
+        """Seconds after which a node not heard of drops out of the view of the mesh."""
+        return 3 * self.config.connection_ttl_ms / 1000.0
 
     def topology_received(self, link: LinkProtocol, nodes: dict) -> None:
         now = self.reactor.seconds()
