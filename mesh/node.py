@@ -846,7 +846,11 @@ class MeshNode:
         stale = self._topology_expiry()
         for node_id in [n for n, info in self.topology.items() if now - info["heard"] > stale]:
             del self.topology[node_id]
-        nodes = {node_id: {k: v for k, v in info.items() if k != "heard"} for node_id, info in self.topology.items()}
+        # Each entry goes with how long ago it was fresh, not when this node got it:
+        # otherwise two nodes would keep handing a dead node's entry back to each
+        # other, each time as new, and it would never drop out.
+        nodes = {node_id: {**{k: v for k, v in info.items() if k != "heard"}, "age": now - info["heard"]}
+                 for node_id, info in self.topology.items()}
         for peer in self.peers.values():
             peer.link.send_control(FrameType.TOPOLOGY, nodes)
 
@@ -856,12 +860,17 @@ class MeshNode:
 
     def topology_received(self, link: LinkProtocol, nodes: dict) -> None:
         now = self.reactor.seconds()
+        stale = self._topology_expiry()
         for node_id, info in nodes.items():
             if node_id == self.node_id or not isinstance(info, dict):
                 continue
+            info = dict(info)
+            age = info.pop("age", 0.0)
+            if age > stale:
+                continue
             known = self.topology.get(node_id)
             if known is None or list(info.get("version", ())) > list(known["version"]):
-                self.topology[node_id] = {**info, "heard": now}
+                self.topology[node_id] = {**info, "heard": now - age}
 
     def view(self) -> dict:
         """The mesh as this node sees it: nodes, their links and partial queues."""

@@ -74,3 +74,26 @@ def test_a_node_linked_with_the_asked_one_or_with_another_is_not_forgotten():
     assert c.mesh.node_id not in b.mesh.topology and b.mesh.forget(c.mesh.node_id) is None
     mesh.settle()
     assert c.mesh.node_id in a.mesh.known_peers and ("link/" + c.mesh.node_id) in a.broker.bindings
+
+
+def test_a_dead_node_drops_out_of_the_view_and_is_not_handed_back():
+    mesh = MeshHarness()
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    to_b = mesh.link(a, b)
+    to_c = mesh.link(a, c)
+    a.mesh.gossip()
+    mesh.settle()
+    lose(mesh, to_c, a, c)  # c dies
+    let_time_pass(mesh, 10)
+    lose(mesh, to_b, a, b)
+    a.restart()  # a starts with an empty view and hears of c from b, 10 s after c's last word
+    mesh.link(a, b)
+    b.mesh.gossip()
+    mesh.settle()
+    assert c.mesh.node_id in a.mesh.topology
+    # a and b gossip out of step: neither may hand the other its old news of c as new.
+    for second in range(STALE_AFTER + 10):
+        mesh.clock.advance(1)
+        (a if second % 2 else b).mesh.gossip()
+        mesh.settle()
+    assert c.mesh.node_id not in a.mesh.view() and c.mesh.node_id not in b.mesh.view()
