@@ -103,8 +103,8 @@ bench() {  # output_file label produce_port consume_port pids... -- extra args
 
 # Which code the Meshgate nodes run (they load it when they start, just below).
 CODE="$(git -C "$ROOT" log -1 --format='%h %ad %s' --date=format:'%Y-%m-%d %H:%M' 2>/dev/null || echo unknown)"
-DIRTY="$(git -C "$ROOT" status --porcelain -- gateway mesh 2>/dev/null | wc -l)"
-echo "meshgate code: $CODE ($DIRTY uncommitted file(s) under gateway/ mesh/)" | tee "$WORK/code.txt"
+DIRTY="$(git -C "$ROOT" status --porcelain -- model gateway mesh metrics management meshgate 2>/dev/null | wc -l)"
+echo "meshgate code: $CODE ($DIRTY uncommitted file(s) under the code packages)" | tee "$WORK/code.txt"
 
 # ---------------------------------------------------------------- Meshgate pair
 PASSWORD="$("$PY" -c 'import secrets; print(secrets.token_urlsafe(32))')"

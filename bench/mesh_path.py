@@ -24,11 +24,11 @@ from twisted.test import iosim
 
 from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE
-from gateway.config import MeshConfig
 from gateway.selector import compile_selector
 from gateway.store.memory import MemoryStore
 from mesh.link import LinkProtocol
 from mesh.node import MeshNode
+from meshgate.config import MeshConfig
 
 BODY = b"m" * 256
 CHUNK = 1000  # messages sent between pumps: the link window (10,000) is never the limit

@@ -18,12 +18,9 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.wildcard import compile_pattern
-
-if TYPE_CHECKING:  # config imports this module at run time; avoid the cycle
-    from gateway.config import AuthorizationEntry, UserConfig
 
 __all__ = [
     "ACTIONS",
@@ -48,6 +45,22 @@ MAX_ITERATIONS = 10_000_000
 
 ACTIONS = frozenset({"read", "write", "admin"})
 DESTINATION_KINDS = ("/queue/", "/topic/", "/temp-queue/")
+
+
+class UserConfig(Protocol):
+    """A configured user, as the node's configuration gives it."""
+
+    password: str
+    groups: frozenset[str]
+
+
+class AuthorizationEntry(Protocol):
+    """One entry of the authorization map: who may read, write or administer a destination pattern."""
+
+    destination: str
+    read: frozenset[str]
+    write: frozenset[str]
+    admin: frozenset[str]
 
 
 @dataclass(frozen=True)

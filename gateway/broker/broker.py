@@ -85,8 +85,10 @@ class Broker:
         self._consumer_watchers: list[Callable[[], None]] = []
         self.strict_routing = False  # the mesh's STRICT load balancing, see Queue.put
         self.link_patterns: dict[str, list[str]] = {}  # mesh peer id -> topic patterns subscribed beyond it
-        # Addresses answered by the node itself (management), never queued.
-        self.services: dict[str, Callable[[Message], None]] = {}
+        # Addresses answered by the node itself (management), never queued: the
+        # handler gets the request and the sender's session (None if it came over a link).
+        self.services: dict[str, Callable[[Message, Session | None], None]] = {}
+        self.sessions: dict[str, Session] = {}  # open sessions by name (clients and mesh links)
         # Store records under keys the core does not own (the mesh's duplicate
         # markers), handed over at recovery: key prefix -> handler.
         self.foreign_records: dict[str, Callable[[str, Message], None]] = {}
@@ -143,6 +145,9 @@ class Broker:
         return queue if queue is not None else self._create_queue(name)
 
     def _create_queue(self, name: str, save: bool = True) -> Queue:
+        if name in self.services:
+            raise BrokerError(f"/queue/{name} is a service address: SEND requests to it with a reply-to header; "
+                              "it holds no messages and cannot be subscribed to")
         queue = Queue(self, name, "Q:" + name)
         self.queues[name] = queue
         if save:
@@ -155,6 +160,14 @@ class Broker:
         queue.owner = session
         self.temp_queues[global_name] = queue
         return queue
+
+    def register_service(self, address: str, handler: Callable[[Message, Session | None], None]) -> None:
+        """Answer SENDs to ``/queue/<address>`` with ``handler``. A queue of that name
+        (left by a version that let clients create one) would hide the service: it goes."""
+        queue = self.queues.get(address)
+        if queue is not None:
+            self.delete_queue(queue)
+        self.services[address] = handler
 
     def delete_queue(self, queue: Queue) -> None:
         for message in queue.take_all():
@@ -180,9 +193,9 @@ class Broker:
             self.expired += 1
             return None
         message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
-        return message if self.route(message) else None
+        return message if self.route(message, session) else None
 
-    def route(self, message: Message) -> bool:
+    def route(self, message: Message, session: Session | None = None) -> bool:
         """Put a message (new, or arriving from another node) where it belongs."""
         kind = message.kind
         address = message.address
@@ -191,7 +204,7 @@ class Broker:
             if queue is None:
                 service = self.services.get(address)
                 if service is not None:
-                    service(message)
+                    service(message, session)
                     return True
                 queue = self._create_queue(address)
             self._enqueue(queue, message)
@@ -478,4 +491,6 @@ class Broker:
     # -- sessions -------------------------------------------------------------------------
 
     def open_session(self, sink: DeliverySink, name: str, client_id: str | None = None) -> Session:
-        return Session(self, sink, name, client_id)
+        session = Session(self, sink, name, client_id)
+        self.sessions[name] = session
+        return session

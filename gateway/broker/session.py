@@ -3,7 +3,8 @@ deliveries, transactions and temporary queues. Protocol adapters own one each.""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import MESSAGE_OVERHEAD, Message
@@ -17,6 +18,17 @@ class DeliverySink(Protocol):
     """What a protocol adapter gives the core to receive messages."""
 
     def deliver(self, subscription: Subscription, message: Message) -> None: ...
+
+
+@dataclass(slots=True)
+class ConnectionInfo:
+    """Who is at the other end of a client session, as its protocol adapter says."""
+
+    protocol: str  # "stomp"
+    version: str  # the negotiated protocol version
+    remote: str  # "host:port"
+    since: float  # epoch seconds
+    close: Callable[[str], None]  # ends the connection, telling the client why
 
 
 class _Transaction:
@@ -40,6 +52,11 @@ class Session:
         self.transactions: dict[str, _Transaction] = {}
         self.temp_queues: dict[str, Queue] = {}
         self.closed = False
+        # Set by the protocol adapter once the client has authenticated (an
+        # auth.Principal); services authorize requests against it, never against
+        # anything the client wrote into a message.
+        self.principal: object = None
+        self.connection: ConnectionInfo | None = None  # None for the mesh's link sessions
 
     # -- delivery (called by queues) ------------------------------------------------
 
@@ -210,6 +227,7 @@ class Session:
             return
         self.closed = True
         self.writable = False
+        self.broker.sessions.pop(self.name, None)
         for tx in self.transactions.values():
             self._rollback(tx)
         self.transactions.clear()

@@ -18,6 +18,7 @@ from gateway import __version__
 from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.broker import Broker
 from gateway.broker.errors import BrokerError
+from gateway.broker.session import ConnectionInfo
 from gateway.stomp.codec import HEARTBEAT, Frame, FrameError, FrameParser, encode_frame
 from gateway.stomp.versions import SUPPORTED, VERSIONS, Stomp10, StompError
 
@@ -199,6 +200,10 @@ class StompProtocol(Protocol):
             reply["heart-beat"] = f"{settings.heartbeat_send_ms},{settings.heartbeat_receive_ms}"
             self._start_heartbeats(beats, settings)
         session = factory.broker.open_session(self, session_id, headers.get("client-id"))
+        session.principal = principal
+        peer = self.transport.getPeer()
+        remote = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"
+        session.connection = ConnectionInfo("stomp", version, remote, self.clock.seconds(), self.fail)
         self.handler = VERSIONS[version](self, session, principal)
         self.write(encode_frame("CONNECTED", reply, version=version))
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from gateway.broker.broker import TEMP
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import AUTO, CLIENT, CLIENT_INDIVIDUAL, Subscription
-from gateway.management import ADMIN_HEADER
 from gateway.stomp.codec import ESCAPES, Frame, escape_header
 
 if TYPE_CHECKING:
@@ -109,9 +108,6 @@ class Stomp10:
         kind, address = parsed if parsed is not None else self.destination(target)
         acl_name = _acl_name(target, kind, address)
         self.authorize("write", acl_name)
-        if kind == QUEUE and address in self.broker.services:
-            admin = self.authorizer.allowed(self.principal, "admin", acl_name)
-            headers[ADMIN_HEADER] = "true" if admin else "false"
         transaction = headers.pop("transaction", None)
         headers.pop("receipt", None)
         headers.pop("content-length", None)

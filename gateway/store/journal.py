@@ -25,6 +25,7 @@ from typing import Iterator
 from twisted.internet.defer import Deferred, succeed
 
 from gateway.broker.message import Message, decode_headers, encode_headers
+from gateway.store.files import fsync_dir, write_json_atomically
 
 log = logging.getLogger(__name__)
 
@@ -282,7 +283,7 @@ class JournalStore:
 
     def _open_segment(self, number: int) -> None:
         fd = os.open(self._path(number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        _fsync_dir(self.dir)
+        fsync_dir(self.dir)
         old = self._fd
         self._fd = fd
         self._segment = number
@@ -347,14 +348,7 @@ class JournalStore:
         return json.loads(path.read_text())
 
     def save_catalog(self, catalog: dict) -> None:
-        path = self.root / "catalog.json"
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(catalog, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(self.root)
+        write_json_atomically(self.root / "catalog.json", catalog)
 
     # -- shutdown -------------------------------------------------------------------------
 
@@ -375,11 +369,3 @@ class JournalStore:
             return result
 
         return d.addBoth(stop)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -277,7 +277,7 @@ def test_frames_pipelined_after_a_refused_connect_are_not_executed(secure_broker
 
 
 def test_forgetting_a_node_needs_admin_on_the_management_address(secure_broker):
-    from gateway.admin_client import request
+    from management.client import request
 
     # dave may ask for topology and stat, not change anything; a forged header does not help.
     asked = {"meshgate-node": "some-node", "meshgate-admin": "true"}

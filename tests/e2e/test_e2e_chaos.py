@@ -17,8 +17,8 @@ import pytest
 from e2e_support import HOST, unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
 
-from gateway.admin_client import request
 from gateway.stomp.codec import FrameParser, encode_frame
+from management.client import request
 
 CHAOS_SECONDS = float(os.environ.get("MESHGATE_CHAOS_SECONDS", "15"))
 

@@ -11,7 +11,7 @@ import time
 
 from e2e_support import HOST
 
-from gateway.admin_client import AdminError, request
+from management.client import AdminError, request
 
 
 def _free_base() -> int:
@@ -34,7 +34,7 @@ def _free_base() -> int:
 
 def test_local_mesh_links_three_nodes_and_stops_cleanly(tmp_path):
     base = _free_base()
-    process = subprocess.Popen([sys.executable, "-m", "gateway", "local-mesh", "--base-port", str(base),
+    process = subprocess.Popen([sys.executable, "-m", "meshgate", "local-mesh", "--base-port", str(base),
                                 "--data", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30

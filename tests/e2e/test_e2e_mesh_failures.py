@@ -168,7 +168,7 @@ def test_copied_data_dir_newcomer_exits(mesh, dialler):
 
 
 def test_a_crashed_node_forgotten_with_the_cli_is_not_waited_for(mesh):
-    from gateway.admin_client import request
+    from management.client import request
 
     a, b, c = mesh(3, extra="in_doubt_timeout_ms = 600000")
     c_id = request(HOST, c.stomp, "topology")["self"]

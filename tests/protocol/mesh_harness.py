@@ -10,11 +10,11 @@ from twisted.test import iosim
 
 from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE
-from gateway.config import MeshConfig
 from gateway.selector import compile_selector
 from gateway.store.memory import MemoryStore
 from mesh.link import LinkProtocol
 from mesh.node import MeshNode
+from meshgate.config import MeshConfig
 
 
 class Sink:
@@ -53,14 +53,14 @@ class SimNode:
     def _boot(self, store: KeepingStore, node_id: str) -> None:
         clock = self.harness.clock
         self.boots += 1
-        # Ids unique across nodes and boots, as gateway.node makes them.
+        # Ids unique across nodes and boots, as meshgate.node makes them.
         self.broker = Broker(store, clock=clock, compile_selector=compile_selector,
                              message_id_prefix=f"{self.name}-{self.boots}-")
         self.mesh = MeshNode(MeshConfig(**self.config), node_id=node_id, name=self.name, broker=self.broker,
                              started_at=clock.seconds(), stomp_address=("127.0.0.1", 0), reactor=clock)
 
     def restart(self) -> None:
-        """Crash and start again on the same store, as gateway.node does (links must be cut first)."""
+        """Crash and start again on the same store, as meshgate.node does (links must be cut first)."""
         assert not self.mesh.peers, "cut this node's links before restarting it"
         self._boot(self.broker.store, self.mesh.node_id)
         self.broker.recover()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.admin_client import format_cluster_stat, format_topology
+from management.client import format_cluster_stat, format_topology
 
 ANSWER = {
     "self": "id-a",

@@ -20,7 +20,7 @@ from gateway.auth import (
     validate_destination_pattern,
     verify_password,
 )
-from gateway.config import AuthorizationEntry, UserConfig, load_config
+from meshgate.config import AuthorizationEntry, UserConfig, load_config
 
 FAST = 1000  # iterations for test hashes; the format and logic are the same
 

@@ -1,4 +1,4 @@
-"""gateway.config: TOML files on disk, defaults, validation messages, overrides."""
+"""meshgate.config: TOML files on disk, defaults, validation messages, overrides."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.auth import hash_password
-from gateway.config import (
+from meshgate.config import (
     AuthorizationEntry,
     ConfigError,
     NodeConfig,

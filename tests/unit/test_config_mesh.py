@@ -1,4 +1,4 @@
-"""gateway.config: the optional [mesh] table (inter-broker links, discovery, forwarding)."""
+"""meshgate.config: the optional [mesh] table (inter-broker links, discovery, forwarding)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config import (
+from meshgate.config import (
     ConfigError,
     DiscoveryConfig,
     MeshConfig,

@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "local-mesh":
         from pathlib import Path
 
-        from gateway.local_mesh import default_data, run
+        from meshgate.local_mesh import default_data, run
 
         return run(args.nodes, args.base_port, Path(args.data) if args.data else default_data())
     return _broker(args)
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 def _admin(args: argparse.Namespace) -> int:
     import json
 
-    from gateway.admin_client import AdminError, format_cluster_stat, format_counts, format_topology, request
+    from management.client import AdminError, format_cluster_stat, format_counts, format_topology, request
 
     host, _, port = args.stomp.rpartition(":")
     if not host or not port.isdigit():
@@ -109,7 +109,7 @@ def _passwd(args: argparse.Namespace) -> int:
 
 
 def _broker(args: argparse.Namespace) -> int:
-    from gateway.config import ConfigError, load_config, parse_override
+    from meshgate.config import ConfigError, load_config, parse_override
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -130,7 +130,7 @@ def _broker(args: argparse.Namespace) -> int:
     epollreactor.install()
     from twisted.internet import reactor
 
-    from gateway.node import Node, NodeStartError
+    from meshgate.node import Node, NodeStartError
 
     node = Node(config, reactor)
     outcome = {"status": 0}

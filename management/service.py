@@ -3,8 +3,7 @@ ActiveMQ's statistics plugin does: SEND to /queue/meshgate.management with a
 ``meshgate-request`` header and a ``reply-to``; the JSON answer goes there.
 
 Requests that change something need the ``admin`` permission on the management
-address; the protocol layer that took the SEND says whether the sender has it in
-``ADMIN_HEADER`` (whatever the client put there is overwritten)."""
+address, checked against the sender's authenticated session."""
 
 from __future__ import annotations
 
@@ -15,20 +14,20 @@ from gateway.broker.broker import TEMP, Broker
 from gateway.broker.message import QUEUE, TOPIC, Message
 
 ADDRESS = "meshgate.management"
-ADMIN_HEADER = "meshgate-admin"
 
 
 class ManagementService:
     def __init__(self, broker: Broker, node_id: str, name: str, mesh_view: Callable[[], dict] | None,
-                 forget_node: Callable[[str], str | None] | None = None) -> None:
+                 forget_node: Callable[[str], str | None] | None = None, authorizer=None) -> None:
         self.broker = broker
         self.node_id = node_id
         self.name = name
         self.mesh_view = mesh_view
         self.forget_node = forget_node
-        broker.services[ADDRESS] = self.handle
+        self.authorizer = authorizer
+        broker.register_service(ADDRESS, self.handle)
 
-    def handle(self, message: Message) -> None:
+    def handle(self, message: Message, session) -> None:
         reply_to = message.headers.get("reply-to")
         target = _destination(reply_to) if reply_to else None
         if target is None:
@@ -38,7 +37,7 @@ class ManagementService:
         answer = answers.get(request)
         if answer is None:
             body = {"error": f"unknown request {request!r}; use one of {sorted(answers)}"}
-        elif request == "forget" and message.headers.get(ADMIN_HEADER) != "true":
+        elif request == "forget" and not self._admin(session):
             body = {"error": f"forget needs the admin permission on /queue/{ADDRESS}"}
         else:
             body = answer(message.headers) if request == "forget" else answer()
@@ -46,6 +45,13 @@ class ManagementService:
         if "correlation-id" in message.headers:
             headers["correlation-id"] = message.headers["correlation-id"]
         self.broker.send(target[0], target[1], headers, json.dumps(body).encode())
+
+    def _admin(self, session) -> bool:
+        if session is None:
+            return False
+        if self.authorizer is None or not self.authorizer.enabled:
+            return True
+        return self.authorizer.allowed(session.principal, "admin", "/queue/" + ADDRESS)
 
     def local_stat(self) -> dict:
         return {

@@ -7,8 +7,8 @@ import json
 import socket
 import uuid
 
-from gateway.management import ADDRESS
 from gateway.stomp.codec import FrameParser, encode_frame
+from management.service import ADDRESS
 
 
 class AdminError(Exception):

@@ -30,7 +30,7 @@ def run(nodes: int, base_port: int, data: Path) -> int:
             f'name = "{name}"\ndata_dir = "{data / name}"\n\n[stomp]\nbind = "127.0.0.1:{stomp_ports[i]}"\n\n'
             f'[mesh]\nbind = "127.0.0.1:{link_ports[i]}"\nstatic = [{peers}]\ncluster_password = "{password}"\n'
         )
-        processes.append(subprocess.Popen([sys.executable, "-m", "gateway", "broker", "--config", str(config)]))
+        processes.append(subprocess.Popen([sys.executable, "-m", "meshgate", "broker", "--config", str(config)]))
     print(f"meshgate local mesh: {nodes} nodes, data under {data}", flush=True)
     for i, port in enumerate(stomp_ports):
         print(f"  node{i + 1}: stomp://127.0.0.1:{port}  (mesh link 127.0.0.1:{link_ports[i]})", flush=True)

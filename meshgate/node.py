@@ -15,11 +15,12 @@ from twisted.internet import defer, endpoints, task
 
 from gateway.auth import Authenticator, Authorizer
 from gateway.broker.broker import Broker
-from gateway.config import NodeConfig
-from gateway.management import ManagementService
 from gateway.selector import compile_selector
 from gateway.stomp.protocol import StompFactory, StompSettings
+from gateway.store.files import write_json_atomically
 from gateway.store.journal import JournalStore
+from management.service import ManagementService
+from meshgate.config import NodeConfig
 
 log = logging.getLogger(__name__)
 
@@ -69,12 +70,7 @@ class DataDir:
         else:
             identity = {"id": str(uuid.uuid4()), "name": name, "boots": 0}
         identity["boots"] += 1
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(identity, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_json_atomically(path, identity)
         return identity
 
 
@@ -157,7 +153,7 @@ class Node:
             if config.mesh.discovery is not None:
                 yield self._start_discovery(config)
         ManagementService(self.broker, self.identity["id"], config.name, self.mesh.view if self.mesh else None,
-                          self.mesh.forget if self.mesh else None)
+                          self.mesh.forget if self.mesh else None, self.stomp_factory.authorizer)
         self._sweeper = task.LoopingCall(self.broker.sweep_expired)
         self._sweeper.clock = self.reactor
         self._sweeper.start(EXPIRY_SWEEP_SECONDS, now=False)

@@ -1,0 +1,1 @@
+"""Meshgate's composition layer: the node assembled from its parts, the command line and the local mesh."""

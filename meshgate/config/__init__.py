@@ -1,0 +1,38 @@
+"""The node's TOML configuration, with dotted-key overrides from the command line.
+
+``schema`` is the framework (typed fields with parsers, errors naming the dotted
+key); ``node``, ``mesh`` and ``metrics`` hold the tables; ``loader`` reads a file."""
+
+from meshgate.config.loader import load_config, parse_override
+from meshgate.config.mesh import LOAD_BALANCING_MODES, DiscoveryConfig, MeshConfig, RedistributionOverride
+from meshgate.config.node import (
+    AuthorizationEntry,
+    BrokerConfig,
+    NodeConfig,
+    SecurityConfig,
+    StompConfig,
+    StoreConfig,
+    TlsConfig,
+    UserConfig,
+)
+from meshgate.config.schema import ConfigError, parse_address, parse_size
+
+__all__ = [
+    "LOAD_BALANCING_MODES",
+    "AuthorizationEntry",
+    "BrokerConfig",
+    "ConfigError",
+    "DiscoveryConfig",
+    "MeshConfig",
+    "NodeConfig",
+    "RedistributionOverride",
+    "SecurityConfig",
+    "StompConfig",
+    "StoreConfig",
+    "TlsConfig",
+    "UserConfig",
+    "load_config",
+    "parse_address",
+    "parse_override",
+    "parse_size",
+]

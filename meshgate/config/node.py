@@ -1,0 +1,155 @@
+"""The node's own tables (listeners, broker, store, security) and the whole
+``NodeConfig``."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from meshgate.config.mesh import MeshConfig
+from meshgate.config.schema import (
+    _NODE_NAME,
+    _QUEUE_NAME,
+    ConfigError,
+    MiB,
+    _array_of,
+    _choice,
+    _integer,
+    _key,
+    _names,
+    _number,
+    _parse,
+    _password,
+    _path,
+    _pattern,
+    _string,
+    _table,
+    _table_of,
+    _with_aliases,
+    parse_address,
+    parse_size,
+)
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    bind: tuple[str, int] = _key(parse=parse_address)
+    certificate: str = _key(parse=_path(must_exist=True))
+    private_key: str = _key(parse=_path(must_exist=True))
+    # When set, clients must present a certificate signed by this CA.
+    ca_certificate: str | None = _key(None, _path(must_exist=True))
+
+
+@dataclass(frozen=True)
+class StompConfig:
+    bind: tuple[str, int] = _key(("127.0.0.1", 61613), parse_address)
+    max_frame_size: int = _key(10 * MiB, parse_size)
+    max_headers: int = _key(1000, _integer(1))
+    max_header_length: int = _key(10240, parse_size)
+    heartbeat_send_ms: int = _key(10_000, _integer(0))
+    heartbeat_receive_ms: int = _key(10_000, _integer(0))
+    heartbeat_grace: float = _key(1.5, _number(1.0))
+    max_connections: int = _key(100_000, _integer(1))
+    tls: TlsConfig | None = field(default=None, metadata=_parse(_table(TlsConfig)))
+
+    def __post_init__(self) -> None:
+        if self.tls is not None and self.tls.bind == self.bind and self.bind[1] != 0:
+            raise ConfigError(
+                "stomp.tls.bind",
+                f"same address as stomp.bind ({self.bind[0]}:{self.bind[1]})",
+            )
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    memory_limit: int = _key(256 * MiB, parse_size)
+    default_prefetch: int = _key(1000, _integer(1))
+    max_delivery_attempts: int = _key(10, _integer(1))
+    dead_letter_queue: str = _key("DLQ", _string(*_QUEUE_NAME))
+    # "" drops expired messages instead of moving them.
+    expiry_queue: str = _key("", _string(*_QUEUE_NAME, empty=True))
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    sync: str = _key("always", _choice("always", "never"))
+    journal_file_size: int = _key(32 * MiB, parse_size)
+    max_sync_delay_ms: int = _key(0, _integer(0))
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    # repr=False keeps hashes out of logs that print the configuration.
+    password: str = field(repr=False, metadata=_parse(_password))
+    groups: frozenset[str] = _key(frozenset(), _names)
+
+
+@dataclass(frozen=True)
+class AuthorizationEntry:
+    destination: str = _key(parse=_pattern)
+    read: frozenset[str] = _key(frozenset(), _names)
+    write: frozenset[str] = _key(frozenset(), _names)
+    admin: frozenset[str] = _key(frozenset(), _names)
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    users: Mapping[str, UserConfig] = _key(parse=_table_of(UserConfig), factory=lambda: MappingProxyType({}))
+    authorization: tuple[AuthorizationEntry, ...] = _key((), _array_of(AuthorizationEntry))
+
+    def __post_init__(self) -> None:
+        # Without users everybody is the same anonymous principal, so entries could
+        # only allow everything or nothing: almost certainly a forgotten [security.users].
+        if self.authorization and not self.users:
+            raise ConfigError(
+                "security.authorization",
+                "needs users: add [security.users.<name>] tables",
+            )
+
+
+
+_ALL_INTERFACES = ("0.0.0.0", "::", "")
+
+
+def _same_listener(a: tuple[str, int], b: tuple[str, int]) -> bool:
+    """Whether two listeners would fight over one port (0 = any free port, never a clash)."""
+    if a[1] != b[1] or a[1] == 0:
+        return False
+    return a[0] == b[0] or a[0] in _ALL_INTERFACES or b[0] in _ALL_INTERFACES
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    name: str = _key(parse=_string(*_NODE_NAME), factory=socket.gethostname)
+    data_dir: str = _key("", _path(must_exist=False))  # "" = ./data/<name>
+    stomp: StompConfig = field(default_factory=StompConfig, metadata=_parse(_table(StompConfig)))
+    broker: BrokerConfig = field(default_factory=BrokerConfig, metadata=_parse(_table(BrokerConfig)))
+    store: StoreConfig = field(default_factory=StoreConfig, metadata=_parse(_table(StoreConfig)))
+    security: SecurityConfig = field(default_factory=SecurityConfig, metadata=_parse(_table(SecurityConfig)))
+    # None (no [mesh] table) = a standalone node.
+    mesh: MeshConfig | None = field(
+        default=None,
+        metadata=_parse(_with_aliases(_table(MeshConfig), {"network_ttl": "max_hops"})),
+    )
+
+    def __post_init__(self) -> None:
+        if not self.data_dir:
+            object.__setattr__(self, "data_dir", f"./data/{self.name}")
+        if self.mesh is not None:
+            clients = [("stomp.bind", self.stomp.bind)]
+            if self.stomp.tls is not None:
+                clients.append(("stomp.tls.bind", self.stomp.tls.bind))
+            for key, address in clients:
+                if _same_listener(self.mesh.bind, address):
+                    raise ConfigError(
+                        "mesh.bind",
+                        f"same port as {key} ({address[0]}:{address[1]}); the mesh needs its own listener",
+                    )
+
+    @property
+    def anonymous(self) -> bool:
+        return not self.security.users
+
+
