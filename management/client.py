@@ -1,81 +1,123 @@
-"""A minimal blocking STOMP client for the ``meshgate topology``, ``stat`` and
-``forget`` commands: one request to the management address, one JSON answer."""
+"""A blocking client for management requests, over STOMP like any client: the
+``meshgate`` commands use it, and so can scripts and the console. One connection
+carries any number of requests; replies come to a temporary queue of its own."""
 
 from __future__ import annotations
 
-import json
 import socket
 import uuid
+from typing import Any
 
-from gateway.stomp.codec import FrameParser, encode_frame
-from management.service import ADDRESS
+import msgspec
+
+from gateway.stomp.codec import FrameError, FrameParser, encode_frame
+from model.requests import MANAGEMENT_ADDRESS, Failure, Reply, Request, decode_reply
 
 
-class AdminError(Exception):
-    pass
+class ManagementClientError(Exception):
+    """The broker could not be reached, refused the connection or the request."""
 
 
-def request(host: str, port: int, what: str, login: str | None = None, passcode: str | None = None,
-            timeout: float = 10.0, headers: dict[str, str] | None = None) -> dict:
-    connect = {"accept-version": "1.2", "host": host, "heart-beat": "0,0"}
-    if login is not None:
-        connect.update(login=login, passcode=passcode or "")
-    reply = f"/temp-queue/admin-{uuid.uuid4().hex[:8]}"
-    with socket.create_connection((host, port), timeout=timeout) as sock:
-        sock.sendall(
-            encode_frame("CONNECT", connect)
-            + encode_frame("SUBSCRIBE", {"id": "admin", "destination": reply})
-            + encode_frame("SEND", {**(headers or {}), "destination": "/queue/" + ADDRESS, "reply-to": reply,
-                                    "meshgate-request": what})
-        )
-        parser = FrameParser("1.2")
+class RequestFailed(Exception):
+    """The request was refused or could not be done: ``failure`` says why."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+class ManagementClient:
+    def __init__(self, host: str, port: int, login: str | None = None, passcode: str | None = None,
+                 timeout: float = 15.0) -> None:
+        self.host = host
+        self.port = port
+        self.login = login
+        self.passcode = passcode
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+        self._parser = FrameParser("1.2")
+        self._frames: list = []
+        self._reply_to = f"/temp-queue/meshgate-admin-{uuid.uuid4().hex[:8]}"
+
+    def __enter__(self) -> ManagementClient:
+        self.connect()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def connect(self) -> None:
+        headers = {"accept-version": "1.2", "host": self.host, "heart-beat": "0,0"}
+        if self.login is not None:
+            headers.update(login=self.login, passcode=self.passcode or "")
+        try:
+            self._sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        except OSError as error:
+            raise ManagementClientError(f"cannot connect to {self.host}:{self.port}: {error.strerror or error}") \
+                from None
+        self._send(encode_frame("CONNECT", headers))
+        self._expect("CONNECTED")
+        self._send(encode_frame("SUBSCRIBE", {"id": "replies", "destination": self._reply_to}))
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.sendall(encode_frame("DISCONNECT", {}))
+            except OSError:
+                pass
+            self._sock.close()
+            self._sock = None
+
+    def ask(self, request: Request) -> Reply:
+        """Send a request and wait for its reply (which may say it failed)."""
+        if self._sock is None:
+            self.connect()
+        correlation = uuid.uuid4().hex
+        self._send(encode_frame("SEND", {"destination": "/queue/" + MANAGEMENT_ADDRESS, "reply-to": self._reply_to,
+                                         "correlation-id": correlation, "content-type": "application/json"},
+                                msgspec.json.encode(request)))
         while True:
-            data = sock.recv(1 << 16)
-            if not data:
-                raise AdminError("the broker closed the connection without answering")
-            for frame in parser.feed(data):
-                if frame.command == "ERROR":
-                    raise AdminError(frame.headers.get("message", "error"))
-                if frame.command == "MESSAGE":
-                    return json.loads(frame.body)
+            frame = self._expect("MESSAGE")
+            if frame.headers.get("correlation-id") == correlation:
+                try:
+                    return decode_reply(frame.body)
+                except (msgspec.DecodeError, msgspec.ValidationError) as error:
+                    raise ManagementClientError(f"the broker sent a reply this client cannot read: {error}") \
+                        from None
 
+    def call(self, request: Request) -> Any:
+        """The request's result; RequestFailed if it failed as a whole."""
+        reply = self.ask(request)
+        if not reply.ok:
+            raise RequestFailed(reply.error or Failure(code="bad_request", message="the request failed"))
+        return reply.result
 
-def format_topology(answer: dict) -> str:
-    nodes = answer["nodes"]
-    names = {node_id: info.get("name", node_id[:8]) for node_id, info in nodes.items()}
-    lines = [f"{len(nodes)} node(s), as seen from {names.get(answer['self'], answer['self'])}"]
-    for node_id, info in sorted(nodes.items(), key=lambda item: names[item[0]]):
-        links = ", ".join(names.get(peer, peer[:8]) for peer in info.get("links", [])) or "-"
-        address = ":".join(map(str, info.get("stomp", []))) or "?"
-        lines.append(f"  {names[node_id]} ({node_id}) stomp {address}; links: {links}")
-        for queue, (depth, consumers, inflight, *in_doubt) in sorted(info.get("queues", {}).items()):
-            counts = format_counts(depth, inflight, sum(in_doubt))
-            lines.append(f"    /queue/{queue}: {counts}, {consumers} consumer(s)")
-    return "\n".join(lines)
+    # -- frames -----------------------------------------------------------------------------
 
+    def _send(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except OSError as error:
+            raise ManagementClientError(f"connection to {self.host}:{self.port} lost: {error}") from None
 
-def format_cluster_stat(answer: dict) -> str:
-    nodes = answer["nodes"]
-    totals: dict[str, list[int]] = {}
-    per_node: dict[str, list[tuple[str, int, int]]] = {}
-    for info in nodes.values():
-        # Nodes before in-doubt counts sent three numbers per queue.
-        for queue, (depth, consumers, inflight, *in_doubt) in info.get("queues", {}).items():
-            held = depth + inflight + sum(in_doubt)
-            total = totals.setdefault(queue, [0, 0])
-            total[0] += held
-            total[1] += consumers
-            per_node.setdefault(queue, []).append((info.get("name", "?"), held, consumers))
-    lines = [f"{'queue':<40} {'messages':>10} {'consumers':>10}"]
-    for queue in sorted(totals):
-        depth, consumers = totals[queue]
-        lines.append(f"/queue/{queue:<33} {depth:>10} {consumers:>10}")
-        for name, node_depth, node_consumers in sorted(per_node[queue]):
-            lines.append(f"  {name:<38} {node_depth:>10} {node_consumers:>10}")
-    return "\n".join(lines)
-
-
-def format_counts(depth: int, inflight: int, in_doubt: int) -> str:
-    text = f"{depth} queued, {inflight} in flight"
-    # Only after a link loss or restart: held until a peer says whether it has them.
-    return text + f", {in_doubt} in doubt" if in_doubt else text
+    def _expect(self, command: str):
+        while True:
+            while not self._frames:
+                try:
+                    data = self._sock.recv(1 << 16)
+                except TimeoutError:
+                    raise ManagementClientError(f"no answer from {self.host}:{self.port} within "
+                                                f"{self.timeout:g} s") from None
+                except OSError as error:
+                    raise ManagementClientError(f"connection to {self.host}:{self.port} lost: {error}") from None
+                if not data:
+                    raise ManagementClientError("the broker closed the connection without answering")
+                try:
+                    self._frames.extend(self._parser.feed(data))
+                except FrameError as error:
+                    raise ManagementClientError(f"the broker sent a malformed frame: {error}") from None
+            frame = self._frames.pop(0)
+            if frame.command == "ERROR":
+                raise ManagementClientError(frame.headers.get("message", "error"))
+            if frame.command == command:
+                return frame

@@ -1,88 +1,298 @@
-"""Answers management requests sent over the messaging protocol itself, as
-ActiveMQ's statistics plugin does: SEND to /queue/meshgate.management with a
-``meshgate-request`` header and a ``reply-to``; the JSON answer goes there.
+"""Management requests, answered over the messaging protocol itself (as ActiveMQ's
+statistics plugin does): a client SENDs a model.requests request as JSON to
+``/queue/meshgate.management`` with a ``reply-to``, and the model.requests.Reply
+comes back there, with the request's ``correlation-id``.
 
-Requests that change something need the ``admin`` permission on the management
-address, checked against the sender's authenticated session."""
+The node that takes the request resolves which nodes it concerns, answers for
+itself, and asks the others over the mesh links (mesh.router); the answer
+gathers theirs. Authorization is the asking node's: a request that changes
+something needs the ``admin`` permission on the management address, checked
+against the sender's authenticated session, and the reply goes only to the
+sender's own temporary queue or to a destination it may write to."""
 
 from __future__ import annotations
 
-import json
-from typing import Callable
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+import msgspec
+from twisted.internet import defer
 
 from gateway.broker.broker import TEMP, Broker
+from gateway.broker.errors import BrokerError
 from gateway.broker.message import QUEUE, TOPIC, Message
+from management.actions import LocalActions
+from management.events import EventLog
+from management.state import LocalState
+from model.events import AdminAction
+from model.mesh import ClusterView
+from model.requests import (
+    ADMIN_ACTIONS,
+    ALL,
+    MANAGEMENT_ADDRESS,
+    SINGLE_ANSWER,
+    Failure,
+    ManagementError,
+    Move,
+    Reply,
+    Request,
+    Summary,
+    decode_request,
+)
 
-ADDRESS = "meshgate.management"
+if TYPE_CHECKING:
+    from mesh.node import MeshNode
+
+log = logging.getLogger(__name__)
+
+ADDRESS = MANAGEMENT_ADDRESS
+REQUEST_TIMEOUT = 5.0  # seconds a node waits for another node's answer
+_ASKED_NODE_ONLY = ("forget",)  # the asked node does it (and tells the mesh)
+_COUNTED = ("purge", "delete_queue", "move", "send")
 
 
 class ManagementService:
-    def __init__(self, broker: Broker, node_id: str, name: str, mesh_view: Callable[[], dict] | None,
-                 forget_node: Callable[[str], str | None] | None = None, authorizer=None) -> None:
-        self.broker = broker
+    def __init__(self, *, node_id: str, name: str, broker: Broker, mesh: MeshNode | None, state: LocalState,
+                 actions: LocalActions, events: EventLog, authorizer=None, timeout: float = REQUEST_TIMEOUT) -> None:
         self.node_id = node_id
         self.name = name
-        self.mesh_view = mesh_view
-        self.forget_node = forget_node
+        self.broker = broker
+        self.mesh = mesh
+        self.state = state
+        self.actions = actions
+        self.events = events
         self.authorizer = authorizer
+        self.timeout = timeout
+        self._answers: dict[str, Callable[[Any], Any]] = {
+            "summary": lambda r: state.summary(),
+            "queues": lambda r: state.queues(r.name),
+            "links": lambda r: state.links(),
+            "connections": lambda r: state.connections(),
+            "subscriptions": lambda r: state.subscriptions(),
+            "events": lambda r: events.query(r.since, r.kinds, r.limit),
+            "browse": lambda r: actions.browse(r.queue, r.offset, r.limit, r.preview),
+            "purge": lambda r: actions.purge(r.queue),
+            "delete_queue": lambda r: actions.delete_queue(r.queue),
+            "move": lambda r: actions.move(r.queue, r.to_queue, r.to_node, r.count),
+            "send": lambda r: actions.send(r.destination, r.body, r.headers, r.persistent),
+            "close_connection": lambda r: actions.close_connection(r.connection, r.reason),
+            "forget": lambda r: actions.forget(r.forget),
+            "scale_down": lambda r: actions.scale_down(),
+        }
         broker.register_service(ADDRESS, self.handle)
+        if mesh is not None:
+            mesh.router.handler = self.answer_routed
+
+    # -- the protocol side ------------------------------------------------------------------
 
     def handle(self, message: Message, session) -> None:
-        reply_to = message.headers.get("reply-to")
-        target = _destination(reply_to) if reply_to else None
-        if target is None:
-            return  # nowhere to answer; nothing is queued either
-        request = message.headers.get("meshgate-request", "topology")
-        answers = {"topology": self.topology, "stat": self.local_stat, "forget": self.forget}
-        answer = answers.get(request)
-        if answer is None:
-            body = {"error": f"unknown request {request!r}; use one of {sorted(answers)}"}
-        elif request == "forget" and not self._admin(session):
-            body = {"error": f"forget needs the admin permission on /queue/{ADDRESS}"}
-        else:
-            body = answer(message.headers) if request == "forget" else answer()
-        headers = {"content-type": "application/json"}
-        if "correlation-id" in message.headers:
-            headers["correlation-id"] = message.headers["correlation-id"]
-        self.broker.send(target[0], target[1], headers, json.dumps(body).encode())
-
-    def _admin(self, session) -> bool:
+        """A request SENT to the management address by a client connected here."""
         if session is None:
-            return False
-        if self.authorizer is None or not self.authorizer.enabled:
-            return True
-        return self.authorizer.allowed(session.principal, "admin", "/queue/" + ADDRESS)
+            log.warning("management: a request came over a mesh link, not from a client; dropped")
+            return
+        target = self._reply_target(message.headers.get("reply-to"), session)
+        principal = session.principal
+        user = getattr(principal, "name", "?")
+        d = self.execute(message.body, user, self._allowed(principal, "admin", "/queue/" + ADDRESS))
+        d.addCallback(self._send_reply, target, message.headers.get("correlation-id"))
+        d.addErrback(lambda failure: log.error("management: %s", failure.getTraceback()))
 
-    def local_stat(self) -> dict:
-        return {
-            "node": {"id": self.node_id, "name": self.name},
-            "queues": {name: {"depth": len(q), "consumers": len(q.consumers), "inflight": q.inflight,
-                              "in_doubt": q.in_doubt}
-                       for name, q in self.broker.queues.items()},
-        }
-
-    def forget(self, headers: dict[str, str]) -> dict:
-        node_id = headers.get("meshgate-node", "")
-        if self.forget_node is None:
-            return {"error": "this node is not in a mesh"}
-        if not node_id:
-            return {"error": "forget needs a meshgate-node header: the id of the node to forget"}
-        refusal = self.forget_node(node_id)
-        return {"error": refusal} if refusal else {"forgotten": node_id}
-
-    def topology(self) -> dict:
-        if self.mesh_view is None:
-            stat = self.local_stat()
-            queues = {name: [q["depth"], q["consumers"], q["inflight"], q["in_doubt"]]
-                      for name, q in stat["queues"].items()}
-            nodes = {self.node_id: {"name": self.name, "links": [], "queues": queues}}
+    def _reply_target(self, reply_to: str | None, session) -> tuple[str, str]:
+        """Where the reply may go: the sender's own temporary queue, or a destination
+        it may write to. Anything else is refused with an ERROR (BrokerError)."""
+        if not reply_to:
+            raise BrokerError(f"a request to /queue/{ADDRESS} needs a reply-to header: a /temp-queue/ of this "
+                              "connection, or a destination it may write to")
+        for prefix, candidate in (("/queue/", QUEUE), ("/topic/", TOPIC), ("/remote-temp-queue/", TEMP)):
+            if reply_to.startswith(prefix) and len(reply_to) > len(prefix):
+                kind, address = candidate, reply_to[len(prefix):]
+                break
         else:
-            nodes = self.mesh_view()
-        return {"self": self.node_id, "nodes": nodes}
+            raise BrokerError(f"reply-to {reply_to!r} is not a destination: use a /temp-queue/ of this connection")
+        if kind == TEMP:
+            queue = self.broker.temp_queues.get(address)
+            if queue is not None and queue.owner is session:
+                return kind, address
+            acl_name = "/temp-queue/" + address
+        else:
+            if kind == QUEUE and address in self.broker.services:
+                raise BrokerError(f"reply-to {reply_to} is a service address")
+            acl_name = reply_to
+        if not self._allowed(session.principal, "write", acl_name):
+            raise BrokerError(f"reply-to {reply_to} is not this connection's own temporary queue, nor a "
+                              "destination it may write to")
+        return kind, address
+
+    def _allowed(self, principal, action: str, destination: str) -> bool:
+        authorizer = self.authorizer
+        if authorizer is None or not authorizer.enabled:
+            return True
+        return principal is not None and authorizer.allowed(principal, action, destination)
+
+    def _send_reply(self, reply: Reply, target: tuple[str, str], correlation_id: str | None) -> None:
+        headers = {"content-type": "application/json"}
+        if correlation_id is not None:
+            headers["correlation-id"] = correlation_id
+        self.broker.send(target[0], target[1], headers, msgspec.json.encode(reply))
+
+    # -- answering --------------------------------------------------------------------------
+
+    def execute(self, body: bytes, user: str, admin: bool) -> defer.Deferred:
+        """Answer a request (JSON) from ``user``: fires with a Reply, never fails."""
+        try:
+            request = decode_request(body)
+        except ManagementError as error:
+            return defer.succeed(Reply(ok=False, error=error.failure()))
+        action = request.__struct_config__.tag
+        if action in ADMIN_ACTIONS and not admin:
+            message = f"{action} needs the admin permission on /queue/{ADDRESS}"
+            self.events.emit(AdminAction(user=user, action=action, target=_target_of(request), ok=False,
+                                         result="refused: " + message))
+            return defer.succeed(Reply(action=action, ok=False, error=Failure(code="forbidden", message=message)))
+        try:
+            if action == "nodes":
+                return self._nodes(request.fresh)
+            if action in _ASKED_NODE_ONLY:
+                return defer.succeed(Reply(action=action, result=self._answer_here(request, user)))
+            targets = self._targets(request.node)
+            if isinstance(request, Move) and request.to_node is not None:
+                request = msgspec.structs.replace(request, to_node=self._resolve(request.to_node))
+        except ManagementError as error:
+            return defer.succeed(Reply(action=action, ok=False, error=error.failure()))
+        asked = [self._ask(node_id, request, user) for node_id in targets]
+        gathered = defer.DeferredList(asked, consumeErrors=True)
+        return gathered.addCallback(self._gather, action, targets, request.node)
+
+    def _ask(self, node_id: str, request: Request, user: str) -> defer.Deferred:
+        """One node's answer: a result, or a ManagementError."""
+        if node_id == self.node_id:
+            return defer.maybeDeferred(self._answer_here, request, user)
+        body = {"request": msgspec.to_builtins(msgspec.structs.replace(request, node=node_id)), "user": user}
+        d = self.mesh.router.request(node_id, body, self.timeout)
+
+        def unpack(answer: dict) -> Any:
+            if "error" in answer:
+                raise ManagementError(**answer["error"])
+            return answer["result"]
+
+        def unreachable(failure) -> None:
+            if failure.check(ManagementError):
+                return failure
+            raise ManagementError("unreachable", failure.getErrorMessage(), node_id)
+
+        return d.addCallback(unpack).addErrback(unreachable)
+
+    def _gather(self, outcomes: list, action: str, targets: list[str], asked_for: str | None) -> Reply:
+        results: list = []
+        failures: list[Failure] = []
+        missing: list[ManagementError] = []
+        for (ok, value), node_id in zip(outcomes, targets, strict=True):
+            if ok:
+                results.extend(value) if isinstance(value, list) else results.append(value)
+                continue
+            error = value.value if value.check(ManagementError) else ManagementError(
+                "unreachable", value.getErrorMessage(), node_id)
+            if error.node is None:
+                error.node = node_id
+            (missing if error.code == "not_found" and asked_for == ALL else failures).append(error.failure())
+        if len(targets) == 1 and failures:
+            return Reply(action=action, ok=False, error=failures[0])
+        if asked_for == ALL and missing and not results and not failures:
+            return Reply(action=action, ok=False, error=Failure(code="not_found", message=missing[0].message))
+        if action == "events":
+            results.sort(key=lambda event: event["time"] if isinstance(event, dict) else event.time)
+        if action in SINGLE_ANSWER:
+            return Reply(action=action, result=results[0] if results else None, failures=failures)
+        return Reply(action=action, result=results, failures=failures)
+
+    def _answer_here(self, request: Request, user: str) -> Any:
+        action = request.__struct_config__.tag
+        answer = self._answers.get(action)
+        if answer is None:
+            raise ManagementError("bad_request", f"{action} is not answered by one node")
+        if action not in ADMIN_ACTIONS:
+            return answer(request)
+        target = _target_of(request)
+        try:
+            result = answer(request)
+        except ManagementError as error:
+            self.events.emit(AdminAction(user=user, action=action, target=target, ok=False, result=str(error)))
+            raise
+        if action != "browse":  # reading is not worth an audit line per page
+            detail = ", ".join(part for part in (f"{result.count} message(s)" if action in _COUNTED else "",
+                                                 result.detail) if part)
+            self.events.emit(AdminAction(user=user, action=action, target=target, ok=True, result=detail))
+        return result
+
+    def answer_routed(self, body: dict, origin: str) -> dict:
+        """A request another node routed here (it checked the permissions)."""
+        try:
+            request = decode_request(msgspec.json.encode(body["request"]))
+            return {"result": msgspec.to_builtins(self._answer_here(request, str(body.get("user", "?"))))}
+        except ManagementError as error:
+            return {"error": {"code": error.code, "message": str(error), "node": error.node or self.node_id}}
+
+    # -- which nodes ------------------------------------------------------------------------
+
+    def _targets(self, node: str | None) -> list[str]:
+        if node is None:
+            return [self.node_id]
+        if node == ALL:
+            if self.mesh is None:
+                return [self.node_id]
+            self.mesh.topology.refresh_own()
+            return sorted(self.mesh.topology.entries)
+        return [self._resolve(node)]
+
+    def _resolve(self, node: str) -> str:
+        """A node id from an id, a name or a unique prefix of an id."""
+        known = {self.node_id: self.name}
+        if self.mesh is not None:
+            known.update((n, s.node.name) for n, s in ((n, e.summary) for n, e in self.mesh.topology.entries.items()))
+            departed = self.mesh.topology.departed
+            if node in departed or any(s.node.name == node for s in departed.values()):
+                raise ManagementError("unreachable", f"node {node} is down", node)
+        if node in known:
+            return node
+        by_name = [node_id for node_id, name in known.items() if name == node]
+        by_prefix = [node_id for node_id in known if len(node) >= 4 and node_id.startswith(node)]
+        for matches in (by_name, by_prefix):
+            if len(matches) == 1:
+                return matches[0]
+            if len(matches) > 1:
+                raise ManagementError("bad_request", f"{node!r} names {len(matches)} nodes; give the node id")
+        raise ManagementError("not_found", f"no node {node!r} in the mesh as this node sees it (meshgate nodes "
+                                           "lists them)")
+
+    def _nodes(self, fresh: bool) -> defer.Deferred:
+        """Every node, asked afresh; those that do not answer from the gossiped view."""
+        if self.mesh is None:
+            return defer.succeed(Reply(action="nodes", result=ClusterView(
+                reporter=self.node_id, taken_at=self.state.clock.seconds(), nodes=[self.state.summary()])))
+        view = self.mesh.topology.view()
+        up = [summary.node.id for summary in view if summary.node.state != "down" and fresh]
+        asked = [self._ask(node_id, Summary(), "?") for node_id in up]
+
+        def gather(outcomes: list) -> Reply:
+            fresh = {node_id: value for (ok, value), node_id in zip(outcomes, up, strict=True) if ok}
+            nodes = []
+            for summary in view:
+                answer = fresh.get(summary.node.id)
+                if answer is None:
+                    nodes.append(summary)
+                else:
+                    nodes.append(answer if not isinstance(answer, dict) else
+                                 msgspec.convert(answer, type(summary)))
+            nodes.sort(key=lambda s: (s.node.name, s.node.id))
+            return Reply(action="nodes", result=ClusterView(reporter=self.node_id,
+                                                            taken_at=self.state.clock.seconds(), nodes=nodes))
+
+        return defer.DeferredList(asked, consumeErrors=True).addCallback(gather)
 
 
-def _destination(text: str) -> tuple[str, str] | None:
-    for prefix, kind in (("/queue/", QUEUE), ("/topic/", TOPIC), ("/remote-temp-queue/", TEMP)):
-        if text.startswith(prefix) and len(text) > len(prefix):
-            return kind, text[len(prefix):]
-    return None
+def _target_of(request: Request) -> str:
+    for field in ("queue", "destination", "connection", "forget"):
+        value = getattr(request, field, None)
+        if value:
+            return f"/queue/{value}" if field == "queue" else value
+    return request.node or "this node"

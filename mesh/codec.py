@@ -10,7 +10,8 @@ from typing import Any
 
 from gateway.broker.message import Message
 
-__all__ = ["LinkError", "LinkParser", "encode_control", "encode_message", "decode_message", "FrameType"]
+__all__ = ["LinkError", "LinkParser", "encode_control", "encode_frame", "encode_message", "decode_message",
+           "FrameType"]
 
 
 class FrameType:
@@ -30,16 +31,18 @@ class FrameType:
     HAVE = 14      # the asked ones the receiver got (its recent window)
     LEAVING = 15   # scale-down finished: this node holds nothing of anyone's and goes for good
     FORGET = 16    # an administrator says a crashed node is gone for good; passed on to every node
+    REQUEST = 17   # a management request on its way to a node (mesh.router)
+    REPLY = 18     # its answer on the way back
 
 
 _HEAD = struct.Struct(">IB")
-# text length, body length, kind, priority, expires, flags
-_MESSAGE = struct.Struct(">IIBBqB")
+# text length, body length, kind, priority, expires, flags, accepted at (epoch s)
+_MESSAGE = struct.Struct(">IIBBqBd")
 _FRAMED_MESSAGE = struct.Struct(">IB" + _MESSAGE.format[1:])  # the frame head and the message head in one pack
 _KINDS = {"queue": 0, "topic": 1}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
 _FIELDS = 5  # id, origin, address, path, target; header names and values follow
-_PERSISTENT, _MAYBE_DELIVERED, _JSON_TEXT = 1, 2, 4
+_PERSISTENT, _MAYBE_DELIVERED, _JSON_TEXT, _REDISTRIBUTED = 1, 2, 4, 8
 MAX_FRAME = 64 * 1024 * 1024
 
 
@@ -47,12 +50,12 @@ class LinkError(Exception):
     """The peer sent something that is not a valid link frame."""
 
 
-def _frame(kind: int, payload: bytes) -> bytes:
+def encode_frame(kind: int, payload: bytes) -> bytes:
     return _HEAD.pack(len(payload), kind) + payload
 
 
 def encode_control(kind: int, body: Any = None) -> bytes:
-    return _frame(kind, b"" if body is None else json.dumps(body, separators=(",", ":")).encode())
+    return encode_frame(kind, b"" if body is None else json.dumps(body, separators=(",", ":")).encode())
 
 
 def decode_control(payload: bytes) -> Any:
@@ -64,10 +67,12 @@ def decode_control(payload: bytes) -> Any:
         raise LinkError(f"malformed control frame: {error}") from None
 
 
-def encode_message(message: Message, origin: str, path: tuple[str, ...], target: str = "") -> bytes:
+def encode_message(message: Message, origin: str, path: tuple[str, ...], target: str = "",
+                   redistributed: bool = False) -> bytes:
     """``origin`` is the node the message entered the mesh at (for duplicate
     detection); ``path`` the nodes it has crossed, the sender included; ``target``
-    a durable subscription to put it in (scale-down) instead of routing it.
+    a durable subscription to put it in (scale-down) instead of routing it;
+    ``redistributed`` says it is a backlog following consumers (for the counters).
 
     Every string goes in one NUL-separated text block (one encode, one decode and
     split on the other side); JSON only if some string holds a NUL itself."""
@@ -79,20 +84,21 @@ def encode_message(message: Message, origin: str, path: tuple[str, ...], target:
         text = "\0".join((message.id, origin, message.address, ",".join(path), target))
     # "May have been delivered already" makes the next node's delivery say redelivered:true.
     flags = (_PERSISTENT if message.persistent else 0) | (
-        _MAYBE_DELIVERED if message.deliveries or message.recovered else 0)
+        _MAYBE_DELIVERED if message.deliveries or message.recovered else 0) | (_REDISTRIBUTED if redistributed else 0)
     if text.count("\0") != _FIELDS - 1 + 2 * len(headers):
         text = json.dumps([message.id, origin, message.address, list(path), target, headers])
         flags |= _JSON_TEXT
     block = text.encode()
     body = message.body
     head = _FRAMED_MESSAGE.pack(_MESSAGE.size + len(block) + len(body), FrameType.MESSAGE, len(block), len(body),
-                                _KINDS[message.kind], message.priority, message.expires, flags)
+                                _KINDS[message.kind], message.priority, message.expires, flags, message.created)
     return b"".join((head, block, body))
 
 
-def decode_message(payload: bytes) -> tuple[Message, str, str]:
+def decode_message(payload: bytes) -> tuple[Message, str, str, bool]:
+    """The message, its origin, its target and whether it was redistributed."""
     try:
-        tlen, blen, kind, priority, expires, flags = _MESSAGE.unpack_from(payload)
+        tlen, blen, kind, priority, expires, flags, created = _MESSAGE.unpack_from(payload)
         start = _MESSAGE.size
         end = start + tlen
         if end + blen != len(payload) or priority > 9:
@@ -117,7 +123,8 @@ def decode_message(payload: bytes) -> tuple[Message, str, str]:
         raise LinkError(f"malformed message frame: {error}") from None
     message.recovered = bool(flags & _MAYBE_DELIVERED)
     message.path = path
-    return message, origin, target
+    message.created = created
+    return message, origin, target, bool(flags & _REDISTRIBUTED)
 
 
 class LinkParser:

@@ -9,16 +9,25 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from twisted.internet.error import ConnectionDone
 from twisted.internet.protocol import ClientFactory, Protocol, ServerFactory
 from twisted.python.failure import Failure
 
-from mesh.codec import FrameType, LinkError, LinkParser, decode_control, decode_message, encode_control
+from mesh.codec import (
+    FrameType,
+    LinkError,
+    LinkParser,
+    decode_control,
+    decode_message,
+    encode_control,
+    encode_frame,
+)
 
 if TYPE_CHECKING:
     from mesh.node import MeshNode
 
 log = logging.getLogger(__name__)
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: messages carry their accept time
 
 
 def _proof(password: str, nonce: str, node_id: str) -> str:
@@ -39,6 +48,7 @@ class LinkProtocol(Protocol):
         self.last_received = 0.0
         self._health = None
         self._pending: list[bytes] = []  # encoded messages, written together at the end of this reactor turn
+        self.down_reason = ""  # why the link went, when this side knows better than "connection lost"
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -54,6 +64,9 @@ class LinkProtocol(Protocol):
             self._health.cancel()
         if self.established:
             self.established = False
+            if not self.down_reason:
+                self.down_reason = "connection lost" if reason is None or not reason.check(ConnectionDone) \
+                    else "closed by the peer"
             self.mesh.link_down(self)
 
     def _check(self) -> None:
@@ -62,6 +75,7 @@ class LinkProtocol(Protocol):
         mesh = self.mesh
         if mesh.reactor.seconds() - self.last_received > mesh.config.connection_ttl_ms / 1000.0:
             log.warning("mesh link to %s: nothing received for connection_ttl; dropping it", self.peer_name)
+            self.down_reason = f"nothing received for {mesh.config.connection_ttl_ms} ms (connection_ttl_ms)"
             self.transport.abortConnection()
             return
         self.send_control(FrameType.PING)
@@ -73,6 +87,7 @@ class LinkProtocol(Protocol):
 
     def refuse(self, reason: str) -> None:
         log.warning("mesh link %s refused: %s", self.peer_name, reason)
+        self.down_reason = f"refused: {reason}"
         self.send_control(FrameType.REFUSE, {"reason": reason})
         self.closing = True
         self.transport.loseConnection()
@@ -83,6 +98,12 @@ class LinkProtocol(Protocol):
         if self._pending:
             self.flush()  # frames keep their order on the wire
         self.transport.write(encode_control(kind, body))
+
+    def send_encoded(self, kind: int, payload: bytes) -> None:
+        """A control frame whose JSON body is encoded already."""
+        if self._pending:
+            self.flush()
+        self.transport.write(encode_frame(kind, payload))
 
     def send_message(self, frame: bytes) -> None:
         """Queue an encoded message; a dispatch burst goes out as one write."""
@@ -113,8 +134,8 @@ class LinkProtocol(Protocol):
     def _handle(self, kind: int, payload: bytes) -> None:
         mesh = self.mesh
         if kind == FrameType.MESSAGE and self.established:
-            message, origin, target = decode_message(payload)
-            mesh.message_received(self, message, origin, target)
+            message, origin, target, redistributed = decode_message(payload)
+            mesh.message_received(self, message, origin, target, redistributed)
         elif kind == FrameType.STORED and self.established:
             mesh.stored(self, decode_control(payload))
         elif kind == FrameType.RELEASED and self.established:
@@ -135,7 +156,7 @@ class LinkProtocol(Protocol):
         elif kind == FrameType.DEMAND and self.established:
             mesh.demand_received(self, decode_control(payload))
         elif kind == FrameType.TOPOLOGY and self.established:
-            mesh.topology_received(self, decode_control(payload))
+            mesh.topology.received(self, payload)
         elif kind == FrameType.MARKERS and self.established:
             mesh.markers_received(self, decode_control(payload))
         elif kind == FrameType.DURABLE and self.established:
@@ -148,6 +169,10 @@ class LinkProtocol(Protocol):
             mesh.leaving_received(self)
         elif kind == FrameType.FORGET and self.established:
             mesh.forget_received(self, decode_control(payload))
+        elif kind == FrameType.REQUEST and self.established:
+            mesh.router.request_received(self, decode_control(payload))
+        elif kind == FrameType.REPLY and self.established:
+            mesh.router.reply_received(self, decode_control(payload))
         else:
             raise LinkError(f"unexpected link frame type {kind} at this point")
 

@@ -9,6 +9,9 @@ import logging
 import sys
 
 from gateway import __version__
+from meshgate.admin_cli import COMMANDS as ADMIN_COMMANDS
+from meshgate.admin_cli import add_commands as add_admin_commands
+from meshgate.admin_cli import run as run_admin_command
 
 _GC_YOUNG_THRESHOLD = 20_000  # container allocations (net) between young-generation collections
 
@@ -32,69 +35,26 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--base-port", type=int, default=61613,
                        help="STOMP port of the first node; node i listens on base+10*i, links on +3")
     local.add_argument("--data", metavar="DIR", help="data directory (default ./data/local-mesh)")
+    local.add_argument("--redis", metavar="URL", help="Redis for the nodes' metrics (default: start a redis-server "
+                                                      "of its own on a free port; none: no metrics)")
 
     passwd = commands.add_parser("passwd", help="hash a password for [security.users]")
     passwd.add_argument("--stdin", action="store_true", help="read the password from standard input")
 
-    for name, help_text in (("topology", "print the mesh as a node sees it: nodes, links, partial queues"),
-                            ("stat", "print queue depths and consumers (--cluster: summed over the mesh)"),
-                            ("forget", "tell the mesh a crashed node is gone for good (needs admin)")):
-        admin = commands.add_parser(name, help=help_text)
-        if name == "forget":
-            admin.add_argument("node_id", help="the id of the node to forget (meshgate topology shows it)")
-        admin.add_argument("--stomp", metavar="HOST:PORT", default="127.0.0.1:61613")
-        admin.add_argument("--login")
-        admin.add_argument("--passcode")
-        admin.add_argument("--json", action="store_true", help="print the raw JSON answer")
-        if name == "stat":
-            admin.add_argument("--cluster", action="store_true")
+    add_admin_commands(commands)
 
     args = parser.parse_args(argv)
     if args.command == "passwd":
         return _passwd(args)
-    if args.command in ("topology", "stat", "forget"):
-        return _admin(args)
+    if args.command in ADMIN_COMMANDS:
+        return run_admin_command(args)
     if args.command == "local-mesh":
         from pathlib import Path
 
         from meshgate.local_mesh import default_data, run
 
-        return run(args.nodes, args.base_port, Path(args.data) if args.data else default_data())
+        return run(args.nodes, args.base_port, Path(args.data) if args.data else default_data(), args.redis)
     return _broker(args)
-
-
-def _admin(args: argparse.Namespace) -> int:
-    import json
-
-    from management.client import AdminError, format_cluster_stat, format_counts, format_topology, request
-
-    host, _, port = args.stomp.rpartition(":")
-    if not host or not port.isdigit():
-        print(f"meshgate {args.command}: --stomp must be HOST:PORT", file=sys.stderr)
-        return 2
-    what = "topology" if args.command == "stat" and args.cluster else args.command
-    headers = {"meshgate-node": args.node_id} if what == "forget" else None
-    try:
-        answer = request(host, int(port), what, args.login, args.passcode, headers=headers)
-    except (OSError, AdminError) as error:
-        print(f"meshgate {args.command}: {error}", file=sys.stderr)
-        return 1
-    if "error" in answer:
-        print(f"meshgate {args.command}: {answer['error']}", file=sys.stderr)
-        return 1
-    if args.json:
-        print(json.dumps(answer, indent=2, sort_keys=True))
-    elif what == "stat":
-        for queue, info in sorted(answer["queues"].items()):
-            counts = format_counts(info["depth"], info["inflight"], info.get("in_doubt", 0))
-            print(f"/queue/{queue}: {counts}, {info['consumers']} consumer(s)")
-    elif what == "forget":
-        print(f"forgot node {answer['forgotten']}: no node waits for it, and what was kept for it is dropped")
-    elif args.command == "stat":
-        print(format_cluster_stat(answer))
-    else:
-        print(format_topology(answer))
-    return 0
 
 
 def _passwd(args: argparse.Namespace) -> int:

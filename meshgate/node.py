@@ -19,8 +19,15 @@ from gateway.selector import compile_selector
 from gateway.stomp.protocol import StompFactory, StompSettings
 from gateway.store.files import write_json_atomically
 from gateway.store.journal import JournalStore
+from management.actions import LocalActions
+from management.events import EventLog
 from management.service import ManagementService
+from management.state import LocalState
 from meshgate.config import NodeConfig
+from meshgate.config.metrics import MetricsConfig
+from metrics.publisher import StreamPublisher
+from metrics.reporter import MetricsReporter
+from model.mesh import Addresses, MetricsStatus, address_text
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +96,10 @@ class Node:
         self.discovery = None
         self.started_at = time.time()
         self.fatal: str | None = None
+        self.events: EventLog | None = None
+        self.state: LocalState | None = None
+        self.metrics: MetricsReporter | None = None
+        self.scale_down_requested = False
 
     @defer.inlineCallbacks
     def start(self):
@@ -103,8 +114,10 @@ class Node:
             segment_size=config.store.journal_file_size,
             max_sync_delay_ms=config.store.max_sync_delay_ms,
         )
+        self.events = EventLog(self.identity["id"], self.reactor)
         self.broker = Broker(
             self.store,
+            events=self.events,
             message_id_prefix=f"{self.identity['id'][:8]}-{self.identity['boots']}-",
             clock=self.reactor,
             memory_limit=config.broker.memory_limit,
@@ -133,15 +146,17 @@ class Node:
             heartbeat_grace=stomp.heartbeat_grace,
             max_connections=stomp.max_connections,
         )
+        authorizer = Authorizer(config.security.authorization, enabled=not config.anonymous)
         self.stomp_factory = StompFactory(
             self.broker,
             settings,
             Authenticator(config.security.users),
-            Authorizer(config.security.authorization, enabled=not config.anonymous),
+            authorizer,
             self.reactor,
             node_name=config.name,
             threadpool=self.reactor.getThreadPool(),
         )
+        self._start_management(authorizer)  # before the listeners: its address is reserved from the first SEND
         host, port = stomp.bind
         endpoint = endpoints.TCP4ServerEndpoint(self.reactor, port, backlog=1024, interface=host)
         self.ports.append((yield endpoint.listen(self.stomp_factory)))
@@ -152,12 +167,46 @@ class Node:
             yield self.mesh.start()
             if config.mesh.discovery is not None:
                 yield self._start_discovery(config)
-        ManagementService(self.broker, self.identity["id"], config.name, self.mesh.view if self.mesh else None,
-                          self.mesh.forget if self.mesh else None, self.stomp_factory.authorizer)
+        if config.metrics.redis_url is not None:
+            self._start_metrics(config.metrics)
         self._sweeper = task.LoopingCall(self.broker.sweep_expired)
         self._sweeper.clock = self.reactor
         self._sweeper.start(EXPIRY_SWEEP_SECONDS, now=False)
         return self
+
+    def _start_management(self, authorizer: Authorizer) -> None:
+        node_id = self.identity["id"]
+        self.state = LocalState(
+            node_id=node_id, name=self.config.name, started_at=self.started_at, broker=self.broker, mesh=self.mesh,
+            clock=self.reactor, addresses=self.model_addresses, store_bytes=self.store.disk_bytes,
+            metrics=self.metrics_status, group_name=self.config.mesh.group_name if self.config.mesh else "",
+        )
+        actions = LocalActions(node_id=node_id, broker=self.broker, mesh=self.mesh, clock=self.reactor,
+                               scale_down_and_stop=self.scale_down_and_stop)
+        ManagementService(node_id=node_id, name=self.config.name, broker=self.broker, mesh=self.mesh,
+                          state=self.state, actions=actions, events=self.events, authorizer=authorizer)
+
+    def _start_metrics(self, config: MetricsConfig) -> None:
+        publisher = StreamPublisher(config.redis_url, config.stream_prefix, config.maxlen, config.buffer)
+        self.metrics = MetricsReporter(publisher, self.state.snapshot, config.interval_ms / 1000.0, self.reactor)
+        self.events.sinks.append(self.metrics.publish_event)
+        self.metrics.start()
+        log.info("metrics: writing snapshots every %d ms and events to %s (streams %s:snapshots, %s:events)",
+                 config.interval_ms, config.redis_url, config.stream_prefix, config.stream_prefix)
+
+    def metrics_status(self) -> MetricsStatus:
+        return self.metrics.publisher.status() if self.metrics is not None else MetricsStatus()
+
+    def model_addresses(self) -> Addresses:
+        listeners = {scheme: address_text(host, port) for scheme, host, port in self.addresses()}
+        link = address_text(*self.mesh.link_address) if self.mesh is not None else None
+        return Addresses(stomp=listeners.get("stomp"), stomp_tls=listeners.get("stomp+ssl"), link=link)
+
+    def scale_down_and_stop(self) -> None:
+        """An administrator asked this node to hand everything over and go."""
+        log.warning("scale-down requested by an administrator: handing every message over, then stopping")
+        self.scale_down_requested = True
+        self.reactor.stop()
 
     def _listen_tls(self, tls):
         from twisted.internet import ssl
@@ -189,8 +238,12 @@ class Node:
         self.ports = []
         if self.stomp_factory is not None:
             yield self._close_clients(self.stomp_factory.connections)
-        if self.mesh is not None and self.config.mesh.scale_down and self.fatal is None:
+        if self.mesh is not None and (self.config.mesh.scale_down or self.scale_down_requested) \
+                and self.fatal is None:
             yield self.mesh.scale_down()
+        self.events.flush()
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.discovery is not None:
             yield self.discovery.stop()
         if self.mesh is not None:

@@ -8,11 +8,13 @@ import time
 from typing import Callable, Protocol
 
 from gateway.broker.errors import BrokerError
+from gateway.broker.events import EventSink, NullEvents
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import ACK_MODES, CLIENT_INDIVIDUAL, Queue, Subscription
 from gateway.broker.session import DeliverySink, Session
 from gateway.store.base import Store
 from gateway.wildcard import compile_pattern
+from model.events import ConsumerAttached, ConsumerDetached, DeadLetter, Expired
 
 TEMP = "temp"
 _TOPIC_CACHE_LIMIT = 10_000
@@ -62,8 +64,10 @@ class Broker:
         dead_letter_queue: str = "DLQ",
         expiry_queue: str = "",
         compile_selector: Callable[[str], Callable] | None = None,
+        events: EventSink | None = None,
     ) -> None:
         self.store = store
+        self.events: EventSink = events or NullEvents()
         self.clock = clock or _WallClock()
         self.memory_limit = memory_limit
         self.default_prefetch = default_prefetch
@@ -193,6 +197,7 @@ class Broker:
             self.expired += 1
             return None
         message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
+        message.created = self.clock.seconds()
         return message if self.route(message, session) else None
 
     def route(self, message: Message, session: Session | None = None) -> bool:
@@ -301,6 +306,9 @@ class Broker:
         sub.queue.add_consumer(sub)
         if peer is None:
             self._consumers_changed()
+            if not sub.queue.temporary:  # a reply channel, not a consumer anyone watches
+                self.events.emit(ConsumerAttached(destination=_destination_of(sub), connection=session.name,
+                                                  consumers=len(sub.queue.consumers)))
         return sub
 
     # -- the mesh's view ------------------------------------------------------------------
@@ -421,6 +429,9 @@ class Broker:
         queue.remove_consumer(sub)
         if sub.peer is None:
             self._consumers_changed()
+            if not queue.temporary:
+                self.events.emit(ConsumerDetached(destination=_destination_of(sub), connection=sub.session.name,
+                                                  consumers=len(queue.consumers)))
         if unacked:
             self.requeue(queue, unacked)
         binding = self.bindings.get(queue.name) if sub.topic is not None else None
@@ -456,6 +467,9 @@ class Broker:
         keep = []
         for message in messages:
             if message.deliveries >= self.max_delivery_attempts and queue.name != self.dead_letter_queue:
+                queue.dead_lettered += 1
+                self.events.count(DeadLetter(queue=queue.name, reason="max-delivery-attempts",
+                                             dead_letter_queue=self.dead_letter_queue, count=0))
                 self._move(queue, message, self.dead_letter_queue, "max-delivery-attempts")
             else:
                 keep.append(message)
@@ -465,6 +479,8 @@ class Broker:
 
     def expire(self, queue: Queue, message: Message) -> None:
         self.expired += 1
+        queue.expired += 1
+        self.events.count(Expired(queue=queue.name, count=0))
         if self.expiry_queue and queue.name != self.expiry_queue:
             self._move(queue, message, self.expiry_queue, "expired")
         else:
@@ -494,3 +510,7 @@ class Broker:
         session = Session(self, sink, name, client_id)
         self.sessions[name] = session
         return session
+
+
+def _destination_of(sub: Subscription) -> str:
+    return f"/topic/{sub.topic}" if sub.topic is not None else f"/queue/{sub.queue.name}"

@@ -32,6 +32,7 @@ class Message:
         "sequence",
         "recovered",
         "path",
+        "created",
     )
 
     def __init__(
@@ -65,6 +66,9 @@ class Message:
         self.recovered = False
         # Ids of the mesh nodes the message has crossed, so it never goes back to one.
         self.path: tuple[str, ...] = ()
+        # When a node accepted it from its producer (epoch seconds; 0 = unknown),
+        # for the end-to-end latency histograms. It travels with the message.
+        self.created = 0.0
 
     def copy(self) -> Message:
         twin = Message.__new__(Message)
@@ -83,6 +87,7 @@ class Message:
         twin.sequence = 0
         twin.recovered = False
         twin.path = self.path
+        twin.created = self.created
         return twin
 
     @property

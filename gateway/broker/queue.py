@@ -6,6 +6,8 @@ from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 from gateway.broker.message import Message
+from model.latency import TOP as _LATENCY_TOP
+from model.latency import empty_histogram
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
@@ -104,10 +106,21 @@ class Queue:
         self._next = 0
         self._dispatching = False
         self._has_selectors = False
+        # Cumulative counters for the management model (see model.mesh.PartialQueue).
         self.enqueued = 0
-        self.dequeued = 0
-        # Messages the mesh holds out of the queue while a peer may have them (see mesh.node).
+        self.acked = 0
+        self.expired = 0
+        self.dead_lettered = 0
+        self.latency = empty_histogram()  # model.latency buckets, counted on each ack
+        # Messages the mesh holds out of the queue while a peer may have them (see mesh.custody).
         self.in_doubt = 0
+        # Set by the mesh when a backlog starts to follow consumers on other nodes:
+        # the next this-many messages forwarded are redistributed, not fresh sends.
+        self.backlog = 0
+        self.forwarded_out = 0
+        self.forwarded_in = 0
+        self.redistributed_out = 0
+        self.redistributed_in = 0
 
     def __len__(self) -> int:
         return self._count
@@ -143,9 +156,29 @@ class Queue:
             return False
         self._levels[message.priority].pop()
         self._count -= 1
-        self.dequeued += 1
         sub.session.deliver(sub, message)
         return True
+
+    def acknowledged(self, messages: list[Message], now: float) -> None:
+        """Count acks and their end-to-end latency (one bucket increment each)."""
+        latency = self.latency
+        for message in messages:
+            created = message.created
+            if created:
+                micros = (now - created) * 1e6
+                index = int(micros).bit_length() if micros >= 1 else 0
+                latency[index if index < _LATENCY_TOP else _LATENCY_TOP] += 1
+        self.acked += len(messages)
+
+    def oldest_created(self) -> float:
+        """When the oldest waiting message was accepted (0 if none or unknown)."""
+        oldest = 0.0
+        for level in self._levels:
+            if level:
+                created = level[0].created
+                if created and (not oldest or created < oldest):
+                    oldest = created
+        return oldest
 
     def put_back(self, messages: list[Message]) -> None:
         """Return messages (in their delivery order) to the head of the queue."""
@@ -155,6 +188,17 @@ class Queue:
             if priority > self._high:
                 self._high = priority
             self._count += 1
+
+    def take(self, count: int | None = None) -> list[Message]:
+        """Remove up to ``count`` waiting messages (all with None), head first."""
+        if count is None or count >= self._count:
+            return self.take_all()
+        taken: list[Message] = []
+        for level in reversed(self._levels):
+            while level and len(taken) < count:
+                taken.append(level.popleft())
+        self._count -= len(taken)
+        return taken
 
     def take_all(self) -> list[Message]:
         messages = list(self)
@@ -208,7 +252,6 @@ class Queue:
                 burst = 0
                 continue
             idle = 0
-            self.dequeued += 1
             sub.session.deliver(sub, message)
             burst += 1
             if burst >= sub.weight:
@@ -253,7 +296,6 @@ class Queue:
                 broker.expire(self, message)
                 continue
             idle = 0
-            self.dequeued += 1
             sub.session.deliver(sub, message)
         self._next = index % len(consumers) if consumers else 0
 

@@ -65,7 +65,9 @@ class Session:
             message.deliveries += 1
         if sub.ack_mode == AUTO:
             self.sink.deliver(sub, message)
-            self.broker.consumed(sub.queue, message)
+            queue = sub.queue
+            self.broker.consumed(queue, message)
+            queue.acknowledged((message,), self.broker.clock.seconds())
         else:
             sub.inflight[message.id] = message
             self.sink.deliver(sub, message)
@@ -139,6 +141,7 @@ class Session:
             consumed = self.broker.consumed
             for message in settled:
                 consumed(queue, message)
+            queue.acknowledged(settled, self.broker.clock.seconds())
         else:
             self.broker.requeue(queue, settled)
         queue.dispatch()
@@ -183,8 +186,10 @@ class Session:
         for args in tx.sends:
             send(*args, self)
         consumed = self.broker.consumed
+        now = self.broker.clock.seconds()
         for queue, message in tx.acks:
             consumed(queue, message)
+            queue.acknowledged((message,), now)
 
     def abort(self, name: str) -> None:
         tx = self.transactions.pop(name, None)

@@ -21,6 +21,7 @@ from gateway.broker.errors import BrokerError
 from gateway.broker.session import ConnectionInfo
 from gateway.stomp.codec import HEARTBEAT, Frame, FrameError, FrameParser, encode_frame
 from gateway.stomp.versions import SUPPORTED, VERSIONS, Stomp10, StompError
+from model.events import AuthenticationFailed
 
 log = logging.getLogger(__name__)
 
@@ -180,6 +181,9 @@ class StompProtocol(Protocol):
         if self.closing:
             return
         if principal is None:
+            peer = self.transport.getPeer()
+            self.factory.broker.events.emit(AuthenticationFailed(
+                user=frame.headers.get("login"), remote=f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"))
             self.fail(f"access refused for user {frame.headers.get('login')!r}: wrong login or passcode")
             return
         self._connected(frame, version, principal)

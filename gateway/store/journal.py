@@ -29,10 +29,12 @@ from gateway.store.files import fsync_dir, write_json_atomically
 
 log = logging.getLogger(__name__)
 
-_ADD = 1
+_ADD = 1  # as written before messages carried their accept time; still read
 _REMOVE = 2
+_ADD_TIMED = 3  # _ADD with the time the message was accepted
 _HEAD = struct.Struct("<IIB")  # payload length, crc32 of type+payload, type
 _ADD_FIELDS = struct.Struct("<HHBHIIBqHBQH")
+_ADD_TIMED_FIELDS = struct.Struct(_ADD_FIELDS.format + "d")
 _REMOVE_FIELDS = struct.Struct("<HH")
 _KINDS = {"queue": 0, "topic": 1, "temp": 2}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
@@ -157,8 +159,8 @@ class JournalStore:
             payload = data[start:start + length]
             if len(payload) < length or zlib.crc32(payload, kind) != crc:
                 break
-            if kind == _ADD:
-                queue_key, message = self._decode_add(payload)
+            if kind == _ADD_TIMED or kind == _ADD:
+                queue_key, message = self._decode_add(payload, kind == _ADD_TIMED)
                 message.segment = number
                 live[(queue_key, message.id)] = (queue_key, message)
             elif kind == _REMOVE:
@@ -178,11 +180,18 @@ class JournalStore:
                 log.error("journal %s: corrupt record at offset %d; skipping the rest of the segment", path.name, pos)
 
     @staticmethod
-    def _decode_add(payload: bytes) -> tuple[str, Message]:
-        (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc, sequence, plen) = (
-            _ADD_FIELDS.unpack_from(payload)
-        )
-        off = _ADD_FIELDS.size
+    def _decode_add(payload: bytes, timed: bool) -> tuple[str, Message]:
+        if timed:
+            (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc, sequence, plen, created) = (
+                _ADD_TIMED_FIELDS.unpack_from(payload)
+            )
+            off = _ADD_TIMED_FIELDS.size
+        else:
+            (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc, sequence, plen) = (
+                _ADD_FIELDS.unpack_from(payload)
+            )
+            off = _ADD_FIELDS.size
+            created = 0.0
         queue_key = payload[off:off + klen].decode()
         off += klen
         message_id = payload[off:off + ilen].decode()
@@ -195,6 +204,7 @@ class JournalStore:
         off += blen
         message = Message(message_id, _KIND_NAMES[kind], address, headers, body, True, priority, expires, deliveries)
         message.sequence = sequence
+        message.created = created
         if plen:
             message.path = tuple(payload[off:off + plen].decode().split(","))
         return queue_key, message
@@ -212,12 +222,12 @@ class JournalStore:
             message.sequence = self._sequence
         path = ",".join(message.path).encode() if message.path else b""
         payload = b"".join((
-            _ADD_FIELDS.pack(len(key), len(mid), _KINDS[message.kind], len(address), len(headers), len(body),
-                             message.priority, message.expires, min(message.deliveries, 65535), henc,
-                             message.sequence, len(path)),
+            _ADD_TIMED_FIELDS.pack(len(key), len(mid), _KINDS[message.kind], len(address), len(headers), len(body),
+                                   message.priority, message.expires, min(message.deliveries, 65535), henc,
+                                   message.sequence, len(path), message.created),
             key, mid, address, headers, body, path,
         ))
-        self._append(_ADD, payload)
+        self._append(_ADD_TIMED, payload)
         segment = self._segment
         message.segment = segment
         self._live[segment][(queue_key, message.id)] = message
@@ -335,6 +345,16 @@ class JournalStore:
     def holds(self, message_id: str) -> bool:
         """Whether a message with this id is still stored in some queue."""
         return message_id in self._ids
+
+    def disk_bytes(self) -> int:
+        """The journal's size on disk."""
+        total = 0
+        for number in list(self._live):
+            try:
+                total += self._path(number).stat().st_size
+            except OSError:
+                pass  # deleted meanwhile
+        return total
 
     def segment_count(self) -> int:
         return len(self._live)

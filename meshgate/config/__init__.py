@@ -5,6 +5,7 @@ key); ``node``, ``mesh`` and ``metrics`` hold the tables; ``loader`` reads a fil
 
 from meshgate.config.loader import load_config, parse_override
 from meshgate.config.mesh import LOAD_BALANCING_MODES, DiscoveryConfig, MeshConfig, RedistributionOverride
+from meshgate.config.metrics import MetricsConfig
 from meshgate.config.node import (
     AuthorizationEntry,
     BrokerConfig,
@@ -24,6 +25,7 @@ __all__ = [
     "ConfigError",
     "DiscoveryConfig",
     "MeshConfig",
+    "MetricsConfig",
     "NodeConfig",
     "RedistributionOverride",
     "SecurityConfig",

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from meshgate.config.mesh import MeshConfig
+from meshgate.config.metrics import MetricsConfig
 from meshgate.config.schema import (
     _NODE_NAME,
     _QUEUE_NAME,
@@ -133,6 +134,7 @@ class NodeConfig:
         default=None,
         metadata=_parse(_with_aliases(_table(MeshConfig), {"network_ttl": "max_hops"})),
     )
+    metrics: MetricsConfig = field(default_factory=MetricsConfig, metadata=_parse(_table(MetricsConfig)))
 
     def __post_init__(self) -> None:
         if not self.data_dir:

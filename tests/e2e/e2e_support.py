@@ -60,6 +60,21 @@ def run_meshgate(args: list[str], *, input: str | None = None, cwd: Path | None 
                           timeout=timeout)
 
 
+def manage(port: int, request, login: str | None = None, passcode: str | None = None, timeout: float = TIMEOUT):
+    """Send one management request (a model.requests struct) to the node on ``port``; the Reply."""
+    from management.client import ManagementClient
+
+    with ManagementClient(HOST, port, login, passcode, timeout=timeout) as client:
+        return client.ask(request)
+
+
+def manage_result(port: int, request, login: str | None = None, passcode: str | None = None):
+    """The result of a request that must succeed on every node it concerns."""
+    reply = manage(port, request, login, passcode)
+    assert reply.ok and not reply.failures, reply
+    return reply.result
+
+
 def password_hash(password: str) -> str:
     result = run_meshgate(["passwd", "--stdin"], input=password + "\n")
     assert result.returncode == 0, f"meshgate passwd failed: {result.stderr}"

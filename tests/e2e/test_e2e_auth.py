@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from e2e_support import ConnectRefused, unique
+from e2e_support import ConnectRefused, manage, unique
 
 CONFIG = """
 [security.users.alice]
@@ -277,12 +277,11 @@ def test_frames_pipelined_after_a_refused_connect_are_not_executed(secure_broker
 
 
 def test_forgetting_a_node_needs_admin_on_the_management_address(secure_broker):
-    from management.client import request
+    from model.requests import Forget, Nodes
 
-    # dave may ask for topology and stat, not change anything; a forged header does not help.
-    asked = {"meshgate-node": "some-node", "meshgate-admin": "true"}
-    answer = request("127.0.0.1", secure_broker.port, "forget", "dave", "dave-secret", headers=asked)
-    assert "admin permission" in answer["error"], answer
-    assert "nodes" in request("127.0.0.1", secure_broker.port, "topology", "dave", "dave-secret")
-    answer = request("127.0.0.1", secure_broker.port, "forget", "alice", "alice-secret", headers=asked)
-    assert answer == {"error": "this node is not in a mesh"}
+    # dave may ask for views, not change anything.
+    answer = manage(secure_broker.port, Forget(forget="some-node"), "dave", "dave-secret")
+    assert not answer.ok and answer.error.code == "forbidden" and "admin permission" in answer.error.message, answer
+    assert manage(secure_broker.port, Nodes(), "dave", "dave-secret").ok
+    answer = manage(secure_broker.port, Forget(forget="some-node"), "alice", "alice-secret")
+    assert answer.error.code == "conflict" and answer.error.message == "this node is not in a mesh", answer

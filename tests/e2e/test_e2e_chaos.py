@@ -14,11 +14,11 @@ import threading
 import time
 
 import pytest
-from e2e_support import HOST, unique
+from e2e_support import HOST, manage_result, unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
 
 from gateway.stomp.codec import FrameParser, encode_frame
-from management.client import request
+from model.requests import Queues
 
 CHAOS_SECONDS = float(os.environ.get("MESHGATE_CHAOS_SECONDS", "15"))
 
@@ -105,8 +105,8 @@ def consume(node, destination: str, deliveries: list, stop: threading.Event) -> 
 def queue_depths(nodes, address: str) -> dict[str, int]:
     depths = {}
     for node in nodes:
-        stat = request(HOST, node.stomp, "stat")["queues"].get(address, {"depth": 0, "inflight": 0, "in_doubt": 0})
-        depths[node.name] = stat["depth"] + stat["inflight"] + stat["in_doubt"]
+        queues = manage_result(node.stomp, Queues(name=address))
+        depths[node.name] = sum(q.depth + q.in_flight + q.forwarding + q.in_doubt for q in queues)
     return depths
 
 

@@ -9,9 +9,10 @@ import subprocess
 import sys
 import time
 
-from e2e_support import HOST
+from e2e_support import HOST, manage
 
-from management.client import AdminError, request
+from management.client import ManagementClientError
+from model.requests import Nodes
 
 
 def _free_base() -> int:
@@ -41,14 +42,14 @@ def test_local_mesh_links_three_nodes_and_stops_cleanly(tmp_path):
         nodes = {}
         while time.monotonic() < deadline:
             try:
-                nodes = request(HOST, base, "topology", timeout=2)["nodes"]
-            except (OSError, AdminError):
-                nodes = {}
-            if len(nodes) == 3 and all(len(info["links"]) == 2 for info in nodes.values()):
+                nodes = manage(base, Nodes(), timeout=2).result.nodes
+            except ManagementClientError:
+                nodes = []
+            if len(nodes) == 3 and all(len(summary.links) == 2 for summary in nodes):
                 break
             time.sleep(0.2)
-        assert sorted(info["name"] for info in nodes.values()) == ["node1", "node2", "node3"]
-        assert all(len(info["links"]) == 2 for info in nodes.values()), nodes
+        assert sorted(summary.node.name for summary in nodes) == ["node1", "node2", "node3"]
+        assert all(len(summary.links) == 2 and summary.answered for summary in nodes), nodes
     finally:
         process.send_signal(signal.SIGINT)
         output = process.communicate(timeout=30)[0].decode()

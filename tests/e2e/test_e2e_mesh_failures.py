@@ -10,8 +10,10 @@ from collections import defaultdict
 
 import pytest
 import stomp
-from e2e_support import HOST, BrokerStartError, run_meshgate, unique
+from e2e_support import HOST, BrokerStartError, manage_result, run_meshgate, unique
 from mesh_support import QUIET, drain, mesh_fixture, send_many, wait_until  # noqa: F401
+
+from model.requests import Nodes, Queues, Summary
 
 # ---------------------------------------------------------------------------------------
 # 6. The consumer's node is killed -9 while the producer's node streams to it
@@ -168,10 +170,8 @@ def test_copied_data_dir_newcomer_exits(mesh, dialler):
 
 
 def test_a_crashed_node_forgotten_with_the_cli_is_not_waited_for(mesh):
-    from management.client import request
-
     a, b, c = mesh(3, extra="in_doubt_timeout_ms = 600000")
-    c_id = request(HOST, c.stomp, "topology")["self"]
+    c_id = manage_result(c.stomp, Summary()).node.id
     forget = ["forget", c_id, "--stomp", f"{HOST}:{b.stomp}"]
     refused = run_meshgate(forget)
     assert refused.returncode == 1 and "linked with this node" in refused.stderr, refused.stderr
@@ -182,16 +182,19 @@ def test_a_crashed_node_forgotten_with_the_cli_is_not_waited_for(mesh):
     a.wait_linked(b)
 
     def in_doubt_on_a() -> int:
-        return request(HOST, a.stomp, "stat")["queues"].get(q[len("/queue/"):], {}).get("in_doubt", 0)
+        return sum(queue.in_doubt for queue in manage_result(a.stomp, Queues(name=q[len("/queue/"):])))
 
     consumer = b.client()
     consumer.subscribe(q)
-    wait_until(lambda: c_id not in request(HOST, b.stomp, "topology")["nodes"], "b to stop hearing of c",
+    def b_hears_of_c() -> bool:
+        return any(s.node.id == c_id and s.node.state != "down" for s in manage_result(b.stomp, Nodes()).nodes)
+
+    wait_until(lambda: not b_hears_of_c(), "b to stop hearing of c",
                describe=mesh.describe)
     assert in_doubt_on_a() == len(sent), "a's recovered messages should still wait for c"
     assert consumer.listener.bodies() == []
     result = run_meshgate(forget)
-    assert result.returncode == 0 and "forgot node" in result.stdout, result.stderr
+    assert result.returncode == 0 and "forgot " + c_id in result.stdout, result.stderr
     delivered = consumer.listener.wait_for(len(sent))
     assert sorted(m.body for m in delivered) == sorted(sent)
     assert all(m.headers.get("redelivered") == "true" for m in delivered)

@@ -19,7 +19,7 @@ def crashed_for_good():
     to_c = mesh.link(a, c)
     c.consumer("news", kind=TOPIC)
     mesh.settle()
-    a.mesh.gossip()  # as every check_period_ms: a tells b of c
+    a.mesh.topology.gossip()  # as every check_period_ms: a tells b of c
     mesh.settle()
     lose(mesh, to_c, a, c)
     a.send("news", b"for c", kind=TOPIC)  # kept on a for c's subscriber
@@ -37,14 +37,14 @@ def let_time_pass(mesh: MeshHarness, seconds: int, *nodes) -> None:
     for _ in range(seconds):
         mesh.clock.advance(1)
         for node in nodes:
-            node.mesh.gossip()
+            node.mesh.topology.gossip()
         mesh.settle()
 
 
 def test_a_forgotten_node_is_not_waited_for_and_nothing_is_kept_for_it():
     mesh, a, b, c = crashed_for_good()
     c_id = c.mesh.node_id
-    assert ("link/" + c_id) in a.broker.bindings and c_id in a.mesh.known_peers
+    assert ("link/" + c_id) in a.broker.bindings and c_id in a.mesh.custody.known_peers
     refusal = b.mesh.forget(c_id)
     assert refusal is not None and "still in the mesh" in refusal  # b heard of c lately
     let_time_pass(mesh, STALE_AFTER, a, b)  # c drops out of every node's view of the mesh
@@ -55,9 +55,9 @@ def test_a_forgotten_node_is_not_waited_for_and_nothing_is_kept_for_it():
     mesh.settle()
     assert at_b.bodies == [b"kept"] and at_b.messages[0].redelivered
     assert a.broker.queues["orders"].in_doubt == 0
-    assert c_id not in a.mesh.known_peers and ("P:", c_id) not in a.broker.store.messages
+    assert c_id not in a.mesh.custody.known_peers and ("P:", c_id) not in a.broker.store.messages
     assert ("link/" + c_id) not in a.broker.bindings and a.stored == []
-    assert c_id not in a.mesh.view() and c_id not in b.mesh.view()
+    assert c_id not in a.mesh.topology.entries and c_id not in b.mesh.topology.entries
 
 
 def test_a_node_linked_with_the_asked_one_or_with_another_is_not_forgotten():
@@ -71,9 +71,9 @@ def test_a_node_linked_with_the_asked_one_or_with_another_is_not_forgotten():
     c.consumer("news", kind=TOPIC)
     mesh.settle()
     # b has not heard of c lately (no gossip yet), but a has a link with it: a keeps it.
-    assert c.mesh.node_id not in b.mesh.topology and b.mesh.forget(c.mesh.node_id) is None
+    assert c.mesh.node_id not in b.mesh.topology.entries and b.mesh.forget(c.mesh.node_id) is None
     mesh.settle()
-    assert c.mesh.node_id in a.mesh.known_peers and ("link/" + c.mesh.node_id) in a.broker.bindings
+    assert c.mesh.node_id in a.mesh.custody.known_peers and ("link/" + c.mesh.node_id) in a.broker.bindings
 
 
 def test_a_dead_node_drops_out_of_the_view_and_is_not_handed_back():
@@ -81,19 +81,19 @@ def test_a_dead_node_drops_out_of_the_view_and_is_not_handed_back():
     a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
     to_b = mesh.link(a, b)
     to_c = mesh.link(a, c)
-    a.mesh.gossip()
+    a.mesh.topology.gossip()
     mesh.settle()
     lose(mesh, to_c, a, c)  # c dies
     let_time_pass(mesh, 10)
     lose(mesh, to_b, a, b)
     a.restart()  # a starts with an empty view and hears of c from b, 10 s after c's last word
     mesh.link(a, b)
-    b.mesh.gossip()
+    b.mesh.topology.gossip()
     mesh.settle()
-    assert c.mesh.node_id in a.mesh.topology
+    assert c.mesh.node_id in a.mesh.topology.entries
     # a and b gossip out of step: neither may hand the other its old news of c as new.
     for second in range(STALE_AFTER + 10):
         mesh.clock.advance(1)
-        (a if second % 2 else b).mesh.gossip()
+        (a if second % 2 else b).mesh.topology.gossip()
         mesh.settle()
-    assert c.mesh.node_id not in a.mesh.view() and c.mesh.node_id not in b.mesh.view()
+    assert c.mesh.node_id not in a.mesh.topology.entries and c.mesh.node_id not in b.mesh.topology.entries

@@ -47,7 +47,7 @@ def test_a_forward_the_peer_stored_before_the_link_went_goes_nowhere_else():
     mesh.settle()
     assert at_b.bodies == [b"once"] and at_c.messages == []
     assert queue.in_doubt == 0 and len(queue) == 0 and a.stored == []
-    assert b.mesh.markers[a.mesh.node_id] == {}  # a said RELEASED once its copy was gone
+    assert b.mesh.custody.markers[a.mesh.node_id] == {}  # a said RELEASED once its copy was gone
     mesh.clock.advance(TIMEOUT_MS / 1000)
     mesh.settle()
     assert at_c.messages == [] and at_b.bodies == [b"once"]
@@ -169,7 +169,7 @@ def test_a_node_that_scaled_down_is_not_waited_for_after_a_restart():
     a.send("orders", b"from a")
     mesh.cut(to_b)
     a.restart()
-    assert c.mesh.node_id not in a.mesh.known_peers
+    assert c.mesh.node_id not in a.mesh.custody.known_peers
     _, at_b = b.consumer("orders")
     mesh.link(a, b)
     mesh.settle()  # b answers at once; c is not waited for

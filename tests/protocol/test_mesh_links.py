@@ -71,7 +71,7 @@ def test_markers_are_released_once_the_sender_forgot():
     mesh.settle()
     a.send("orders", b"x")
     mesh.settle()
-    assert b.mesh.markers[a.mesh.node_id] == {}
+    assert b.mesh.custody.markers[a.mesh.node_id] == {}
     assert not any(key.startswith("S:") for key, _ in b.broker.store.messages)
 
 
@@ -397,9 +397,9 @@ def test_released_topic_markers_linger_to_catch_late_copies():
     mesh.settle()
     a.send("news", b"once", kind=TOPIC)
     mesh.settle()
-    held = b.mesh.markers[a.mesh.node_id]
+    held = b.mesh.custody.markers[a.mesh.node_id]
     assert len(held) == 1  # released by a, but kept for a while
-    b.mesh._recent.clear()  # as after a restart of b
+    b.mesh.custody.recent.clear()  # as after a restart of b
     late = sink.messages[0].copy()
     late.path = (a.mesh.node_id,)
     b.mesh.message_received(b.mesh.peers[a.mesh.node_id].link, late, a.mesh.node_id)
@@ -437,7 +437,7 @@ def test_a_message_back_where_its_first_visit_is_not_yet_released_is_not_dropped
     a, b = mesh.node("a"), mesh.node("b")
     mesh.link(a, b)
     late_releases = []  # a's disk is slow: its RELEASED for the first visit comes last
-    a.mesh._release_when_durable = lambda peer_id, keys: late_releases.append((peer_id, keys))
+    a.mesh.custody.release_when_durable = lambda peer_id, keys: late_releases.append((peer_id, keys))
     waiting, _ = b.consumer("orders", ack="client-individual")
     waiting.subscriptions["s"].prefetch = 0  # b wants the queue but takes nothing yet
     mesh.settle()
@@ -453,8 +453,8 @@ def test_a_message_back_where_its_first_visit_is_not_yet_released_is_not_dropped
     _, at_b = b.consumer("orders")  # second visit to b: not a resend of the first
     mesh.settle()
     assert at_b.bodies == [b"round trip"] and a.depth("orders") == 0
-    del a.mesh._release_when_durable
+    del a.mesh.custody.release_when_durable
     for peer_id, keys in late_releases:
-        a.mesh._release_when_durable(peer_id, keys)
+        a.mesh.custody.release_when_durable(peer_id, keys)
     mesh.settle()
     assert at_b.bodies == [b"round trip"] and a.stored == b.stored == []

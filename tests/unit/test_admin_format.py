@@ -1,27 +1,37 @@
-"""How `meshgate topology` and `meshgate stat --cluster` print what nodes answer."""
+"""How the meshgate commands print management answers."""
 
 from __future__ import annotations
 
-from management.client import format_cluster_stat, format_topology
-
-ANSWER = {
-    "self": "id-a",
-    "nodes": {
-        "id-a": {"name": "A", "links": ["id-b"], "stomp": ["127.0.0.1", 1], "queues": {"orders": [2, 0, 1, 3]}},
-        # A node from before in-doubt counts: three numbers per queue.
-        "id-b": {"name": "B", "links": ["id-a"], "stomp": ["127.0.0.1", 2], "queues": {"orders": [4, 1, 0]}},
-    },
-}
+from management.format import format_cluster_stat, format_nodes, table
+from model.mesh import ClusterView, Node, NodeSummary, PartialQueue, QueueSummary
 
 
-def test_topology_shows_messages_in_doubt_only_where_there_are_some():
-    text = format_topology(ANSWER)
+def node(node_id: str, name: str, state: str = "up") -> Node:
+    return Node(id=node_id, name=name, version="0", started_at=1.0, last_seen=100.0, state=state)
+
+
+def test_nodes_show_messages_in_doubt_only_where_there_are_some_and_down_nodes_as_down():
+    view = ClusterView(reporter="id-a", taken_at=100.0, nodes=[
+        NodeSummary(node=node("id-a", "A"), links=["id-b"], queues=[QueueSummary("orders", 2, 0, 1, 3)],
+                    answered=True),
+        NodeSummary(node=node("id-b", "B"), links=["id-a"], queues=[QueueSummary("orders", 4, 1, 0, 0)], age=3.0),
+        NodeSummary(node=node("id-c", "C", "down")),
+    ])
+    text = format_nodes(view)
+    assert text.splitlines()[0] == "3 node(s), 2 up, as seen from A"
     assert "/queue/orders: 2 queued, 1 in flight, 3 in doubt, 0 consumer(s)" in text
     assert "/queue/orders: 4 queued, 0 in flight, 1 consumer(s)" in text
+    assert "B (id-b) up; stomp ?; links: A; last heard 3 s ago" in text
+    assert "C (id-c) down" in text
 
 
-def test_cluster_stat_counts_messages_in_doubt_as_held():
-    lines = format_cluster_stat(ANSWER).splitlines()
-    total = next(line for line in lines if line.startswith("/queue/orders"))
-    assert total.split()[1:] == ["10", "1"]
-    assert [line.split()[1] for line in lines if line.startswith("  ")] == ["6", "4"]
+def test_cluster_stat_sums_the_partial_queues_and_lists_each_node():
+    queues = [PartialQueue(node="id-a", name="orders", depth=2, in_flight=1, forwarding=1, in_doubt=3, consumers=0),
+              PartialQueue(node="id-b", name="orders", depth=4, in_flight=0, consumers=2)]
+    lines = format_cluster_stat(queues, {"id-a": "A", "id-b": "B"}).splitlines()
+    assert lines[1].split() == ["/queue/orders", "11", "2"]
+    assert lines[2].split() == ["A", "7", "0"] and lines[3].split() == ["B", "4", "2"]
+
+
+def test_tables_align_numbers_right():
+    assert table(["name", "n"], [["a", 1], ["bb", 100]]).splitlines() == ["name    n", "a       1", "bb    100"]

@@ -1,0 +1,162 @@
+"""Admin actions done on this node: each checks what it is asked, does it through
+the broker core or the mesh, and answers a model result (or raises
+ManagementError saying why not)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import TYPE_CHECKING, Callable
+
+from gateway.broker.errors import BrokerError
+from gateway.broker.message import QUEUE, TOPIC, Message
+from gateway.broker.queue import Queue
+from model.requests import BrowsedMessage, BrowsePage, Done, ManagementError
+
+if TYPE_CHECKING:
+    from gateway.broker.broker import Broker
+    from mesh.node import MeshNode
+
+_QUEUE_NAME = re.compile(r"[^/*>\s][^*>\s]*")
+MAX_BROWSE = 500
+
+
+class LocalActions:
+    def __init__(self, *, node_id: str, broker: Broker, mesh: MeshNode | None, clock,
+                 scale_down_and_stop: Callable[[], None] | None = None) -> None:
+        self.node_id = node_id
+        self.broker = broker
+        self.mesh = mesh
+        self.clock = clock
+        self.scale_down_and_stop = scale_down_and_stop
+
+    def _queue(self, name: str) -> Queue:
+        queue = self.broker.queues.get(name)
+        if queue is None:
+            raise ManagementError("not_found", f"no queue {name!r} on this node", self.node_id)
+        return queue
+
+    def _done(self, action: str, target: str, count: int = 0, detail: str = "") -> Done:
+        return Done(node=self.node_id, action=action, target=target, count=count, detail=detail)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def browse(self, name: str, offset: int, limit: int, preview: int) -> BrowsePage:
+        if offset < 0 or not 0 < limit <= MAX_BROWSE or preview < 0:
+            raise ManagementError("bad_request", f"browse needs offset >= 0, 0 < limit <= {MAX_BROWSE} and "
+                                                 "preview >= 0")
+        queue = self._queue(name)
+        now = self.clock.seconds()
+        messages = [_browsed(message, preview, now) for message in itertools.islice(queue, offset, offset + limit)]
+        return BrowsePage(node=self.node_id, queue=name, total=len(queue), offset=offset, messages=messages)
+
+    # -- changing ---------------------------------------------------------------------------
+
+    def purge(self, name: str) -> Done:
+        queue = self._queue(name)
+        messages = queue.take_all()
+        for message in messages:
+            self.broker.consumed(queue, message)
+        return self._done("purge", "/queue/" + name, len(messages))
+
+    def delete_queue(self, name: str) -> Done:
+        queue = self._queue(name)
+        if queue.consumers:
+            raise ManagementError("conflict", f"queue {name!r} has {len(queue.consumers)} consumer(s) on this node; "
+                                              "close them first", self.node_id)
+        if queue.in_doubt:
+            raise ManagementError("conflict", f"{queue.in_doubt} message(s) of queue {name!r} are in doubt on this "
+                                              "node; try again once the peers have answered for them", self.node_id)
+        count = len(queue)
+        self.broker.delete_queue(queue)
+        if self.mesh is not None:
+            self.mesh.queue_deleted(name)
+        return self._done("delete_queue", "/queue/" + name, count)
+
+    def move(self, name: str, to_queue: str | None, to_node: str | None, count: int | None) -> Done:
+        if (to_queue is None) == (to_node is None):
+            raise ManagementError("bad_request", "move needs exactly one of to_queue and to_node")
+        if count is not None and count < 1:
+            raise ManagementError("bad_request", f"count must be at least 1, got {count}")
+        queue = self._queue(name)
+        if to_node is not None:
+            return self._move_to_node(name, to_node, count)
+        if not _QUEUE_NAME.fullmatch(to_queue) or to_queue in self.broker.services:
+            raise ManagementError("bad_request", f"{to_queue!r} is not a queue name messages can go to")
+        if to_queue == name:
+            raise ManagementError("bad_request", "a queue cannot move messages to itself")
+        moved = queue.take(count)
+        for message in moved:
+            self.broker.consumed(queue, message)
+            copy = Message(message.id, QUEUE, to_queue, message.headers, message.body, message.persistent,
+                           message.priority, message.expires)
+            copy.created = message.created
+            copy.path = message.path
+            self.broker.route(copy)
+        return self._done("move", "/queue/" + name, len(moved), f"to /queue/{to_queue}")
+
+    def _move_to_node(self, name: str, to_node: str, count: int | None) -> Done:
+        mesh = self.mesh
+        if mesh is None:
+            raise ManagementError("conflict", "this node is not in a mesh", self.node_id)
+        if to_node == self.node_id:
+            raise ManagementError("bad_request", "the messages are on this node already")
+        if to_node not in mesh.peers:
+            raise ManagementError("conflict", f"node {to_node} is not linked with this node; messages move to a "
+                                              "linked node (meshgate links shows them)", self.node_id)
+        moved = mesh.hand_over(to_node, name, count)
+        return self._done("move", "/queue/" + name, moved, f"to node {mesh.peers[to_node].link.peer_name}")
+
+    def send(self, destination: str, body: str, headers: dict[str, str], persistent: bool) -> Done:
+        kind, _, address = destination[1:].partition("/")
+        if not destination.startswith("/") or kind not in (QUEUE, TOPIC) or not address:
+            raise ManagementError("bad_request", f"invalid destination {destination!r}: use /queue/NAME or "
+                                                 "/topic/NAME")
+        if kind == QUEUE and address in self.broker.services:
+            raise ManagementError("bad_request", f"{destination} is a service address")
+        headers = {str(k): str(v) for k, v in headers.items()}
+        headers.setdefault("persistent", "true" if persistent else "false")
+        try:
+            message = self.broker.send(kind, address, headers, body.encode(), persistent)
+        except BrokerError as error:
+            raise ManagementError("bad_request", str(error)) from None
+        return self._done("send", destination, 1 if message is not None else 0,
+                          message.id if message is not None else "dropped: it had expired")
+
+    def close_connection(self, connection_id: str, reason: str) -> Done:
+        session = self.broker.sessions.get(connection_id)
+        if session is None or session.connection is None:
+            raise ManagementError("not_found", f"no connection {connection_id!r} on this node", self.node_id)
+        session.connection.close(reason)
+        return self._done("close_connection", connection_id, detail=reason)
+
+    def forget(self, node_id: str) -> Done:
+        if self.mesh is None:
+            raise ManagementError("conflict", "this node is not in a mesh", self.node_id)
+        refusal = self.mesh.forget(node_id)
+        if refusal:
+            raise ManagementError("conflict", refusal, self.node_id)
+        return self._done("forget", node_id, detail="no node waits for it; what was kept for it is dropped")
+
+    def scale_down(self) -> Done:
+        if self.mesh is None or self.scale_down_and_stop is None:
+            raise ManagementError("conflict", "this node is not in a mesh: there is no node to hand messages to",
+                                  self.node_id)
+        if self.mesh.scaling_down:
+            raise ManagementError("conflict", "this node is scaling down already", self.node_id)
+        if not self.mesh.peers:
+            raise ManagementError("conflict", "this node is not linked with any node to hand its messages to",
+                                  self.node_id)
+        # Answer first: the node stops once its messages are handed over.
+        self.clock.callLater(0.2, self.scale_down_and_stop)
+        return self._done("scale_down", self.node_id, detail="handing every message over, then stopping")
+
+
+def _browsed(message: Message, preview: int, now: float) -> BrowsedMessage:
+    body = message.body
+    return BrowsedMessage(
+        id=message.id, destination=f"/{message.kind}/{message.address}", headers=dict(message.headers),
+        size=len(body), body=body[:preview].decode("utf-8", "replace"), truncated=len(body) > preview,
+        persistent=message.persistent, priority=message.priority, redelivered=message.redelivered,
+        age_ms=max(0, int((now - message.created) * 1000)) if message.created else None,
+    )

@@ -1,0 +1,188 @@
+"""How the ``meshgate`` commands print management answers: plain tables."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+
+from model.events import AdminAction, Event
+from model.latency import percentile_ms
+from model.mesh import ClusterView, Connection, Link, PartialQueue, TopicSubscription
+from model.requests import BrowsePage, Done
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], right: set[int] | None = None) -> str:
+    """Columns as wide as their widest cell; numbers right-aligned."""
+    rows = [[_cell(value) for value in row] for row in rows]
+    right = right if right is not None else {i for i, row in enumerate(zip(*rows, strict=False))
+                                             if all(_numeric(value) for value in row)}
+    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    lines = []
+    for row in [list(headers), *rows]:
+        cells = [value.rjust(widths[i]) if i in right else value.ljust(widths[i]) for i, value in enumerate(row)]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _numeric(text: str) -> bool:
+    return text.replace(".", "", 1).replace("-", "", 1).isdigit() or text == "-"
+
+
+def ago(seconds: float) -> str:
+    if seconds < 1:
+        return "now"
+    if seconds < 120:
+        return f"{seconds:.0f} s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+def since(epoch: float, now: float | None = None) -> str:
+    return ago((now or time.time()) - epoch)
+
+
+# -- nodes ----------------------------------------------------------------------------------
+
+
+def format_nodes(view: ClusterView) -> str:
+    names = {summary.node.id: summary.node.name for summary in view.nodes}
+    reporter = names.get(view.reporter, view.reporter[:8])
+    up = sum(1 for summary in view.nodes if summary.node.state != "down")
+    lines = [f"{len(view.nodes)} node(s), {up} up, as seen from {reporter}"]
+    for summary in view.nodes:
+        node = summary.node
+        fresh = "answered now" if summary.answered else f"last heard {ago(summary.age)}"
+        if node.state == "down":
+            fresh = f"down, last heard {since(node.last_seen, view.taken_at)}"
+        links = ", ".join(sorted(names.get(peer, peer[:8]) for peer in summary.links)) or "-"
+        lines.append(f"  {node.name} ({node.id}) {node.state}; stomp {node.addresses.stomp or '?'}; "
+                     f"links: {links}; {fresh}")
+        for queue in sorted(summary.queues, key=lambda q: q.name):
+            lines.append(f"    /queue/{queue.name}: {format_counts(queue.depth, queue.in_flight, queue.in_doubt)}, "
+                         f"{queue.consumers} consumer(s)")
+    return "\n".join(lines)
+
+
+def format_counts(depth: int, in_flight: int, in_doubt: int) -> str:
+    text = f"{depth} queued, {in_flight} in flight"
+    # Only after a link loss or restart: held until a peer says whether it has them.
+    return text + f", {in_doubt} in doubt" if in_doubt else text
+
+
+# -- queues ---------------------------------------------------------------------------------
+
+
+def format_stat(queues: list[PartialQueue]) -> str:
+    """One node's queues, a line each."""
+    return "\n".join(f"/queue/{q.name}: {format_counts(q.depth, q.in_flight + q.forwarding, q.in_doubt)}, "
+                     f"{q.consumers} consumer(s)" for q in sorted(queues, key=lambda q: q.name))
+
+
+def format_cluster_stat(queues: list[PartialQueue], names: dict[str, str]) -> str:
+    """Each queue summed over the mesh, then its partial queue on each node."""
+    by_queue: dict[str, list[PartialQueue]] = {}
+    for queue in queues:
+        by_queue.setdefault(queue.name, []).append(queue)
+    rows = []
+    for name in sorted(by_queue):
+        parts = by_queue[name]
+        rows.append(["/queue/" + name, sum(_held(q) for q in parts), sum(q.consumers for q in parts)])
+        for part in sorted(parts, key=lambda q: names.get(q.node, q.node)):
+            rows.append(["  " + names.get(part.node, part.node[:8]), _held(part), part.consumers])
+    return table(["queue", "messages", "consumers"], rows, right={1, 2})
+
+
+def _held(queue: PartialQueue) -> int:
+    return queue.depth + queue.in_flight + queue.forwarding + queue.in_doubt
+
+
+def format_queues(queues: list[PartialQueue], names: dict[str, str]) -> str:
+    rows = []
+    for q in sorted(queues, key=lambda q: (q.name, names.get(q.node, q.node))):
+        p50, p99 = percentile_ms(q.latency, 0.5), percentile_ms(q.latency, 0.99)
+        latency = f"{p50:g}/{p99:g}" if p50 is not None else "-"
+        remote = sum(d.consumers for d in q.remote_demand)
+        rows.append(["/queue/" + q.name, names.get(q.node, q.node[:8]), q.depth, q.in_flight, q.forwarding,
+                     q.in_doubt, q.consumers, remote, q.enqueued, q.acked, q.forwarded_out, q.forwarded_in,
+                     q.redistributed_out, q.redistributed_in, latency])
+    return table(["queue", "node", "depth", "in-flight", "forwarding", "in-doubt", "consumers", "remote", "enqueued",
+                  "acked", "fwd-out", "fwd-in", "redist-out", "redist-in", "p50/p99 ms"], rows,
+                 right=set(range(2, 15)))
+
+
+# -- links, subscriptions, connections --------------------------------------------------------
+
+
+def format_links(links: list[Link], names: dict[str, str]) -> str:
+    rows = [[names.get(link.node, link.node[:8]), link.peer_name, link.state, link.direction, since(link.since),
+             link.in_flight, link.backlog, link.in_doubt, link.forwarded_out, link.forwarded_in] for link in links]
+    return table(["node", "peer", "state", "direction", "since", "in-flight", "backlog", "in-doubt", "out", "in"],
+                 rows, right={5, 6, 7, 8, 9})
+
+
+def format_subscriptions(subscriptions: list[TopicSubscription], names: dict[str, str]) -> str:
+    rows = [[names.get(s.node, s.node[:8]), s.name, s.destination, "durable" if s.durable else "-",
+             "active" if s.active else "away", s.depth, s.in_flight, s.selector] for s in subscriptions]
+    return table(["node", "subscription", "destination", "durable", "state", "depth", "in-flight", "selector"], rows,
+                 right={5, 6})
+
+
+def format_connections(connections: list[Connection], names: dict[str, str]) -> str:
+    rows = [[c.id, names.get(c.node, c.node[:8]), c.remote, c.user, f"{c.protocol} {c.version}", since(c.since),
+             c.subscriptions, c.unacked] for c in connections]
+    return table(["connection", "node", "remote", "user", "protocol", "since", "subscriptions", "unacked"], rows,
+                 right={6, 7})
+
+
+# -- events, browsing, actions ----------------------------------------------------------------
+
+
+def format_events(events: list[Event], names: dict[str, str]) -> str:
+    lines = []
+    for event in events:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.time))
+        detail = " ".join(f"{field}={getattr(event, field)}" for field in event.__struct_fields__
+                          if field not in ("time", "node"))
+        if isinstance(event, AdminAction):
+            detail = f"{event.user} {event.action} {event.target}: {'done' if event.ok else 'refused'}, {event.result}"
+        lines.append(f"{stamp}  {names.get(event.node, event.node[:8]):<10} {event.__struct_config__.tag:<22} "
+                     f"{detail}")
+    return "\n".join(lines) if lines else "no events"
+
+
+def format_browse(pages: list[BrowsePage], names: dict[str, str]) -> str:
+    lines = []
+    for page in pages:
+        shown = f"{page.offset + 1}-{page.offset + len(page.messages)}" if page.messages else "none"
+        lines.append(f"/queue/{page.queue} on {names.get(page.node, page.node[:8])}: {page.total} message(s), "
+                     f"showing {shown}")
+        for message in page.messages:
+            flags = ", ".join(f for f, on in (("persistent", message.persistent),
+                                             ("redelivered", message.redelivered)) if on)
+            lines.append(f"  {message.id}  priority {message.priority}, {message.size} bytes"
+                         + (f", {flags}" if flags else ""))
+            for key, value in sorted(message.headers.items()):
+                lines.append(f"    {key}: {value}")
+            lines.append("    " + repr(message.body) + (" …" if message.truncated else ""))
+    return "\n".join(lines)
+
+
+def format_done(done: list[Done], names: dict[str, str]) -> str:
+    verbs = {"purge": "purged", "delete_queue": "deleted", "move": "moved", "send": "sent",
+             "close_connection": "closed", "scale_down": "scaling down", "forget": "forgot"}
+    lines = []
+    for item in done:
+        what = verbs.get(item.action, item.action)
+        count = f" {item.count} message(s) of" if item.action in ("purge", "delete_queue", "move") else ""
+        detail = f" {item.detail}" if item.detail else ""
+        lines.append(f"{names.get(item.node, item.node[:8])}: {what}{count} {item.target}{detail}")
+    return "\n".join(lines)

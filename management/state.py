@@ -1,0 +1,191 @@
+"""This node's state as the model describes it, read off the broker core and the
+mesh: what management replies, the gossip and the metrics snapshots carry."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from gateway import __version__
+from gateway.broker.broker import Broker
+from gateway.broker.message import QUEUE
+from model.mesh import (
+    Addresses,
+    Connection,
+    Link,
+    MetricsStatus,
+    Node,
+    NodeSummary,
+    PartialQueue,
+    QueueSummary,
+    RemoteDemand,
+    Snapshot,
+    TopicSubscription,
+)
+
+if TYPE_CHECKING:
+    from mesh.node import MeshNode
+
+
+class LocalState:
+    def __init__(self, *, node_id: str, name: str, started_at: float, broker: Broker, mesh: MeshNode | None,
+                 clock, addresses: Callable[[], Addresses], store_bytes: Callable[[], int] = lambda: 0,
+                 metrics: Callable[[], MetricsStatus] = MetricsStatus, group_name: str = "") -> None:
+        self.node_id = node_id
+        self.name = name
+        self.started_at = started_at
+        self.broker = broker
+        self.mesh = mesh
+        self.clock = clock
+        self.addresses = addresses
+        self.store_bytes = store_bytes
+        self.metrics = metrics
+        self.group_name = group_name
+        self._snapshots = 0
+        if mesh is not None:
+            mesh.describe_node = self.node
+
+    # -- the node ---------------------------------------------------------------------------
+
+    def node(self) -> Node:
+        broker = self.broker
+        leaving = self.mesh is not None and self.mesh.scaling_down
+        return Node(
+            id=self.node_id, name=self.name, version=__version__, group_name=self.group_name,
+            started_at=self.started_at, state="leaving" if leaving else "up", last_seen=self.clock.seconds(),
+            addresses=self.addresses(),
+            connections=sum(1 for session in broker.sessions.values() if session.connection is not None),
+            memory_used=broker.memory_used, memory_limit=broker.memory_limit, store_bytes=self.store_bytes(),
+            in_doubt=sum(queue.in_doubt for queue in broker.queues.values()), metrics=self.metrics(),
+        )
+
+    def summary(self) -> NodeSummary:
+        if self.mesh is not None:
+            summary = self.mesh.topology.refresh_own()
+            return NodeSummary(node=summary.node, links=summary.links, queues=summary.queues, answered=True,
+                               seq=summary.seq)
+        queues = [QueueSummary(name, len(q), len(q.consumers), q.inflight, q.in_doubt)
+                  for name, q in self.broker.queues.items()]
+        return NodeSummary(node=self.node(), queues=queues, answered=True)
+
+    # -- partial queues ---------------------------------------------------------------------
+
+    def queues(self, name: str | None = None) -> list[PartialQueue]:
+        now = self.clock.seconds()
+        demand = self._remote_demand()
+        queues = self.broker.queues
+        selected = [(name, queues[name])] if name is not None and name in queues else \
+            [] if name is not None else sorted(queues.items())
+        result = []
+        for queue_name, queue in selected:
+            oldest = queue.oldest_created()
+            result.append(PartialQueue(
+                node=self.node_id, name=queue_name, depth=len(queue),
+                in_flight=sum(len(sub.inflight) for sub in queue.consumers),
+                forwarding=sum(len(sub.inflight) for sub in queue.remotes),
+                in_doubt=queue.in_doubt, consumers=len(queue.consumers),
+                remote_demand=demand.get(queue_name, []),
+                oldest_age_ms=max(0, int((now - oldest) * 1000)) if oldest else None,
+                enqueued=queue.enqueued, acked=queue.acked, forwarded_out=queue.forwarded_out,
+                forwarded_in=queue.forwarded_in, redistributed_out=queue.redistributed_out,
+                redistributed_in=queue.redistributed_in, expired=queue.expired, dead_lettered=queue.dead_lettered,
+                latency=list(queue.latency),
+            ))
+        return result
+
+    def _remote_demand(self) -> dict[str, list[RemoteDemand]]:
+        demand: dict[str, list[RemoteDemand]] = {}
+        if self.mesh is None:
+            return demand
+        for peer_id, peer in self.mesh.peers.items():
+            for record in peer.demand:
+                if record.get("kind") == QUEUE:
+                    path = record.get("path") or [peer_id]
+                    demand.setdefault(record["address"], []).append(RemoteDemand(
+                        node=path[0], via=peer_id, consumers=int(record.get("consumers", 0)), hops=len(path)))
+        return demand
+
+    # -- links ------------------------------------------------------------------------------
+
+    def links(self) -> list[Link]:
+        mesh = self.mesh
+        if mesh is None:
+            return []
+        direction_of = (lambda dialled: "duplex") if mesh.config.duplex else \
+            (lambda dialled: "dialled" if dialled else "accepted")
+        bindings = self.broker.bindings
+        links = []
+        for peer_id, peer in sorted(mesh.peers.items()):
+            link = peer.link
+            hello = link.peer or {}
+            totals = mesh.link_totals.get(peer_id, (0, 0))
+            binding = bindings.get("link/" + peer_id)
+            links.append(Link(
+                node=self.node_id, peer=peer_id, peer_name=link.peer_name, direction=direction_of(link.dialled),
+                dialled=link.dialled, state="up", since=peer.since, address=_address(hello.get("link")),
+                in_flight=len(peer.forwarded), backlog=len(binding.queue) if binding is not None else 0,
+                in_doubt=mesh.custody.in_doubt_for(peer_id), forwarded_out=totals[0] + peer.forwarded_out,
+                forwarded_in=totals[1] + peer.forwarded_in,
+            ))
+        names = {summary.node.id: summary.node for summary in mesh.topology.departed.values()}
+        names.update((node_id, entry.summary.node) for node_id, entry in mesh.topology.entries.items())
+        for peer_id in sorted(mesh.custody.known_peers):
+            if peer_id in mesh.peers:
+                continue
+            known = names.get(peer_id)
+            totals = mesh.link_totals.get(peer_id, (0, 0))
+            binding = bindings.get("link/" + peer_id)
+            links.append(Link(
+                node=self.node_id, peer=peer_id, peer_name=known.name if known else peer_id[:8],
+                direction=direction_of(False), dialled=False, state="down",
+                since=mesh.link_down_since.get(peer_id, self.started_at),
+                address=known.addresses.link if known else None,
+                backlog=len(binding.queue) if binding is not None else 0,
+                in_doubt=mesh.custody.in_doubt_for(peer_id), forwarded_out=totals[0], forwarded_in=totals[1],
+            ))
+        return links
+
+    # -- topic subscriptions and connections -------------------------------------------------
+
+    def subscriptions(self) -> list[TopicSubscription]:
+        result = []
+        for name, binding in sorted(self.broker.bindings.items()):
+            if binding.peer is not None:
+                continue  # a mesh peer's topic queue: the links show it
+            active = binding.active
+            result.append(TopicSubscription(
+                node=self.node_id, name=name, destination="/topic/" + binding.pattern,
+                client_id=active.session.client_id if active is not None else None, durable=binding.durable,
+                active=active is not None, depth=len(binding.queue),
+                in_flight=len(active.inflight) if active is not None else 0, selector=binding.selector_text,
+                connection=active.session.name if active is not None else None,
+            ))
+        return result
+
+    def connections(self) -> list[Connection]:
+        result = []
+        for session_id, session in sorted(self.broker.sessions.items()):
+            info = session.connection
+            if info is None:
+                continue
+            principal = session.principal
+            result.append(Connection(
+                id=session_id, node=self.node_id, remote=info.remote,
+                user=getattr(principal, "name", "?"), protocol=info.protocol, version=info.version,
+                since=info.since, client_id=session.client_id, subscriptions=len(session.subscriptions),
+                unacked=sum(len(sub.inflight) for sub in session.subscriptions.values()),
+            ))
+        return result
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        self._snapshots += 1
+        return Snapshot(seq=self._snapshots, taken_at=self.clock.seconds(), node=self.node(), links=self.links(),
+                        queues=self.queues(), subscriptions=self.subscriptions())
+
+
+def _address(value: object) -> str | None:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        host, port = value
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return None

@@ -1,0 +1,282 @@
+"""Custody of forwarded messages: duplicate markers on the receiving side, and
+messages *in doubt* on the sending side.
+
+The receiver keeps a durable duplicate marker per persistent message until the
+sender has durably forgotten the message (RELEASED), so a resend after a
+reconnect or a crash is dropped; a recent-message window catches copies that come
+round another way.
+
+A queue message whose link went before it was confirmed, or that this node
+recovered after a stop, may already be in a peer's custody: it is *in doubt*,
+held out of every queue until that peer (every peer this node has linked with,
+after a restart) has said on reconnect whether it has it, or until
+``in_doubt_timeout_ms``. For persistent messages the peer lists its markers; for
+non-persistent ones this node asks (ASK) and the peer answers from its recent
+window (HAVE). If the peer has it, the peer keeps it and this node forgets it;
+otherwise it is dispatched again, marked redelivered. Sending it elsewhere at
+once would duplicate it unmarked at the peer."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable
+
+from gateway.broker.message import QUEUE, TOPIC, Message
+from gateway.broker.queue import Queue
+from mesh.codec import FrameType
+
+if TYPE_CHECKING:
+    from mesh.link import LinkProtocol
+    from mesh.node import MeshNode
+    from mesh.peer import Peer
+
+_RECENT_WINDOW = 100_000
+_TOPIC_MARKER_GRACE = 60.0  # seconds a released topic marker is kept for copies by other paths
+MARKER = "S:"
+PEER_RECORD = "P:"  # one record per node this node has linked with: who may hold its messages after a restart
+
+
+class RecentWindow:
+    """Keys seen lately: the last ``size / 2`` at least, ``size`` at most. Two
+    generations of sets cost a set insert per key, where an ordered window would
+    pay an ordered insert and an eviction."""
+
+    __slots__ = ("_current", "_previous", "_half")
+
+    def __init__(self, size: int) -> None:
+        self._current: set[str] = set()
+        self._previous: set[str] = set()
+        self._half = size // 2
+
+    def add(self, key: str) -> None:
+        current = self._current
+        current.add(key)
+        if len(current) >= self._half:
+            self._previous = current
+            self._current = set()
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._current or key in self._previous
+
+    def clear(self) -> None:
+        self._current.clear()
+        self._previous.clear()
+
+
+class _InDoubt:
+    """A queue message out of its queue while some peers may hold it."""
+
+    __slots__ = ("queue", "message", "waiting")
+
+    def __init__(self, queue: Queue, message: Message, waiting: set[str]) -> None:
+        self.queue = queue
+        self.message = message
+        self.waiting = waiting
+
+
+class Custody:
+    def __init__(self, mesh: MeshNode) -> None:
+        self.mesh = mesh
+        self.store = mesh.broker.store
+        # peer id -> {"origin/id": marker}: persistent messages received from it
+        # and not yet released; they survive restarts in the store.
+        self.markers: dict[str, dict[str, Message]] = {}
+        self.recent = RecentWindow(_RECENT_WINDOW)  # every message received lately, in memory
+        self.known_peers: dict[str, Message] = {}  # peer id -> its durable record under PEER_RECORD
+        self._doubt: dict[str, _InDoubt] = {}  # message id -> where it waits
+        self._doubt_timers: dict[str, object] = {}  # peer id -> when to stop waiting for it
+        mesh.broker.foreign_records[MARKER] = self._recover_marker
+        mesh.broker.foreign_records[PEER_RECORD] = self._recover_peer
+
+    # -- receiving ------------------------------------------------------------------------
+
+    def take(self, peer_id: str, message: Message, key: str) -> bool:
+        """Whether a message received from ``peer_id`` is new here (not a copy or a
+        resend); a new persistent one gets its duplicate marker."""
+        if self.mesh.node_id in message.path:
+            # It left this node and comes back to follow consumers here: no copy of it
+            # is here, whatever the recent window says; only this sender's resend is,
+            # and it has as many hops as the marker (a later visit has more).
+            marker = self.markers.get(peer_id, {}).get(key) if message.persistent else None
+            if marker is not None and marker.address == str(len(message.path)):
+                return False
+        elif key in self.recent or (message.persistent and any(key in held for held in self.markers.values())):
+            # A copy may come round another way (rings), even after the first one's
+            # marker is released: the recent window catches those; markers catch
+            # resends across restarts (only persistent messages have markers).
+            return False
+        if message.persistent:
+            markers = self.markers.setdefault(peer_id, {})
+            stale = markers.get(key)
+            if stale is not None:  # an earlier visit's, not yet released
+                self.store.remove(MARKER + peer_id, stale)
+            # The kind says how long to keep it once released (topics: a while);
+            # the address holds the hop count, to tell a resend from a later visit.
+            markers[key] = marker = Message(key, message.kind, str(len(message.path)), {}, b"", True)
+            self.store.add(MARKER + peer_id, marker)
+        self.recent.add(key)
+        return True
+
+    def release_markers(self, peer_id: str, keys: list[str]) -> None:
+        markers = self.markers.get(peer_id, {})
+        for key in keys:
+            marker = markers.get(key)
+            if marker is None:
+                continue
+            if marker.kind == TOPIC:
+                # Another copy of a topic message may still be coming round a ring:
+                # keep the marker a while, durably, before letting it go.
+                self.mesh.reactor.callLater(_TOPIC_MARKER_GRACE, self._forget_marker, peer_id, key)
+            else:
+                self._forget_marker(peer_id, key)
+
+    def _forget_marker(self, peer_id: str, key: str) -> None:
+        marker = self.markers.get(peer_id, {}).pop(key, None)
+        if marker is not None:
+            self.store.remove(MARKER + peer_id, marker)
+
+    def markers_received(self, link: LinkProtocol, keys: list[str]) -> None:
+        """The peer lists what it holds from us, on every new link: those in doubt
+        are its now; release what we no longer hold."""
+        by_id = {key.rpartition("/")[2]: key for key in keys}
+        taken = self.peer_answered(link.peer_id, by_id)
+        gone = [key for message_id, key in by_id.items() if not self.store.holds(message_id)]
+        if taken:
+            self.release_when_durable(link.peer_id, gone)  # our copies must be durably gone first
+        elif gone:
+            link.send_control(FrameType.RELEASED, gone)
+
+    def ask_received(self, link: LinkProtocol, keys: list[str]) -> None:
+        """The peer asks which of its non-persistent messages reached us before the
+        last link went: the recent window knows (after a restart it is empty, and
+        so is what we held of them)."""
+        link.send_control(FrameType.HAVE, [key for key in keys if key in self.recent])
+
+    def have_received(self, link: LinkProtocol, keys: list[str]) -> None:
+        self.peer_answered(asked(link.peer_id), [key.rpartition("/")[2] for key in keys])
+
+    def release_when_durable(self, peer_id: str, keys: list[str]) -> None:
+        """Tell the peer it may drop these markers once our removals are on disk."""
+
+        def send(_: object) -> None:
+            current = self.mesh.peers.get(peer_id)
+            if current is not None:
+                current.link.send_control(FrameType.RELEASED, keys)
+
+        self.store.when_durable().addCallback(send)
+
+    # -- links ----------------------------------------------------------------------------
+
+    def link_up(self, peer_id: str, link: LinkProtocol) -> None:
+        """Remember the peer durably, list its markers, ask about what is in doubt."""
+        if peer_id not in self.known_peers:
+            record = self.known_peers[peer_id] = Message(peer_id, QUEUE, "", {}, b"", True)
+            self.store.add(PEER_RECORD, record)
+        link.send_control(FrameType.MARKERS, sorted(self.markers.get(peer_id, {})))
+        waiting_for = asked(peer_id)
+        keys = [self.key(entry.message) for entry in self._doubt.values() if waiting_for in entry.waiting]
+        if keys:
+            link.send_control(FrameType.ASK, keys)
+
+    def link_down(self, peer_id: str, peer: Peer) -> None:
+        """What was in flight on the link may be the peer's now: in doubt."""
+        stored: list[tuple[Queue, Message]] = []
+        recent: list[tuple[Queue, Message]] = []
+        for sub in peer.session.subscriptions.values():
+            if sub.queue.key.startswith("Q:"):
+                # Another node could take these now: hold them until the peer says whether it has them.
+                for message in sub.inflight.values():
+                    (stored if message.persistent else recent).append((sub.queue, message))
+                sub.inflight.clear()
+            for message in sub.inflight.values():
+                message.recovered = True  # the peer may have delivered it before the link went
+        peer.session.close()
+        if stored:
+            self._doubt_about(stored, {peer_id})
+        if recent:
+            self._doubt_about(recent, {asked(peer_id)})
+
+    def stop_counting_on(self, node_id: str) -> None:
+        """The node is gone for good: it will not resend, nor hold anything of ours."""
+        record = self.known_peers.pop(node_id, None)
+        if record is not None:
+            self.store.remove(PEER_RECORD, record)
+        self.release_markers(node_id, list(self.markers.get(node_id, ())))
+        for waiting_for in (node_id, asked(node_id)):
+            if waiting_for in self._doubt_timers:
+                self.peer_answered(waiting_for, ())
+
+    # -- in doubt -------------------------------------------------------------------------
+
+    def hold_recovered(self) -> None:
+        """After a restart any recovered queue message may have been in flight to
+        a peer: hold each until every peer this node has linked with has said."""
+        if not self.known_peers:
+            return
+        doubtful = []
+        for queue in self.mesh.broker.queues.values():
+            doubtful.extend((queue, message) for message in queue.take_all())
+        self._doubt_about(doubtful, set(self.known_peers))
+
+    def _doubt_about(self, doubtful: list[tuple[Queue, Message]], peers: set[str]) -> None:
+        for queue, message in doubtful:
+            message.recovered = True
+            queue.in_doubt += 1
+            self._doubt[message.id] = _InDoubt(queue, message, set(peers))
+        timeout = self.mesh.config.in_doubt_timeout_ms / 1000.0
+        for peer_id in peers:
+            if peer_id not in self._doubt_timers:
+                self._doubt_timers[peer_id] = self.mesh.reactor.callLater(timeout, self.peer_answered, peer_id, ())
+
+    def peer_answered(self, peer_id: str, held: Iterable[str]) -> list[str]:
+        """The peer listed the message ids it holds from us (or stopped being
+        waited for): forget those, and dispatch again what no one else may hold.
+        Returns the ids forgotten. ``peer_id`` is ``asked(peer)`` for the
+        peer's answer about non-persistent messages."""
+        timer = self._doubt_timers.pop(peer_id, None)
+        if timer is not None and timer.active():
+            timer.cancel()
+        broker = self.mesh.broker
+        forgotten = []
+        for message_id in held:
+            entry = self._doubt.pop(message_id, None)
+            if entry is not None:
+                entry.queue.in_doubt -= 1
+                broker.consumed(entry.queue, entry.message)
+                forgotten.append(message_id)
+        released: dict[Queue, list[Message]] = {}
+        for message_id, entry in list(self._doubt.items()):
+            entry.waiting.discard(peer_id)
+            if not entry.waiting:
+                del self._doubt[message_id]
+                entry.queue.in_doubt -= 1
+                released.setdefault(entry.queue, []).append(entry.message)
+        for queue, messages in released.items():
+            broker.requeue(queue, messages)
+        return forgotten
+
+    def release_doubts(self) -> None:
+        """Stop waiting for anyone (scale-down hands everything over)."""
+        for peer_id in list(self._doubt_timers):
+            self.peer_answered(peer_id, ())
+
+    def in_doubt_for(self, peer_id: str) -> int:
+        """Messages held until ``peer_id`` says whether it has them."""
+        waiting_for = (peer_id, asked(peer_id))
+        return sum(1 for entry in self._doubt.values() if not entry.waiting.isdisjoint(waiting_for))
+
+    def key(self, message: Message) -> str:
+        """How the receiver knows a queue message from this node: origin and id."""
+        return f"{message.path[0] if message.path else self.mesh.node_id}/{message.id}"
+
+    # -- recovery -------------------------------------------------------------------------
+
+    def _recover_marker(self, key: str, marker: Message) -> None:
+        self.markers.setdefault(key[len(MARKER):], {})[marker.id] = marker
+
+    def _recover_peer(self, key: str, record: Message) -> None:
+        self.known_peers[record.id] = record
+
+
+def asked(peer_id: str) -> str:
+    """Whom non-persistent messages in doubt wait for: the peer's HAVE, not its MARKERS."""
+    return "asked:" + peer_id

@@ -1,0 +1,157 @@
+"""The mesh as this node knows it: a model.NodeSummary per node, refreshed by gossip.
+
+Every ``check_period_ms`` each node sends its neighbours every entry it holds,
+its own refreshed, each with its age; a receiver keeps the newer version of each
+(by the node's ``started_at`` and a sequence number). An entry not refreshed for
+3 × ``connection_ttl_ms`` drops out, and the node is shown *down* until it comes
+back or is forgotten. Management requests find their way along the links this
+view knows (:meth:`Topology.route`)."""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Callable
+
+import msgspec
+
+from mesh.codec import FrameType, LinkError
+from model.events import NodeJoined, NodeLeaving, NodeLeft
+from model.mesh import NodeSummary
+
+if TYPE_CHECKING:
+    from mesh.link import LinkProtocol
+    from mesh.node import MeshNode
+
+_decode_gossip = msgspec.json.Decoder(list[NodeSummary]).decode
+
+
+class _Entry:
+    __slots__ = ("summary", "heard")
+
+    def __init__(self, summary: NodeSummary, heard: float) -> None:
+        self.summary = summary
+        self.heard = heard  # reactor time when the entry was fresh at its node
+
+
+class Topology:
+    def __init__(self, mesh: MeshNode, own_summary: Callable[[], NodeSummary]) -> None:
+        self.mesh = mesh
+        self.own_summary = own_summary  # replaceable: the node's management layer knows more of it
+        self.entries: dict[str, _Entry] = {}
+        self.departed: dict[str, NodeSummary] = {}  # nodes that dropped out, shown down until forgotten
+        self.leaving: set[str] = set()  # nodes that said they scale down
+        self._seq = 0
+
+    def expiry(self) -> float:
+        """Seconds after which a node not heard of drops out of the view of the mesh."""
+        return 3 * self.mesh.config.connection_ttl_ms / 1000.0
+
+    def refresh_own(self) -> NodeSummary:
+        self._seq += 1
+        summary = self.own_summary()
+        summary.seq = self._seq
+        summary.answered = True
+        self.entries[self.mesh.node_id] = _Entry(summary, self.mesh.reactor.seconds())
+        return summary
+
+    def gossip(self) -> None:
+        """Tell every neighbour what this node knows of the mesh, itself refreshed."""
+        now = self.mesh.reactor.seconds()
+        self.refresh_own()
+        stale = self.expiry()
+        for node_id in [n for n, entry in self.entries.items() if now - entry.heard > stale]:
+            self._drop(node_id, f"not heard of for {stale:.0f} s")
+        # Each entry goes with how long ago it was fresh, not when this node got it:
+        # otherwise two nodes would keep handing a dead node's entry back to each
+        # other, each time as new, and it would never drop out.
+        payload = [msgspec.structs.replace(entry.summary, age=now - entry.heard, answered=False)
+                   for entry in self.entries.values()]
+        data = msgspec.json.encode(payload)
+        for peer in self.mesh.peers.values():
+            peer.link.send_encoded(FrameType.TOPOLOGY, data)
+
+    def received(self, link: LinkProtocol, payload: bytes) -> None:
+        try:
+            summaries = _decode_gossip(payload)
+        except (msgspec.DecodeError, msgspec.ValidationError) as error:
+            raise LinkError(f"malformed topology frame: {error}") from None
+        now = self.mesh.reactor.seconds()
+        stale = self.expiry()
+        for summary in summaries:
+            node_id = summary.node.id
+            if node_id == self.mesh.node_id or summary.age > stale:
+                continue
+            known = self.entries.get(node_id)
+            if known is None or (summary.node.started_at, summary.seq) > (known.summary.node.started_at,
+                                                                          known.summary.seq):
+                self.entries[node_id] = _Entry(summary, now - summary.age)
+                if known is None:
+                    self._joined(summary)
+
+    def _joined(self, summary: NodeSummary) -> None:
+        node = summary.node
+        self.departed.pop(node.id, None)
+        self.leaving.discard(node.id)
+        self.mesh.events.emit(NodeJoined(subject=node.id, name=node.name))
+
+    def _drop(self, node_id: str, reason: str) -> None:
+        entry = self.entries.pop(node_id, None)
+        if entry is None:
+            return
+        summary = entry.summary
+        if node_id in self.leaving:
+            self.leaving.discard(node_id)  # it left for good: nothing to show
+        else:
+            node = msgspec.structs.replace(summary.node, state="down", last_seen=entry.heard)
+            self.departed[node_id] = msgspec.structs.replace(summary, node=node, age=0.0, answered=False)
+        self.mesh.events.emit(NodeLeft(subject=node_id, name=summary.node.name, reason=reason))
+
+    def node_leaving(self, node_id: str, name: str) -> None:
+        self.leaving.add(node_id)
+        self.mesh.events.emit(NodeLeaving(subject=node_id, name=name))
+
+    def heard_ago(self, node_id: str) -> float | None:
+        entry = self.entries.get(node_id)
+        return None if entry is None else self.mesh.reactor.seconds() - entry.heard
+
+    def forget(self, node_id: str) -> None:
+        if node_id in self.entries:
+            self._drop(node_id, "forgotten by an administrator")
+        self.departed.pop(node_id, None)
+        self.leaving.discard(node_id)
+
+    def view(self) -> list[NodeSummary]:
+        """Every node this node knows of, each with its age; departed ones down."""
+        now = self.mesh.reactor.seconds()
+        self.refresh_own()
+        nodes = []
+        for node_id, entry in self.entries.items():
+            summary = msgspec.structs.replace(entry.summary, age=now - entry.heard,
+                                              answered=node_id == self.mesh.node_id)
+            summary.node = msgspec.structs.replace(summary.node, last_seen=entry.heard,
+                                                   state="leaving" if node_id in self.leaving else "up")
+            nodes.append(summary)
+        nodes.extend(self.departed.values())
+        return nodes
+
+    def route(self, target: str) -> list[str] | None:
+        """The shortest path of links from this node to ``target``, both included.
+        A link counts when both its ends report it (this node's own links are the
+        ones it has): a dead node's last word does not make a path."""
+        start = self.mesh.node_id
+        links = {node_id: set(entry.summary.links) for node_id, entry in self.entries.items()}
+        links[start] = set(self.mesh.peers)
+        previous = {start: start}
+        frontier = deque([start])
+        while frontier:
+            node_id = frontier.popleft()
+            if node_id == target:
+                path = [target]
+                while path[-1] != start:
+                    path.append(previous[path[-1]])
+                return path[::-1]
+            for neighbour in sorted(links.get(node_id, ())):
+                if neighbour not in previous and node_id in links.get(neighbour, ()):
+                    previous[neighbour] = node_id
+                    frontier.append(neighbour)
+        return None

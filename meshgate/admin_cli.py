@@ -1,0 +1,177 @@
+"""The ``meshgate`` commands that ask a running node (``nodes``, ``queues``,
+``purge``, …): one management request each, through any node of the mesh.
+
+Views cover the whole mesh unless ``--node`` names one node; actions apply to the
+node asked unless ``--node`` names another (or ``--all``, every node). Exit
+status: 0 done, 1 refused or failed, 2 bad arguments, 3 done but some nodes did
+not answer (their warnings go to standard error)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any, Callable
+
+import msgspec
+
+from management import format as fmt
+from management.client import ManagementClient, ManagementClientError, RequestFailed
+from model.events import KINDS
+from model.requests import (
+    ALL,
+    Browse,
+    CloseConnection,
+    Connections,
+    DeleteQueue,
+    Events,
+    Forget,
+    Links,
+    Move,
+    Nodes,
+    Purge,
+    Queues,
+    Request,
+    ScaleDownNode,
+    Send,
+    Subscriptions,
+)
+
+VIEW, ACTION = "view", "action"
+
+
+def _header(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    return key, value
+
+
+# command -> (help, kind, extra arguments, request from args, text from the result, node names and args)
+Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[Any], Request],
+                Callable[[Any, dict, Any], str]]
+
+
+def _no_args(parser: argparse.ArgumentParser) -> None:
+    pass
+
+
+def _queue_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", help="the queue's name, without /queue/")
+
+
+COMMANDS: dict[str, Command] = {
+    "nodes": ("every node of the mesh, asked afresh: state, links, partial queues", VIEW, _no_args,
+              lambda a: Nodes(), lambda r, names, a: fmt.format_nodes(r)),
+    "stat": ("queue depths and consumers on the node asked (--cluster: summed over the mesh)", VIEW,
+             lambda p: p.add_argument("--cluster", action="store_true", help="every node's partial queues, summed"),
+             lambda a: Queues(node=ALL if a.cluster else a.node),
+             lambda r, names, a: fmt.format_cluster_stat(r, names) if a.cluster else fmt.format_stat(r)),
+    "queues": ("partial queues with their counters (every node unless --node)", VIEW,
+               lambda p: p.add_argument("name", nargs="?", help="only this queue"),
+               lambda a: Queues(node=a.node or ALL, name=a.name), lambda r, names, a: fmt.format_queues(r, names)),
+    "links": ("mesh links, up and down, as each node sees them", VIEW, _no_args,
+              lambda a: Links(node=a.node or ALL), lambda r, names, a: fmt.format_links(r, names)),
+    "subscriptions": ("topic subscriptions, durable and not", VIEW, _no_args,
+                      lambda a: Subscriptions(node=a.node or ALL),
+                      lambda r, names, a: fmt.format_subscriptions(r, names)),
+    "connections": ("client connections", VIEW, _no_args,
+                    lambda a: Connections(node=a.node or ALL), lambda r, names, a: fmt.format_connections(r, names)),
+    "events": ("what happened lately: links, redistribution, dead letters, admin actions…", VIEW,
+               lambda p: (p.add_argument("--kind", action="append", default=[], choices=KINDS,
+                                         help="only events of this kind (repeatable)"),
+                          p.add_argument("--since", type=float, default=3600.0, metavar="SECONDS",
+                                         help="only the last SECONDS (default 3600)"),
+                          p.add_argument("--limit", type=int, default=100, help="newest this-many per node")),
+               lambda a: Events(node=a.node or ALL, since=time.time() - a.since, kinds=a.kind, limit=a.limit),
+               lambda r, names, a: fmt.format_events(r, names)),
+    "browse": ("show waiting messages without taking them (needs admin)", ACTION,
+               lambda p: (_queue_arg(p), p.add_argument("--offset", type=int, default=0),
+                          p.add_argument("--limit", type=int, default=20),
+                          p.add_argument("--preview", type=int, default=200, help="body bytes shown per message")),
+               lambda a: Browse(node=a.node, queue=a.queue, offset=a.offset, limit=a.limit, preview=a.preview),
+               lambda r, names, a: fmt.format_browse(r, names)),
+    "purge": ("drop a queue's waiting messages (needs admin)", ACTION, _queue_arg,
+              lambda a: Purge(node=a.node, queue=a.queue), lambda r, names, a: fmt.format_done(r, names)),
+    "delete": ("delete a queue and its waiting messages (needs admin)", ACTION, _queue_arg,
+               lambda a: DeleteQueue(node=a.node, queue=a.queue), lambda r, names, a: fmt.format_done(r, names)),
+    "move": ("move waiting messages to another queue, or to a linked node (needs admin)", ACTION,
+             lambda p: (_queue_arg(p), p.add_argument("--to-queue"), p.add_argument("--to-node"),
+                        p.add_argument("--count", type=int, help="at most this many (default: all)")),
+             lambda a: Move(node=a.node, queue=a.queue, to_queue=a.to_queue, to_node=a.to_node, count=a.count),
+             lambda r, names, a: fmt.format_done(r, names)),
+    "send": ("send a test message (needs admin)", ACTION,
+             lambda p: (p.add_argument("destination", help="/queue/NAME or /topic/NAME"), p.add_argument("body"),
+                        p.add_argument("--header", type=_header, action="append", default=[], metavar="NAME=VALUE"),
+                        p.add_argument("--persistent", action="store_true")),
+             lambda a: Send(node=a.node, destination=a.destination, body=a.body, headers=dict(a.header),
+                            persistent=a.persistent),
+             lambda r, names, a: fmt.format_done(r, names)),
+    "close": ("close a client connection (needs admin)", ACTION,
+              lambda p: (p.add_argument("connection", help="its id, as meshgate connections lists it"),
+                         p.add_argument("--reason", default="closed by an administrator")),
+              lambda a: CloseConnection(node=a.node or ALL, connection=a.connection, reason=a.reason),
+              lambda r, names, a: fmt.format_done(r, names)),
+    "forget": ("tell the mesh a crashed node is gone for good (needs admin)", ACTION,
+               lambda p: p.add_argument("node_id", help="the id of the node to forget (meshgate nodes shows it)"),
+               lambda a: Forget(forget=a.node_id), lambda r, names, a: fmt.format_done([r], names)),
+    "scale-down": ("hand a node's messages to another node, then stop it (needs admin)", ACTION, _no_args,
+                   lambda a: ScaleDownNode(node=a.node), lambda r, names, a: fmt.format_done(r, names)),
+}
+COMMANDS["topology"] = ("the same as nodes",) + COMMANDS["nodes"][1:]
+
+
+def add_commands(commands) -> None:
+    for name, (help_text, kind, extra, _, _) in COMMANDS.items():
+        parser = commands.add_parser(name, help=help_text)
+        extra(parser)
+        parser.add_argument("--stomp", metavar="HOST:PORT", default="127.0.0.1:61613", help="the node to ask")
+        parser.add_argument("--login")
+        parser.add_argument("--passcode")
+        where = parser.add_mutually_exclusive_group()
+        if name not in ("nodes", "topology", "forget"):
+            where.add_argument("--node", help="a node's name or id: where this applies"
+                                              + (" (default: every node)" if kind == VIEW else
+                                                 " (default: the node asked)"))
+        if kind == ACTION and name not in ("forget", "close", "scale-down"):
+            where.add_argument("--all", action="store_true", help="on every node of the mesh")
+        parser.add_argument("--json", action="store_true", help="print the reply as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    help_text, kind, _, make_request, render = COMMANDS[args.command]
+    host, _, port = args.stomp.rpartition(":")
+    if not host or not port.isdigit():
+        print(f"meshgate {args.command}: --stomp must be HOST:PORT", file=sys.stderr)
+        return 2
+    args.node = ALL if getattr(args, "all", False) else getattr(args, "node", None)
+    try:
+        request = make_request(args)
+        with ManagementClient(host.strip("[]"), int(port), args.login, args.passcode) as client:
+            reply = client.ask(request)
+            names = _names(client) if reply.ok and not args.json else {}
+    except ManagementClientError as error:
+        print(f"meshgate {args.command}: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(msgspec.to_builtins(reply), indent=2, sort_keys=True))
+    if not reply.ok:
+        where = f" (node {reply.error.node})" if reply.error.node else ""
+        print(f"meshgate {args.command}: {reply.error.message}{where}", file=sys.stderr)
+        return 1
+    if not args.json:
+        print(render(reply.result, names, args))
+    for failure in reply.failures:
+        print(f"meshgate {args.command}: warning: node {names.get(failure.node, failure.node)} did not answer: "
+              f"{failure.message}", file=sys.stderr)
+    return 3 if reply.failures else 0
+
+
+def _names(client: ManagementClient) -> dict[str, str]:
+    """Node names by id, for printing (from the asked node's view, gossip included)."""
+    try:
+        view = client.call(Nodes(fresh=False))
+    except (ManagementClientError, RequestFailed):  # names are a nicety: ids do when they cannot be had
+        return {}
+    return {summary.node.id: summary.node.name for summary in view.nodes}

@@ -1,0 +1,1 @@
+"""Metrics: every node's model snapshots and events, written to Redis streams."""

@@ -1,0 +1,116 @@
+"""Writing entries to Redis streams from a thread of its own.
+
+Redis down, slow or full must never hold up the broker: the reactor only
+appends to a bounded buffer (the oldest entries go when it is full, and
+``dropped`` counts them); this thread writes what is buffered with pipelined
+XADDs, trimming each stream to about ``maxlen`` entries. When Redis fails it
+logs once, says ``behind``, and retries with backoff until Redis is back."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+
+from model.mesh import MetricsStatus
+
+log = logging.getLogger(__name__)
+
+_BATCH = 500  # entries per pipeline
+_RETRY_FIRST, _RETRY_MAX = 0.2, 10.0  # seconds between attempts while Redis fails
+
+
+class StreamPublisher:
+    def __init__(self, url: str, prefix: str = "meshgate", maxlen: int = 100_000, buffer_size: int = 10_000) -> None:
+        self.url = url
+        self.prefix = prefix
+        self.maxlen = maxlen
+        self.buffer_size = buffer_size
+        self._buffer: deque[tuple[int, str, dict]] = deque()
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._seq = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.dropped = 0
+        self.written = 0
+        self.last_error: str | None = None
+        self._failing = False
+
+    # -- the reactor's side -----------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="metrics-publisher", daemon=True)
+        self._thread.start()
+
+    def offer(self, stream: str, fields: dict) -> None:
+        """Buffer an entry for ``<prefix>:<stream>``; never blocks on Redis."""
+        with self._lock:
+            if len(self._buffer) >= self.buffer_size:
+                self._buffer.popleft()
+                self.dropped += 1
+            self._seq += 1
+            self._buffer.append((self._seq, f"{self.prefix}:{stream}", fields))
+            self._wake.notify()
+
+    def status(self) -> MetricsStatus:
+        with self._lock:
+            buffered = len(self._buffer)
+        behind = self._failing or buffered > _BATCH
+        return MetricsStatus(state="behind" if behind else "ok", buffered=buffered, dropped=self.dropped,
+                             last_error=self.last_error if self._failing else None)
+
+    def stop(self, patience: float = 2.0) -> None:
+        """Write what Redis takes within ``patience`` seconds, then stop."""
+        with self._lock:
+            self._stopping = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(patience)
+
+    # -- the thread -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        import redis  # only nodes that publish need it
+
+        client = redis.Redis.from_url(self.url, socket_timeout=2.0, socket_connect_timeout=2.0)
+        delay = _RETRY_FIRST
+        while True:
+            with self._lock:
+                while not self._buffer and not self._stopping:
+                    self._wake.wait()
+                if self._stopping and (not self._buffer or self._failing):
+                    break
+                batch = [self._buffer[i] for i in range(min(_BATCH, len(self._buffer)))]
+            try:
+                pipe = client.pipeline(transaction=False)
+                for _, stream, fields in batch:
+                    pipe.xadd(stream, fields, maxlen=self.maxlen, approximate=True)
+                pipe.execute()
+            except (redis.RedisError, OSError) as error:
+                self._failed(error)
+                with self._lock:
+                    if not self._stopping:
+                        self._wake.wait(delay)
+                delay = min(delay * 2, _RETRY_MAX)
+                continue
+            delay = _RETRY_FIRST
+            self._written(batch[-1][0], len(batch))
+        client.close()
+
+    def _written(self, last_seq: int, count: int) -> None:
+        with self._lock:
+            # Entries may have been dropped from the head meanwhile: remove by sequence.
+            while self._buffer and self._buffer[0][0] <= last_seq:
+                self._buffer.popleft()
+        self.written += count
+        if self._failing:
+            self._failing = False
+            log.info("metrics: writing to Redis at %s again (%d entries dropped so far)", self.url, self.dropped)
+
+    def _failed(self, error: Exception) -> None:
+        self.last_error = f"{type(error).__name__}: {error}"
+        if not self._failing:
+            self._failing = True
+            log.warning("metrics: cannot write to Redis at %s (%s); keeping up to %d entries and retrying",
+                        self.url, self.last_error, self.buffer_size)

@@ -1,0 +1,114 @@
+"""What happens in the mesh, as each node saw it: one struct per kind, tagged by
+``kind`` in JSON. ``time`` (epoch seconds) and ``node`` (the reporting node's id)
+are filled in by the node's event log when the event is recorded.
+
+Frequent happenings are counted, not listed: a dead-letter, expiry or
+redistribution event covers what happened to one queue within about a second
+(``count``)."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class Event(msgspec.Struct, kw_only=True, tag_field="kind"):
+    time: float = 0.0
+    node: str = ""
+
+
+class NodeJoined(Event, kw_only=True, tag="node_joined"):
+    """A node appeared in this node's view of the mesh."""
+
+    subject: str  # the node's id
+    name: str
+
+
+class NodeLeft(Event, kw_only=True, tag="node_left"):
+    """A node dropped out of the view (not heard of for 3 × connection_ttl_ms), or was forgotten."""
+
+    subject: str
+    name: str
+    reason: str
+
+
+class NodeLeaving(Event, kw_only=True, tag="node_leaving"):
+    """A node scaled down and leaves the mesh for good."""
+
+    subject: str
+    name: str
+
+
+class LinkUp(Event, kw_only=True, tag="link_up"):
+    peer: str
+    peer_name: str
+    dialled: bool
+
+
+class LinkDown(Event, kw_only=True, tag="link_down"):
+    peer: str
+    peer_name: str
+    reason: str
+
+
+class Redistribution(Event, kw_only=True, tag="redistribution"):
+    """A backlog moved to a node with consumers (``count`` messages, custody passed)."""
+
+    queue: str
+    source: str  # node ids
+    target: str
+    count: int
+
+
+class ScaleDown(Event, kw_only=True, tag="scale_down"):
+    """This node handed its messages to ``target`` before leaving (``left``: what stayed behind)."""
+
+    target: str | None
+    left: int
+
+
+class DeadLetter(Event, kw_only=True, tag="dead_letter"):
+    queue: str
+    reason: str  # max-delivery-attempts | expired
+    dead_letter_queue: str
+    count: int
+
+
+class Expired(Event, kw_only=True, tag="expiry"):
+    queue: str
+    count: int
+
+
+class ConsumerAttached(Event, kw_only=True, tag="consumer_attached"):
+    destination: str  # "/queue/NAME" or "/topic/PATTERN"
+    connection: str
+    consumers: int  # local consumers of the destination now
+
+
+class ConsumerDetached(Event, kw_only=True, tag="consumer_detached"):
+    destination: str
+    connection: str
+    consumers: int
+
+
+class AuthenticationFailed(Event, kw_only=True, tag="authentication_failed"):
+    user: str | None
+    remote: str
+
+
+class AdminAction(Event, kw_only=True, tag="admin_action"):
+    """A management request that changes something, done (or refused) on this node."""
+
+    user: str
+    action: str
+    target: str  # what it acted on, e.g. "/queue/orders" or a connection id
+    ok: bool
+    result: str  # what it did, or why not
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    NodeJoined, NodeLeft, NodeLeaving, LinkUp, LinkDown, Redistribution, ScaleDown, DeadLetter, Expired,
+    ConsumerAttached, ConsumerDetached, AuthenticationFailed, AdminAction,
+)
+KINDS: tuple[str, ...] = tuple(t.__struct_config__.tag for t in EVENT_TYPES)
+AnyEvent = NodeJoined | NodeLeft | NodeLeaving | LinkUp | LinkDown | Redistribution | ScaleDown | DeadLetter | \
+    Expired | ConsumerAttached | ConsumerDetached | AuthenticationFailed | AdminAction

@@ -1,0 +1,57 @@
+"""End-to-end latency histograms: from the moment a node accepted a SEND to the
+moment a consumer acknowledged the message, on whichever node.
+
+Fixed log-scale buckets of microseconds, so histograms from any nodes and
+intervals merge by adding counts: bucket 0 counts under 1 µs, bucket ``i``
+(1 ≤ i < 31) counts ``[2**(i-1), 2**i)`` µs, and bucket 31 everything from
+``2**30`` µs (about 18 minutes) up. A bucket index is ``int(µs).bit_length()``,
+capped: recording costs one increment."""
+
+from __future__ import annotations
+
+BUCKETS = 32
+TOP = BUCKETS - 1
+
+
+def empty_histogram() -> list[int]:
+    return [0] * BUCKETS
+
+
+def bucket_of(microseconds: float) -> int:
+    if microseconds < 1:
+        return 0
+    index = int(microseconds).bit_length()
+    return index if index < TOP else TOP
+
+
+def bounds_us(index: int) -> tuple[float, float]:
+    """The range of latencies bucket ``index`` counts, in microseconds."""
+    if index == 0:
+        return 0.0, 1.0
+    high = float("inf") if index == TOP else float(2 ** index)
+    return float(2 ** (index - 1)), high
+
+
+def percentile_ms(counts: list[int], quantile: float) -> float | None:
+    """The latency below which ``quantile`` (0–1) of the counted messages fall, in
+    milliseconds, within a factor of two (the bucket's upper bound; the open top
+    bucket answers its lower bound). None when nothing was counted."""
+    total = sum(counts)
+    if not total:
+        return None
+    rank = quantile * total
+    seen = 0
+    for index, count in enumerate(counts):
+        seen += count
+        if count and seen >= rank:
+            low, high = bounds_us(index)
+            return (low if high == float("inf") else high) / 1000.0
+    return None
+
+
+def merge(*histograms: list[int]) -> list[int]:
+    merged = empty_histogram()
+    for histogram in histograms:
+        for index, count in enumerate(histogram[:BUCKETS]):
+            merged[index] += count
+    return merged

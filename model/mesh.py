@@ -1,0 +1,175 @@
+"""The state of the mesh: nodes, links, partial queues, topic subscriptions and
+connections, as every reader and writer sees them.
+
+Units: times are epoch seconds (float), durations milliseconds, sizes bytes.
+Counters (``enqueued``, ``forwarded_out``, …) are cumulative since the node's
+``started_at``: a reader computes rates from two snapshots with the same
+``started_at`` and starts again from zero when it changes (the node restarted).
+docs/management.md lists every field."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from model.latency import empty_histogram
+
+SCHEMA_VERSION = 1
+
+NodeState = Literal["up", "leaving", "down"]
+
+
+class _Model(msgspec.Struct, kw_only=True):
+    """Unknown fields are ignored on decoding, so a newer node may add fields
+    without breaking older readers; removing or renaming one bumps SCHEMA_VERSION."""
+
+
+class Addresses(_Model, kw_only=True):
+    stomp: str | None = None  # "host:port" of the STOMP listener
+    stomp_tls: str | None = None
+    link: str | None = None  # the mesh link listener
+
+
+class MetricsStatus(_Model, kw_only=True):
+    """How the node's publishing to Redis is doing."""
+
+    state: Literal["off", "ok", "behind"] = "off"  # behind: Redis unreachable or slow, entries buffered
+    buffered: int = 0  # entries waiting to be written
+    dropped: int = 0  # entries dropped since start because the buffer was full
+    last_error: str | None = None
+
+
+class Node(_Model, kw_only=True):
+    id: str
+    name: str
+    version: str  # Meshgate's version
+    group_name: str = ""
+    started_at: float
+    state: NodeState = "up"  # as seen by the reporter
+    last_seen: float  # when the reporter last heard of it (its own: now)
+    addresses: Addresses = msgspec.field(default_factory=Addresses)
+    connections: int = 0  # client connections
+    memory_used: int = 0  # bytes of queued messages (what broker.memory_limit meters)
+    memory_limit: int = 0
+    store_bytes: int = 0  # journal size on disk
+    in_doubt: int = 0  # messages held until a peer says whether it has them
+    metrics: MetricsStatus = msgspec.field(default_factory=MetricsStatus)
+
+
+class Link(_Model, kw_only=True):
+    node: str  # the reporting node
+    peer: str
+    peer_name: str
+    direction: Literal["dialled", "accepted", "duplex"]  # duplex: traffic both ways; else from the dialler
+    dialled: bool  # the reporting node dialled it
+    state: Literal["up", "down"]  # down: a peer this node has linked with, not linked now
+    since: float  # when it came up (or went down)
+    address: str | None = None  # the peer's link listener
+    in_flight: int = 0  # forwarded messages the peer has not yet confirmed stored
+    backlog: int = 0  # topic messages kept for the peer, waiting for its link
+    in_doubt: int = 0  # messages held until the peer says whether it has them
+    forwarded_out: int = 0  # messages whose custody passed to the peer, since started_at
+    forwarded_in: int = 0  # messages received from the peer, since started_at
+
+
+class RemoteDemand(_Model, kw_only=True):
+    node: str  # the node whose consumers want the queue
+    via: str  # the neighbour the demand came through
+    consumers: int
+    hops: int  # 1: a neighbour
+
+
+class PartialQueue(_Model, kw_only=True):
+    """One queue on one node; the cluster-wide queue is the sum over nodes."""
+
+    node: str
+    name: str
+    depth: int  # messages waiting
+    in_flight: int  # delivered to local consumers, not yet acknowledged
+    forwarding: int = 0  # sent over links, not yet stored by the peer
+    in_doubt: int = 0
+    consumers: int  # local consumers
+    remote_demand: list[RemoteDemand] = []
+    oldest_age_ms: int | None = None  # how long the oldest waiting message has waited
+    enqueued: int = 0
+    acked: int = 0  # acknowledged by local consumers
+    forwarded_out: int = 0
+    forwarded_in: int = 0
+    redistributed_out: int = 0  # a backlog that moved to consumers elsewhere
+    redistributed_in: int = 0
+    expired: int = 0
+    dead_lettered: int = 0
+    latency: list[int] = msgspec.field(default_factory=empty_histogram)  # see model.latency
+
+
+class TopicSubscription(_Model, kw_only=True):
+    node: str
+    name: str  # the subscription's queue: client-id.name for durable ones
+    destination: str  # "/topic/PATTERN"
+    client_id: str | None = None
+    durable: bool
+    active: bool  # a subscriber is attached
+    depth: int
+    in_flight: int = 0
+    selector: str | None = None
+    connection: str | None = None  # the attached subscriber's connection id
+
+
+class Connection(_Model, kw_only=True):
+    id: str
+    node: str
+    remote: str  # "host:port"
+    user: str
+    protocol: str  # "stomp"
+    version: str
+    since: float
+    client_id: str | None = None
+    subscriptions: int = 0
+    unacked: int = 0
+
+
+class QueueSummary(msgspec.Struct, array_like=True):
+    """A partial queue in the gossip: [name, depth, consumers, in_flight, in_doubt]."""
+
+    name: str
+    depth: int
+    consumers: int
+    in_flight: int
+    in_doubt: int
+
+
+class NodeSummary(_Model, kw_only=True):
+    """One node as the mesh view holds it: what gossip carries, and what the
+    ``nodes`` request answers per node."""
+
+    node: Node
+    links: list[str] = []  # ids of the nodes it is linked with now
+    queues: list[QueueSummary] = []
+    age: float = 0.0  # seconds since this entry was fresh, as the reporter knows it
+    answered: bool = False  # fresh from the node itself, not from gossip
+    seq: int = 0  # the node's count of its summaries since it started: the newer one wins
+
+
+class ClusterView(_Model, kw_only=True):
+    schema_version: int = SCHEMA_VERSION
+    reporter: str  # the node that was asked
+    taken_at: float
+    nodes: list[NodeSummary]
+
+
+class Snapshot(_Model, kw_only=True):
+    """What every node writes to ``<prefix>:snapshots`` each interval."""
+
+    schema_version: int = SCHEMA_VERSION
+    seq: int  # 1, 2, … per start of the node: (node.id, node.started_at, seq) is unique
+    taken_at: float
+    node: Node
+    links: list[Link] = []
+    queues: list[PartialQueue] = []
+    subscriptions: list[TopicSubscription] = []
+
+
+def address_text(host: str, port: int) -> str:
+    """``host:port``, with an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

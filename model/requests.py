@@ -1,0 +1,237 @@
+"""Management requests and their replies.
+
+A request is a JSON object tagged by ``action``. ``node`` says where it applies:
+a node id (or a unique prefix of one), a node name, ``"*"`` for every node of the
+mesh, or nothing for the node that was asked. Any node routes a request to the
+node it names over the mesh links; requests for every node gather one answer per
+node and list the nodes that did not answer in ``failures``.
+
+Actions that change something need the ``admin`` permission on the management
+address (``ADMIN_ACTIONS``); the others need ``write`` on it, as any SEND does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from model.events import AnyEvent
+from model.mesh import SCHEMA_VERSION, ClusterView, Connection, Link, NodeSummary, PartialQueue, TopicSubscription
+
+MANAGEMENT_ADDRESS = "meshgate.management"  # /queue/meshgate.management
+ALL = "*"
+
+
+class Request(msgspec.Struct, kw_only=True, tag_field="action"):
+    node: str | None = None
+
+
+# -- views ------------------------------------------------------------------------------
+
+
+class Nodes(Request, kw_only=True, tag="nodes"):
+    """Every node of the mesh (``node`` is ignored): asked afresh, or with ``fresh``
+    false, as the asked node's gossiped view holds them (at once, with their age)."""
+
+    fresh: bool = True
+
+
+class Summary(Request, kw_only=True, tag="summary"):
+    """One node's own summary (what the ``nodes`` answer holds per node)."""
+
+
+class Queues(Request, kw_only=True, tag="queues"):
+    name: str | None = None  # only this queue
+
+
+class Links(Request, kw_only=True, tag="links"):
+    pass
+
+
+class Connections(Request, kw_only=True, tag="connections"):
+    pass
+
+
+class Subscriptions(Request, kw_only=True, tag="subscriptions"):
+    pass
+
+
+class Events(Request, kw_only=True, tag="events"):
+    since: float = 0.0  # epoch seconds: only events after this
+    kinds: list[str] = []  # only these kinds (model.events.KINDS)
+    limit: int = 100  # the newest this-many per node
+
+
+# -- actions (admin) --------------------------------------------------------------------
+
+
+class Browse(Request, kw_only=True, tag="browse"):
+    queue: str
+    offset: int = 0
+    limit: int = 50
+    preview: int = 256  # body bytes shown per message
+
+
+class Purge(Request, kw_only=True, tag="purge"):
+    """Drop the messages waiting in the queue (not those delivered and unacked, nor in doubt)."""
+
+    queue: str
+
+
+class DeleteQueue(Request, kw_only=True, tag="delete_queue"):
+    """Drop the queue and what waits in it; refused while it has local consumers."""
+
+    queue: str
+
+
+class Move(Request, kw_only=True, tag="move"):
+    """Move waiting messages to another queue on the same node (``to_queue``), or to
+    the same queue on a linked node (``to_node``), with custody as for any forward."""
+
+    queue: str
+    to_queue: str | None = None
+    to_node: str | None = None
+    count: int | None = None  # None: every waiting message
+
+
+class Send(Request, kw_only=True, tag="send"):
+    """Send a test message, as a client connected to the node would."""
+
+    destination: str  # "/queue/NAME" or "/topic/NAME"
+    body: str = ""
+    headers: dict[str, str] = {}
+    persistent: bool = False
+
+
+class CloseConnection(Request, kw_only=True, tag="close_connection"):
+    connection: str  # a connection id (the ``connections`` answer lists them)
+    reason: str = "closed by an administrator"
+
+
+class Forget(Request, kw_only=True, tag="forget"):
+    """Tell the mesh a crashed node is gone for good (``meshgate forget``)."""
+
+    forget: str  # the node id to forget
+
+
+class ScaleDownNode(Request, kw_only=True, tag="scale_down"):
+    """The node hands every message to another node, leaves the mesh and stops."""
+
+
+AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
+              | Move | Send | CloseConnection | Forget | ScaleDownNode)
+ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
+                           "scale_down"})
+# Actions whose answer is one value, not a list gathered over nodes.
+SINGLE_ANSWER = frozenset({"nodes", "summary", "forget"})
+
+
+# -- results ----------------------------------------------------------------------------
+
+
+class BrowsedMessage(msgspec.Struct, kw_only=True):
+    id: str
+    destination: str
+    headers: dict[str, str]
+    size: int  # body bytes
+    body: str  # the first ``preview`` bytes, as text (invalid UTF-8 replaced)
+    truncated: bool
+    persistent: bool
+    priority: int
+    redelivered: bool
+    age_ms: int | None = None
+
+
+class BrowsePage(msgspec.Struct, kw_only=True):
+    node: str
+    queue: str
+    total: int  # messages waiting in the queue on that node
+    offset: int
+    messages: list[BrowsedMessage]
+
+
+class Done(msgspec.Struct, kw_only=True):
+    """What an action did on one node."""
+
+    node: str
+    action: str
+    target: str
+    count: int = 0  # messages purged, deleted, moved or sent
+    detail: str = ""
+
+
+RESULT_TYPES: dict[str, Any] = {
+    "nodes": ClusterView,
+    "summary": NodeSummary,
+    "queues": list[PartialQueue],
+    "links": list[Link],
+    "connections": list[Connection],
+    "subscriptions": list[TopicSubscription],
+    "events": list[AnyEvent],
+    "browse": list[BrowsePage],
+    "purge": list[Done],
+    "delete_queue": list[Done],
+    "move": list[Done],
+    "send": list[Done],
+    "close_connection": list[Done],
+    "forget": Done,
+    "scale_down": list[Done],
+}
+
+# Why a request failed: the REST API maps these to HTTP statuses.
+ERROR_CODES = {
+    "bad_request": 400,
+    "forbidden": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "unreachable": 503,
+}
+
+
+class Failure(msgspec.Struct, kw_only=True):
+    code: str  # one of ERROR_CODES
+    message: str
+    node: str | None = None  # the node it concerns, if one
+
+
+class Reply(msgspec.Struct, kw_only=True):
+    schema_version: int = SCHEMA_VERSION
+    action: str = ""
+    ok: bool = True
+    error: Failure | None = None  # the request as a whole failed
+    result: Any = None  # RESULT_TYPES[action]
+    failures: list[Failure] = []  # nodes that did not answer: the result covers the others
+
+
+class ManagementError(Exception):
+    """A request that cannot be done; ``code`` is one of ERROR_CODES."""
+
+    def __init__(self, code: str, message: str, node: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.node = node
+
+    def failure(self) -> Failure:
+        return Failure(code=self.code, message=str(self), node=self.node)
+
+
+_request_decoder = msgspec.json.Decoder(AnyRequest)
+
+
+def decode_request(data: bytes | str) -> Request:
+    """A request from JSON; ManagementError("bad_request") naming what is wrong."""
+    try:
+        return _request_decoder.decode(data)
+    except msgspec.ValidationError as error:
+        raise ManagementError("bad_request", f"invalid request: {error}") from None
+    except msgspec.DecodeError as error:
+        raise ManagementError("bad_request", f"the request is not JSON: {error}") from None
+
+
+def decode_reply(data: bytes | str) -> Reply:
+    """A reply with its result typed by its action."""
+    reply = msgspec.json.decode(data, type=Reply)
+    result_type = RESULT_TYPES.get(reply.action)
+    if reply.result is not None and result_type is not None:
+        reply.result = msgspec.convert(reply.result, result_type)
+    return reply
