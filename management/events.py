@@ -5,11 +5,13 @@ newest ``keep``) for ``events`` requests and handed to the sinks that want them
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from typing import Callable
 
 from model.events import Event
 
+log = logging.getLogger(__name__)
 _UNSTAMPED = ("time", "node", "count")
 
 
@@ -28,7 +30,10 @@ class EventLog:
         event.node = self.node_id
         self.recent.append(event)
         for sink in self.sinks:
-            sink(event)
+            try:
+                sink(event)
+            except Exception:  # whoever reported the event (the broker, the mesh) must not fail for a sink
+                log.exception("event sink %r failed", sink)
 
     def count(self, event: Event, n: int = 1) -> None:
         key = (type(event), *(getattr(event, f) for f in event.__struct_fields__ if f not in _UNSTAMPED))

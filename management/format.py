@@ -109,7 +109,7 @@ def format_queues(queues: list[PartialQueue], names: dict[str, str]) -> str:
     rows = []
     for q in sorted(queues, key=lambda q: (q.name, names.get(q.node, q.node))):
         p50, p99 = percentile_ms(q.latency, 0.5), percentile_ms(q.latency, 0.99)
-        latency = f"{p50:g}/{p99:g}" if p50 is not None else "-"
+        latency = f"{p50:.3g}/{p99:.3g}" if p50 is not None else "-"
         remote = sum(d.consumers for d in q.remote_demand)
         rows.append(["/queue/" + q.name, names.get(q.node, q.node[:8]), q.depth, q.in_flight, q.forwarding,
                      q.in_doubt, q.consumers, remote, q.enqueued, q.acked, q.forwarded_out, q.forwarded_in,

@@ -198,7 +198,8 @@ class ManagementService:
         if len(targets) == 1 and failures:
             return Reply(action=action, ok=False, error=failures[0])
         if asked_for == ALL and missing and not results and not failures:
-            return Reply(action=action, ok=False, error=Failure(code="not_found", message=missing[0].message))
+            message = missing[0].message.replace("on this node", "on any node")
+            return Reply(action=action, ok=False, error=Failure(code="not_found", message=message))
         if action == "events":
             results.sort(key=lambda event: event["time"] if isinstance(event, dict) else event.time)
         if action in SINGLE_ANSWER:
@@ -210,7 +211,7 @@ class ManagementService:
         answer = self._answers.get(action)
         if answer is None:
             raise ManagementError("bad_request", f"{action} is not answered by one node")
-        if action not in ADMIN_ACTIONS:
+        if action not in ADMIN_ACTIONS or action == "browse":  # reading is not worth an audit line per page
             return answer(request)
         target = _target_of(request)
         try:
@@ -218,15 +219,16 @@ class ManagementService:
         except ManagementError as error:
             self.events.emit(AdminAction(user=user, action=action, target=target, ok=False, result=str(error)))
             raise
-        if action != "browse":  # reading is not worth an audit line per page
-            detail = ", ".join(part for part in (f"{result.count} message(s)" if action in _COUNTED else "",
-                                                 result.detail) if part)
-            self.events.emit(AdminAction(user=user, action=action, target=target, ok=True, result=detail))
+        detail = ", ".join(part for part in (f"{result.count} message(s)" if action in _COUNTED else "",
+                                             result.detail) if part)
+        self.events.emit(AdminAction(user=user, action=action, target=target, ok=True, result=detail))
         return result
 
     def answer_routed(self, body: dict, origin: str) -> dict:
         """A request another node routed here (it checked the permissions)."""
         try:
+            if not isinstance(body, dict) or "request" not in body:
+                raise ManagementError("bad_request", "a routed request needs a request and a user")
             request = decode_request(msgspec.json.encode(body["request"]))
             return {"result": msgspec.to_builtins(self._answer_here(request, str(body.get("user", "?"))))}
         except ManagementError as error:
@@ -240,8 +242,11 @@ class ManagementService:
         if node == ALL:
             if self.mesh is None:
                 return [self.node_id]
-            self.mesh.topology.refresh_own()
-            return sorted(self.mesh.topology.entries)
+            topology = self.mesh.topology
+            topology.refresh_own()
+            # A node that scaled down and is gone is no one to ask.
+            return sorted(node_id for node_id in topology.entries
+                          if not topology.is_leaving(node_id) or topology.route(node_id) is not None)
         return [self._resolve(node)]
 
     def _resolve(self, node: str) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import uuid
 from typing import TYPE_CHECKING, Any, Callable
 
 from twisted.internet import defer
@@ -35,6 +36,7 @@ class Router:
         self.mesh = mesh
         self.handler: Handler | None = None
         self._ids = itertools.count(1)
+        self._boot = uuid.uuid4().hex[:8]  # a late answer to a request from before a restart matches nothing
         self._pending: dict[str, tuple[defer.Deferred, object]] = {}
 
     def request(self, target: str, body: Any, timeout: float = 5.0) -> defer.Deferred:
@@ -42,7 +44,7 @@ class Router:
         route = self.mesh.topology.route(target)
         if route is None:
             return defer.fail(Unreachable(f"no path of links to node {target} is known"))
-        request_id = f"{self.mesh.node_id}:{next(self._ids)}"
+        request_id = f"{self.mesh.node_id}:{self._boot}:{next(self._ids)}"
         d = defer.Deferred()
         timer = self.mesh.reactor.callLater(timeout, self._timed_out, request_id, target, timeout)
         self._pending[request_id] = (d, timer)

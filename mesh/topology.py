@@ -99,7 +99,7 @@ class Topology:
         if entry is None:
             return
         summary = entry.summary
-        if node_id in self.leaving:
+        if self.is_leaving(node_id):
             self.leaving.discard(node_id)  # it left for good: nothing to show
         else:
             node = msgspec.structs.replace(summary.node, state="down", last_seen=entry.heard)
@@ -109,6 +109,11 @@ class Topology:
     def node_leaving(self, node_id: str, name: str) -> None:
         self.leaving.add(node_id)
         self.mesh.events.emit(NodeLeaving(subject=node_id, name=name))
+
+    def is_leaving(self, node_id: str) -> bool:
+        """It said it scales down (to its neighbours, or in its own last summary)."""
+        entry = self.entries.get(node_id)
+        return node_id in self.leaving or (entry is not None and entry.summary.node.state == "leaving")
 
     def heard_ago(self, node_id: str) -> float | None:
         entry = self.entries.get(node_id)
@@ -129,7 +134,7 @@ class Topology:
             summary = msgspec.structs.replace(entry.summary, age=now - entry.heard,
                                               answered=node_id == self.mesh.node_id)
             summary.node = msgspec.structs.replace(summary.node, last_seen=entry.heard,
-                                                   state="leaving" if node_id in self.leaving else "up")
+                                                   state="leaving" if self.is_leaving(node_id) else "up")
             nodes.append(summary)
         nodes.extend(self.departed.values())
         return nodes

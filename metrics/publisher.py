@@ -17,7 +17,7 @@ from model.mesh import MetricsStatus
 log = logging.getLogger(__name__)
 
 _BATCH = 500  # entries per pipeline
-_RETRY_FIRST, _RETRY_MAX = 0.2, 10.0  # seconds between attempts while Redis fails
+_RETRY_FIRST, _RETRY_MAX = 0.2, 5.0  # seconds between attempts while Redis fails
 
 
 class StreamPublisher:
@@ -30,7 +30,9 @@ class StreamPublisher:
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._seq = 0
+        self._writing = 0  # entries at the head of the buffer in the batch being written
         self._stopping = False
+        self._stopped = threading.Event()  # ends a backoff wait early (new entries do not)
         self._thread: threading.Thread | None = None
         self.dropped = 0
         self.written = 0
@@ -46,11 +48,15 @@ class StreamPublisher:
     def offer(self, stream: str, fields: dict) -> None:
         """Buffer an entry for ``<prefix>:<stream>``; never blocks on Redis."""
         with self._lock:
-            if len(self._buffer) >= self.buffer_size:
-                self._buffer.popleft()
-                self.dropped += 1
+            buffer = self._buffer
             self._seq += 1
-            self._buffer.append((self._seq, f"{self.prefix}:{stream}", fields))
+            if len(buffer) >= self.buffer_size:
+                # The oldest entry that is not being written goes (one being written may yet arrive).
+                self.dropped += 1
+                if self._writing >= len(buffer):
+                    return  # all of it is on its way: this one is the one dropped
+                del buffer[self._writing]
+            buffer.append((self._seq, f"{self.prefix}:{stream}", fields))
             self._wake.notify()
 
     def status(self) -> MetricsStatus:
@@ -65,6 +71,7 @@ class StreamPublisher:
         with self._lock:
             self._stopping = True
             self._wake.notify()
+        self._stopped.set()
         if self._thread is not None:
             self._thread.join(patience)
 
@@ -82,27 +89,28 @@ class StreamPublisher:
                 if self._stopping and (not self._buffer or self._failing):
                     break
                 batch = [self._buffer[i] for i in range(min(_BATCH, len(self._buffer)))]
+                self._writing = len(batch)
             try:
                 pipe = client.pipeline(transaction=False)
                 for _, stream, fields in batch:
                     pipe.xadd(stream, fields, maxlen=self.maxlen, approximate=True)
                 pipe.execute()
             except (redis.RedisError, OSError) as error:
-                self._failed(error)
                 with self._lock:
-                    if not self._stopping:
-                        self._wake.wait(delay)
+                    self._writing = 0
+                self._failed(error)
+                self._stopped.wait(delay)
                 delay = min(delay * 2, _RETRY_MAX)
                 continue
             delay = _RETRY_FIRST
-            self._written(batch[-1][0], len(batch))
+            self._written(len(batch))
         client.close()
 
-    def _written(self, last_seq: int, count: int) -> None:
+    def _written(self, count: int) -> None:
         with self._lock:
-            # Entries may have been dropped from the head meanwhile: remove by sequence.
-            while self._buffer and self._buffer[0][0] <= last_seq:
+            for _ in range(self._writing):  # the batch is still at the head: nothing in it was dropped
                 self._buffer.popleft()
+            self._writing = 0
         self.written += count
         if self._failing:
             self._failing = False

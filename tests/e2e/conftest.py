@@ -23,6 +23,17 @@ from e2e_support import (  # noqa: E402
 
 
 @pytest.fixture
+def redis_server(tmp_path):
+    """A redis-server of the test's own on a free loopback port (``.url``, ``.kill()``,
+    ``.start()`` again on the same port), stopped at teardown."""
+    from meshgate.redis_server import RedisServer
+
+    server = RedisServer(tmp_path / "redis").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def broker_factory(tmp_path):
     """``broker_factory(config=None, sets=(), name=None, tls=False, start=True)`` starts a
     ``meshgate broker`` on a free port with its data dir in ``tmp_path``."""

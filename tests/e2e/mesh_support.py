@@ -164,12 +164,13 @@ class MeshFactory:
                  extra: str | Sequence[str] | Mapping[int, str] = "", *, max_hops: int | None = None,
                  load_balancing: str | None = None, password: str | Sequence[str] | None = None,
                  both_ways: bool = False, wait: bool = True, start: bool = True,
-                 names: Sequence[str] | None = None) -> list[MeshMember]:
+                 names: Sequence[str] | None = None, sets: Sequence[str] = ()) -> list[MeshMember]:
         """Make ``n`` nodes. ``topology`` gives the static links (node i lists node j for each
         edge (i, j); ``both_ways`` makes j list i too); with ``discovery=True`` and no explicit
         topology there are no static peers and every node is expected to find every other.
         ``extra`` is TOML lines added to ``[mesh]`` (one string for all nodes, or a list /
-        mapping by node index). ``password`` may be one per node."""
+        mapping by node index). ``password`` may be one per node. ``sets`` are ``--set KEY=VALUE``
+        overrides for every node (e.g. ``metrics.redis_url=...``)."""
         if discovery and topology == "full":
             static_edges: list[tuple[int, int]] = []
             expected = edges_for(n, "full")
@@ -181,6 +182,7 @@ class MeshFactory:
         created = []
         for i in range(n):
             member = MeshMember(self, len(self.nodes), names[i], free_port(), self.tmp_path)
+            member.proc.sets.extend(sets)
             self.nodes.append(member)
             created.append(member)
         for i, member in enumerate(created):

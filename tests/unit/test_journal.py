@@ -196,3 +196,71 @@ def test_mesh_path_survives_recovery(tmp_path):
     close(store, reactor)
     _, _, recovered = open_store(tmp_path)
     assert recovered[0][1].path == ("node-a", "node-b")
+
+
+# -- records written before messages carried their accept time ---------------------------------
+
+
+def _old_add_record(queue_key: str, m: Message) -> bytes:
+    """An add record as a journal written before ``created`` existed holds it: type 1, no time."""
+    import zlib
+
+    from gateway.broker.message import encode_headers
+    from gateway.store.journal import _ADD, _ADD_FIELDS, _HEAD, _KINDS
+
+    key, mid, address = queue_key.encode(), m.id.encode(), m.address.encode()
+    headers, henc = encode_headers(m.headers)
+    path = ",".join(m.path).encode()
+    payload = b"".join((
+        _ADD_FIELDS.pack(len(key), len(mid), _KINDS[m.kind], len(address), len(headers), len(m.body), m.priority,
+                         m.expires, m.deliveries, henc, m.sequence, len(path)),
+        key, mid, address, headers, m.body, path,
+    ))
+    return _HEAD.pack(len(payload), zlib.crc32(payload, _ADD), _ADD) + payload
+
+
+def test_journal_from_before_created_still_recovers(tmp_path):
+    old = []
+    for n in range(3):
+        m = message(n, b"old body %d" % n, color="blue")
+        m.sequence = n + 1
+        m.expires = 1234567 if n == 1 else 0
+        old.append(m)
+    old[2].path = ("node-a",)
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    (journal / "00000001.log").write_bytes(b"".join(_old_add_record("Q:orders", m) for m in old))
+    store, reactor, recovered = open_store(tmp_path)
+    assert [(key, m.id) for key, m in recovered] == [("Q:orders", "m-0"), ("Q:orders", "m-1"), ("Q:orders", "m-2")]
+    for (_, got), want in zip(recovered, old, strict=True):
+        assert got.created == 0.0  # unknown: no latency is counted for it
+        assert (got.body, got.headers, got.priority, got.expires, got.sequence, got.persistent) == (
+            want.body, want.headers, want.priority, want.expires, want.sequence, True)
+    assert recovered[2][1].path == ("node-a",)
+    # It stays removable, and new messages follow it in order.
+    store.remove("Q:orders", recovered[0][1])
+    new = message(9)
+    new.created = 1700000123.456789
+    store.add("Q:orders", new)
+    durable(store, reactor)
+    close(store, reactor)
+    _, _, again = open_store(tmp_path)
+    assert [m.id for _, m in again] == ["m-1", "m-2", "m-9"]
+    assert [m.created for _, m in again] == [0.0, 0.0, 1700000123.456789]
+
+
+def test_created_survives_recovery(tmp_path):
+    store, reactor, _ = open_store(tmp_path)
+    timed = message(1)
+    timed.created = 1700000000.123456
+    untimed = message(2)  # created 0.0: unknown
+    store.add("Q:q", timed)
+    store.add("Q:q", untimed)
+    durable(store, reactor)
+    close(store, reactor)
+    segment = sorted((tmp_path / "journal").glob("*.log"))[-1].read_bytes()
+    from gateway.store.journal import _ADD_TIMED, _HEAD
+
+    assert _HEAD.unpack_from(segment, 0)[2] == _ADD_TIMED  # written as type 3
+    _, _, recovered = open_store(tmp_path)
+    assert [(m.id, m.created) for _, m in recovered] == [("m-1", 1700000000.123456), ("m-2", 0.0)]

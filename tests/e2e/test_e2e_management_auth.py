@@ -1,0 +1,148 @@
+"""Who may ask the management address what: the principal is the authenticated
+connection, replies go only where the requester may write, and the address is
+no queue anyone can subscribe to or fill."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from e2e_support import BrokerProcess, RawClient, manage, run_meshgate, unique
+
+from model.requests import ADMIN_ACTIONS, Browse, Events, Nodes, Purge, Queues, Send
+
+CONFIG = """
+[security.users.alice]
+password = "{alice}"
+groups = ["admins"]
+
+[security.users.dave]
+password = "{dave}"
+groups = ["operators"]
+
+[[security.authorization]]
+destination = ">"
+read = ["admins"]
+write = ["admins"]
+admin = ["admins"]
+
+[[security.authorization]]
+destination = "/queue/meshgate.management"
+write = ["operators"]
+
+[[security.authorization]]
+destination = "/temp-queue/>"
+read = ["operators"]
+write = ["operators"]
+"""
+ALICE = ("alice", "alice-secret")
+DAVE = ("dave", "dave-secret")
+ADDRESS = "/queue/meshgate.management"
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory, hashes):
+    broker = BrokerProcess(tmp_path_factory.mktemp("mgmt-auth"), name="guarded", config=CONFIG.format(**hashes))
+    broker.start()
+    yield broker
+    broker.cleanup()
+
+
+def raw_as(node, user: tuple[str, str]) -> RawClient:
+    client = RawClient.to(node)
+    client.connect("1.2", {"login": user[0], "passcode": user[1]})
+    return client
+
+
+def test_a_user_without_admin_may_look_but_not_act(node):
+    queue = unique("guarded")
+    assert manage(node.port, Send(destination="/queue/" + queue, body="x"), *ALICE).ok
+    assert manage(node.port, Queues(name=queue), *DAVE).result[0].depth == 1
+    assert manage(node.port, Nodes(), *DAVE).ok
+    refused = manage(node.port, Purge(queue=queue), *DAVE)
+    assert refused.error.code == "forbidden" and "admin permission" in refused.error.message
+    assert manage(node.port, Browse(queue=queue), *DAVE).error.code == "forbidden"
+    assert manage(node.port, Queues(name=queue), *ALICE).result[0].depth == 1  # nothing was purged
+    assert manage(node.port, Purge(queue=queue), *ALICE).result[0].count == 1
+    audit = [e for e in manage(node.port, Events(kinds=["admin_action"]), *ALICE).result if queue in e.target]
+    assert [(e.user, e.action, e.ok) for e in audit] == [
+        ("alice", "send", True), ("dave", "purge", False), ("dave", "browse", False), ("alice", "purge", True)]
+
+
+@pytest.mark.parametrize("action", sorted(ADMIN_ACTIONS))
+def test_every_admin_action_is_refused_without_admin(node, action):
+    raw = raw_as(node, DAVE)
+    reply_to = "/temp-queue/" + unique("r")
+    raw.send_frame("SUBSCRIBE", {"id": "1", "destination": reply_to})
+    # The client cannot grant itself admin with a header.
+    raw.send_frame("SEND", {"destination": ADDRESS, "reply-to": reply_to, "meshgate-admin": "true",
+                            "correlation-id": "c1"},
+                   json.dumps({"action": action, "queue": "q", "destination": "/queue/q", "connection": "x",
+                               "forget": "n"}))
+    reply = json.loads(raw.expect("MESSAGE").body)
+    assert reply["ok"] is False and reply["error"]["code"] == "forbidden", reply
+
+
+def test_the_cli_says_why_it_was_refused(node):
+    result = run_meshgate(["purge", "anything", "--stomp", f"{node.host}:{node.port}", "--login", DAVE[0],
+                           "--passcode", DAVE[1]])
+    assert result.returncode == 1 and "purge needs the admin permission" in result.stderr, result.stderr
+
+
+def test_a_reply_goes_only_where_the_requester_may_write(node):
+    victim = unique("victim")
+    watcher = raw_as(node, ALICE)
+    watcher.send_frame("SUBSCRIBE", {"id": "w", "destination": "/queue/" + victim, "receipt": "w"})
+    watcher.expect("RECEIPT")
+    raw = raw_as(node, DAVE)
+    raw.send_frame("SEND", {"destination": ADDRESS, "reply-to": "/queue/" + victim}, '{"action": "nodes"}')
+    frames = raw.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"], frames
+    assert "reply-to /queue/" + victim in frames[0].headers["message"]
+    assert watcher.poll(0.5) == []  # nothing was written there
+    # alice may write there, so her reply goes there
+    alice = raw_as(node, ALICE)
+    alice.send_frame("SEND", {"destination": ADDRESS, "reply-to": "/queue/" + victim}, '{"action": "nodes"}')
+    assert json.loads(watcher.expect("MESSAGE").body)["action"] == "nodes"
+
+
+def test_a_request_without_reply_to_is_an_error(node):
+    raw = raw_as(node, ALICE)
+    raw.send_frame("SEND", {"destination": ADDRESS}, '{"action": "nodes"}')
+    frames = raw.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"] and "needs a reply-to" in frames[0].headers["message"]
+
+
+def test_a_malformed_request_gets_an_answer_naming_the_problem(node):
+    raw = raw_as(node, ALICE)
+    raw.send_frame("SUBSCRIBE", {"id": "1", "destination": "/temp-queue/r"})
+    for body, expected in (("not json", "not JSON"), ('{"action": "explode"}', "explode"),
+                           ('{"action": "purge"}', "queue"), ('{"action": "browse", "queue": 7}', "queue")):
+        raw.send_frame("SEND", {"destination": ADDRESS, "reply-to": "/temp-queue/r"}, body)
+        reply = json.loads(raw.expect("MESSAGE").body)
+        assert reply["ok"] is False and reply["error"]["code"] == "bad_request", reply
+        assert expected in reply["error"]["message"], reply
+    assert manage(node.port, Nodes(), *ALICE).ok  # the node carries on
+
+
+def test_nobody_may_subscribe_to_the_management_address(node):
+    raw = raw_as(node, ALICE)
+    raw.send_frame("SUBSCRIBE", {"id": "1", "destination": ADDRESS})
+    frames = raw.wait_closed()
+    assert [f.command for f in frames] == ["ERROR"], frames
+    assert "service address" in frames[0].headers["message"]
+    assert manage(node.port, Nodes(), *ALICE).ok
+
+
+def test_a_management_queue_left_in_the_store_does_not_hide_the_service(broker_factory):
+    """Older versions let a SUBSCRIBE create a durable queue of that name; from then
+    on every request was queued and never answered, even after a restart."""
+    broker = broker_factory()
+    broker.stop()
+    catalog = broker.data_dir / "catalog.json"
+    saved = json.loads(catalog.read_text()) if catalog.exists() else {}
+    saved["queues"] = sorted({*saved.get("queues", []), "meshgate.management"})
+    catalog.write_text(json.dumps(saved))
+    broker.start()
+    reply = manage(broker.port, Nodes())
+    assert reply.ok and reply.result.nodes[0].answered

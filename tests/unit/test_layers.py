@@ -1,0 +1,51 @@
+"""The layout is the architecture: each package imports only the layers below it
+(model at the bottom; the composition layer, meshgate, on top)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+# package -> the first-party packages it may import (besides itself)
+ALLOWED = {
+    "model": set(),
+    "gateway": {"model"},
+    "mesh": {"model", "gateway"},
+    "metrics": {"model"},
+    "management": {"model", "gateway", "mesh"},
+    "meshgate": {"model", "gateway", "mesh", "metrics", "management"},
+}
+# model must stay importable without Twisted (Django and PySpark import it)
+FORBIDDEN_THIRD_PARTY = {"model": {"twisted", "zope"}, "metrics": {"twisted.internet.reactor"}}
+
+
+def imports_of(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_a_package_imports_only_the_layers_below_it(package):
+    wrong = []
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for name in imports_of(path):
+            top = name.split(".")[0]
+            if top in ALLOWED and top != package and top not in ALLOWED[package]:
+                wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+            if any(name == bad or name.startswith(bad + ".") for bad in FORBIDDEN_THIRD_PARTY.get(package, ())):
+                wrong.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_stomp_layer_knows_nothing_of_management():
+    for path in (ROOT / "gateway" / "stomp").rglob("*.py"):
+        assert not any(name.startswith(("management", "mesh")) for name in imports_of(path)), path
