@@ -101,6 +101,7 @@ class PartialQueue(_Model, kw_only=True):
     expired: int = 0
     dead_lettered: int = 0
     latency: list[int] = msgspec.field(default_factory=empty_histogram)  # see model.latency
+    latency_sum_ms: float = 0.0  # the latencies counted in ``latency``, added up
 
 
 class TopicSubscription(_Model, kw_only=True):

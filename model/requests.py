@@ -223,7 +223,10 @@ def decode_request(data: bytes | str) -> Request:
     try:
         return _request_decoder.decode(data)
     except msgspec.ValidationError as error:
-        raise ManagementError("bad_request", f"invalid request: {error}") from None
+        text = str(error)
+        if text.endswith("at `$.action`") or "missing required field `action`" in text:
+            text = f"{text}; the action is one of {', '.join(sorted(RESULT_TYPES))}"
+        raise ManagementError("bad_request", f"invalid request: {text}") from None
     except msgspec.DecodeError as error:
         raise ManagementError("bad_request", f"the request is not JSON: {error}") from None
 

@@ -112,6 +112,7 @@ class Queue:
         self.expired = 0
         self.dead_lettered = 0
         self.latency = empty_histogram()  # model.latency buckets, counted on each ack
+        self.latency_sum = 0.0  # µs: the counted latencies added up (for means)
         # Messages the mesh holds out of the queue while a peer may have them (see mesh.custody).
         self.in_doubt = 0
         # Set by the mesh when a backlog starts to follow consumers on other nodes:
@@ -162,12 +163,15 @@ class Queue:
     def acknowledged(self, messages: list[Message], now: float) -> None:
         """Count acks and their end-to-end latency (one bucket increment each)."""
         latency = self.latency
+        total = 0.0
         for message in messages:
             created = message.created
             if created:
                 micros = (now - created) * 1e6
                 index = int(micros).bit_length() if micros >= 1 else 0
                 latency[index if index < _LATENCY_TOP else _LATENCY_TOP] += 1
+                total += micros
+        self.latency_sum += total
         self.acked += len(messages)
 
     def oldest_created(self) -> float:

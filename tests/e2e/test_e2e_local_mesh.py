@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 
+import pytest
 from e2e_support import HOST, manage
 
 from management.client import ManagementClientError
@@ -33,7 +35,7 @@ def _free_base() -> int:
                 sock.close()
 
 
-def test_local_mesh_links_three_nodes_and_stops_cleanly(tmp_path):
+def test_local_mesh_links_three_nodes_with_their_own_redis_and_stops_cleanly(tmp_path):
     base = _free_base()
     process = subprocess.Popen([sys.executable, "-m", "meshgate", "local-mesh", "--base-port", str(base),
                                 "--data", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -45,12 +47,19 @@ def test_local_mesh_links_three_nodes_and_stops_cleanly(tmp_path):
                 nodes = manage(base, Nodes(), timeout=2).result.nodes
             except ManagementClientError:
                 nodes = []
-            if len(nodes) == 3 and all(len(summary.links) == 2 for summary in nodes):
+            if len(nodes) == 3 and all(len(summary.links) == 2 and summary.node.metrics.state == "ok"
+                                       for summary in nodes):
                 break
             time.sleep(0.2)
         assert sorted(summary.node.name for summary in nodes) == ["node1", "node2", "node3"]
         assert all(len(summary.links) == 2 and summary.answered for summary in nodes), nodes
+        # each node writes its snapshots to the redis-server the local mesh started
+        assert all(summary.node.metrics.state == "ok" for summary in nodes), nodes
     finally:
         process.send_signal(signal.SIGINT)
         output = process.communicate(timeout=30)[0].decode()
     assert process.returncode == 0, output
+    match = re.search(r"metrics: every node writes to redis://127\.0\.0\.1:(\d+)/0", output)
+    assert match, output
+    with pytest.raises(OSError):  # its redis-server stopped with it
+        socket.create_connection((HOST, int(match.group(1))), timeout=1).close()

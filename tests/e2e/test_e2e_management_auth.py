@@ -146,3 +146,13 @@ def test_a_management_queue_left_in_the_store_does_not_hide_the_service(broker_f
     broker.start()
     reply = manage(broker.port, Nodes())
     assert reply.ok and reply.result.nodes[0].answered
+
+
+def test_a_failed_login_is_an_event(node):
+    intruder = unique("mallory")
+    raw = RawClient.to(node)
+    raw.send_frame("CONNECT", {"accept-version": "1.2", "host": "h", "login": intruder, "passcode": "guess"})
+    assert [f.command for f in raw.wait_closed()] == ["ERROR"]
+    failures = manage(node.port, Events(kinds=["authentication_failed"]), *ALICE).result
+    assert [e.user for e in failures if e.user == intruder] == [intruder]
+    assert failures[-1].remote.startswith("127.0.0.1:")

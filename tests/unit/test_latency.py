@@ -202,6 +202,7 @@ def test_acknowledged_buckets_each_message_and_skips_unknown_created(clock):
     assert queue.latency == expected
     assert sum(queue.latency) == 2
     assert queue.acked == 3  # the unknown one is acked all the same
+    assert queue.latency_sum == pytest.approx(((now - early.created) + (now - late.created)) * 1e6)
     queue.acknowledged([], now)
     assert queue.acked == 3 and sum(queue.latency) == 2
 

@@ -109,7 +109,7 @@ LINK_KEYS = ["node", "peer", "peer_name", "direction", "dialled", "state", "sinc
              "in_doubt", "forwarded_out", "forwarded_in"]
 PARTIAL_QUEUE_KEYS = ["node", "name", "depth", "in_flight", "forwarding", "in_doubt", "consumers", "remote_demand",
                       "oldest_age_ms", "enqueued", "acked", "forwarded_out", "forwarded_in", "redistributed_out",
-                      "redistributed_in", "expired", "dead_lettered", "latency"]
+                      "redistributed_in", "expired", "dead_lettered", "latency", "latency_sum_ms"]
 
 
 @pytest.mark.parametrize("value, keys", [
