@@ -1,17 +1,135 @@
-"""Console settings: embedded defaults that run on loopback without setup."""
+"""Console settings: embedded defaults that run on loopback without setup; every
+value from the environment in production.
+
+- ``MESHGATE_CONSOLE_DATA``: the console's own data dir (users, sessions, tokens in
+  SQLite; the generated secret key). Default ``./data/console``.
+- ``MESHGATE_REDIS_URL``, ``MESHGATE_STREAM_PREFIX``: where the nodes' snapshots and
+  events are (the nodes' ``[metrics]``), and the channel layer.
+- ``MESHGATE_CONSOLE_STOMP``: nodes to send management requests to
+  (``host:port[,host:port…]``, the first that answers), with
+  ``MESHGATE_CONSOLE_LOGIN`` / ``MESHGATE_CONSOLE_PASSCODE`` (a user with the admin
+  permission on the management address; none for an anonymous mesh).
+- ``MESHGATE_CONSOLE_SECRET`` (else generated into the data dir),
+  ``MESHGATE_CONSOLE_HOSTS`` (allowed host names), ``MESHGATE_CONSOLE_TLS=1``
+  (secure cookies, behind TLS), ``MESHGATE_CONSOLE_DEBUG=1``."""
+
+from __future__ import annotations
 
 import os
+import secrets
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-SECRET_KEY = os.environ.get("MESHGATE_CONSOLE_SECRET", "dev-only-not-secret")
+DATA_DIR = Path(os.environ.get("MESHGATE_CONSOLE_DATA", "data/console")).resolve()
+
+
+def _secret_key() -> str:
+    if os.environ.get("MESHGATE_CONSOLE_SECRET"):
+        return os.environ["MESHGATE_CONSOLE_SECRET"]
+    path = DATA_DIR / "secret-key"
+    if not path.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(50))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
 DEBUG = os.environ.get("MESHGATE_CONSOLE_DEBUG", "0") == "1"
-ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
-INSTALLED_APPS = ["django.contrib.staticfiles"]
-MIDDLEWARE = ["django.middleware.security.SecurityMiddleware", "django.middleware.common.CommonMiddleware"]
+ALLOWED_HOSTS = os.environ.get("MESHGATE_CONSOLE_HOSTS", "127.0.0.1,localhost").split(",")
+
+MESHGATE = {
+    "REDIS_URL": os.environ.get("MESHGATE_REDIS_URL", "redis://127.0.0.1:6379/0"),
+    "STREAM_PREFIX": os.environ.get("MESHGATE_STREAM_PREFIX", "meshgate"),
+    "STOMP": [address.strip() for address in os.environ.get("MESHGATE_CONSOLE_STOMP", "127.0.0.1:61613").split(",")
+              if address.strip()],
+    "LOGIN": os.environ.get("MESHGATE_CONSOLE_LOGIN") or None,
+    "PASSCODE": os.environ.get("MESHGATE_CONSOLE_PASSCODE") or None,
+    "ROLLUP_PREFIX": os.environ.get("MESHGATE_ROLLUP_PREFIX", "meshgate:rollup"),
+}
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "channels",
+    "console.api",
+    "console.live",
+    "console.ui",
+]
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
 ROOT_URLCONF = "console.urls"
-TEMPLATES = [{"BACKEND": "django.template.backends.django.DjangoTemplates", "DIRS": [], "APP_DIRS": True}]
-DATABASES: dict = {}
+TEMPLATES = [{
+    "BACKEND": "django.template.backends.django.DjangoTemplates",
+    "DIRS": [],
+    "APP_DIRS": True,
+    "OPTIONS": {"context_processors": [
+        "django.template.context_processors.request",
+        "django.contrib.auth.context_processors.auth",
+        "django.contrib.messages.context_processors.messages",
+    ]},
+}]
+ASGI_APPLICATION = "console.asgi.application"
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": DATA_DIR / "console.sqlite3"}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+CHANNEL_LAYERS = {"default": {
+    "BACKEND": "channels_redis.core.RedisChannelLayer",
+    "CONFIG": {"hosts": [MESHGATE["REDIS_URL"]], "prefix": MESHGATE["STREAM_PREFIX"] + ":console:channels"},
+}}
+
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
 USE_TZ = True
+TIME_ZONE = "UTC"
+
+LOGIN_URL = "ui:login"
+LOGIN_REDIRECT_URL = "ui:overview"
+LOGOUT_REDIRECT_URL = "ui:login"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+if os.environ.get("MESHGATE_CONSOLE_TLS", "0") == "1":
+    SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = True
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+REST_FRAMEWORK = {
+    # Token first: an unauthenticated request gets 401 with WWW-Authenticate, not 403.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["console.api.permissions.Viewer"],
+    "DEFAULT_PAGINATION_CLASS": "console.api.pagination.Pages",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "console.api.errors.handle",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Meshgate management API",
+    "DESCRIPTION": "The whole mesh: nodes, links, partial queues, connections, events, and admin actions. "
+                   "Shapes are the model of docs/management.md.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "console.api.schema.add_model"],
+}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("MESHGATE_CONSOLE_LOG_LEVEL", "WARNING")},
+}

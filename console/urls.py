@@ -1,9 +1,9 @@
-from django.http import JsonResponse
-from django.urls import path
+from django.urls import include, path
 
+from console.api.prometheus import metrics
 
-def health(request):
-    return JsonResponse({"status": "ok"})
-
-
-urlpatterns = [path("api/v1/health", health)]
+urlpatterns = [
+    path("api/v1/", include("console.api.urls")),
+    path("metrics", metrics, name="metrics"),
+    path("", include("console.ui.urls")),
+]

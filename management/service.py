@@ -146,6 +146,8 @@ class ManagementService:
         action = request.__struct_config__.tag
         if action in ADMIN_ACTIONS and not admin:
             message = f"{action} needs the admin permission on /queue/{ADDRESS}"
+            if request.on_behalf_of:
+                user = f"{user} for {request.on_behalf_of}"
             self.events.emit(AdminAction(user=user, action=action, target=_target_of(request), ok=False,
                                          result="refused: " + message))
             return defer.succeed(Reply(action=action, ok=False, error=Failure(code="forbidden", message=message)))
@@ -214,6 +216,8 @@ class ManagementService:
         if action not in ADMIN_ACTIONS or action == "browse":  # reading is not worth an audit line per page
             return answer(request)
         target = _target_of(request)
+        if request.on_behalf_of:
+            user = f"{user} for {request.on_behalf_of}"
         try:
             result = answer(request)
         except ManagementError as error:

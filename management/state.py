@@ -78,10 +78,11 @@ class LocalState:
         result = []
         for queue_name, queue in selected:
             oldest = queue.oldest_created()
+            consumers, remotes = queue.consumers, queue.remotes
             result.append(PartialQueue(
                 node=self.node_id, name=queue_name, depth=len(queue),
-                in_flight=sum(len(sub.inflight) for sub in queue.consumers),
-                forwarding=sum(len(sub.inflight) for sub in queue.remotes),
+                in_flight=sum([len(sub.inflight) for sub in consumers]) if consumers else 0,
+                forwarding=sum([len(sub.inflight) for sub in remotes]) if remotes else 0,
                 in_doubt=queue.in_doubt, consumers=len(queue.consumers),
                 remote_demand=demand.get(queue_name, []),
                 oldest_age_ms=max(0, int((now - oldest) * 1000)) if oldest else None,

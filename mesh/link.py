@@ -85,8 +85,10 @@ class LinkProtocol(Protocol):
     def peer_name(self) -> str:
         return self.peer.get("name", "?") if self.peer else str(self.transport.getPeer())
 
-    def refuse(self, reason: str) -> None:
-        log.warning("mesh link %s refused: %s", self.peer_name, reason)
+    def refuse(self, reason: str, expected: bool = False) -> None:
+        """Close the link telling the peer why; ``expected`` refusals (two nodes that
+        dialled each other keep one link) are not worth a warning."""
+        log.log(logging.DEBUG if expected else logging.WARNING, "mesh link %s refused: %s", self.peer_name, reason)
         self.down_reason = f"refused: {reason}"
         self.send_control(FrameType.REFUSE, {"reason": reason})
         self.closing = True

@@ -238,7 +238,9 @@ class MeshNode:
                 "it must start with a fresh data dir")
 
     def refused(self, link: LinkProtocol, reason: str) -> None:
-        log.warning("mesh: %s refused the link: %s", link.peer_name, reason)
+        # Two nodes that dialled each other keep one link: the other one's refusal is routine.
+        level = logging.DEBUG if reason == "duplicate link" else logging.WARNING
+        log.log(level, "mesh: %s refused the link: %s", link.peer_name, reason)
 
     # -- links ----------------------------------------------------------------------------
 
@@ -254,10 +256,10 @@ class MeshNode:
             loser = existing.link if keep_new else link
             if not keep_new:
                 link.established = False
-                link.refuse("duplicate link")
+                link.refuse("duplicate link", expected=True)
                 return
             loser.established = False
-            loser.refuse("duplicate link")
+            loser.refuse("duplicate link", expected=True)
             self._drop_peer(peer_id)
         forwarder = Forwarder(self.node_id)
         session = self.broker.open_session(forwarder, f"link-{link.peer_name}-{peer_id[:8]}")

@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--data", metavar="DIR", help="data directory (default ./data/local-mesh)")
     local.add_argument("--redis", metavar="URL", help="Redis for the nodes' metrics (default: start a redis-server "
                                                       "of its own on a free port; none: no metrics)")
+    local.add_argument("--console-port", type=int, help=f"the web console's port (default {8161}, else a free one)")
+    local.add_argument("--no-console", action="store_true", help="do not start the web console")
 
     passwd = commands.add_parser("passwd", help="hash a password for [security.users]")
     passwd.add_argument("--stdin", action="store_true", help="read the password from standard input")
@@ -53,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
 
         from meshgate.local_mesh import default_data, run
 
-        return run(args.nodes, args.base_port, Path(args.data) if args.data else default_data(), args.redis)
+        return run(args.nodes, args.base_port, Path(args.data) if args.data else default_data(), args.redis,
+                   args.console_port, not args.no_console)
     return _broker(args)
 
 

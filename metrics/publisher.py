@@ -3,13 +3,16 @@
 Redis down, slow or full must never hold up the broker: the reactor only
 appends to a bounded buffer (the oldest entries go when it is full, and
 ``dropped`` counts them); this thread writes what is buffered with pipelined
-XADDs, trimming each stream to about ``maxlen`` entries. When Redis fails it
+XADDs, trimming a stream to about ``maxlen`` entries, or to what is younger than
+an entry's ``keep_seconds`` (MINID: snapshots are kept for a time whatever the
+number of nodes writing them). When Redis fails it
 logs once, says ``behind``, and retries with backoff until Redis is back."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 
 from model.mesh import MetricsStatus
@@ -26,7 +29,7 @@ class StreamPublisher:
         self.prefix = prefix
         self.maxlen = maxlen
         self.buffer_size = buffer_size
-        self._buffer: deque[tuple[int, str, dict]] = deque()
+        self._buffer: deque[tuple[int, str, dict, str | None]] = deque()  # seq, stream, fields, min id
         self._lock = threading.Lock()
         self._wake = threading.Condition(self._lock)
         self._seq = 0
@@ -45,8 +48,10 @@ class StreamPublisher:
         self._thread = threading.Thread(target=self._run, name="metrics-publisher", daemon=True)
         self._thread.start()
 
-    def offer(self, stream: str, fields: dict) -> None:
-        """Buffer an entry for ``<prefix>:<stream>``; never blocks on Redis."""
+    def offer(self, stream: str, fields: dict, keep_seconds: float | None = None) -> None:
+        """Buffer an entry for ``<prefix>:<stream>``; never blocks on Redis. With
+        ``keep_seconds`` the stream keeps about that long a history, else ``maxlen`` entries."""
+        min_id = f"{int((time.time() - keep_seconds) * 1000)}-0" if keep_seconds else None
         with self._lock:
             buffer = self._buffer
             self._seq += 1
@@ -56,7 +61,7 @@ class StreamPublisher:
                 if self._writing >= len(buffer):
                     return  # all of it is on its way: this one is the one dropped
                 del buffer[self._writing]
-            buffer.append((self._seq, f"{self.prefix}:{stream}", fields))
+            buffer.append((self._seq, f"{self.prefix}:{stream}", fields, min_id))
             self._wake.notify()
 
     def status(self) -> MetricsStatus:
@@ -92,8 +97,11 @@ class StreamPublisher:
                 self._writing = len(batch)
             try:
                 pipe = client.pipeline(transaction=False)
-                for _, stream, fields in batch:
-                    pipe.xadd(stream, fields, maxlen=self.maxlen, approximate=True)
+                for _, stream, fields, min_id in batch:
+                    if min_id is None:
+                        pipe.xadd(stream, fields, maxlen=self.maxlen, approximate=True)
+                    else:
+                        pipe.xadd(stream, fields, minid=min_id, approximate=True)
                 pipe.execute()
             except (redis.RedisError, OSError) as error:
                 with self._lock:

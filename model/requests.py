@@ -24,6 +24,9 @@ ALL = "*"
 
 class Request(msgspec.Struct, kw_only=True, tag_field="action"):
     node: str | None = None
+    # Who a tool acts for, recorded beside the authenticated user in admin_action
+    # events (the console sends its logged-in user's name; it grants nothing).
+    on_behalf_of: str | None = None
 
 
 # -- views ------------------------------------------------------------------------------

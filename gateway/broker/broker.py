@@ -25,8 +25,7 @@ class Clock(Protocol):
 
 
 class _WallClock:
-    def seconds(self) -> float:
-        return time.time()
+    seconds = staticmethod(time.time)
 
 
 class _Binding:
@@ -69,6 +68,7 @@ class Broker:
         self.store = store
         self.events: EventSink = events or NullEvents()
         self.clock = clock or _WallClock()
+        self.seconds = self.clock.seconds  # bound once: read on every SEND and every ack
         self.memory_limit = memory_limit
         self.default_prefetch = default_prefetch
         self.max_delivery_attempts = max_delivery_attempts
@@ -197,7 +197,7 @@ class Broker:
             self.expired += 1
             return None
         message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
-        message.created = self.clock.seconds()
+        message.created = (session.received_at if session is not None else 0.0) or self.seconds()
         return message if self.route(message, session) else None
 
     def route(self, message: Message, session: Session | None = None) -> bool:

@@ -177,7 +177,9 @@ class Queue:
     def oldest_created(self) -> float:
         """When the oldest waiting message was accepted (0 if none or unknown)."""
         oldest = 0.0
-        for level in self._levels:
+        if not self._count:
+            return oldest
+        for level in self._levels[:self._high + 1]:
             if level:
                 created = level[0].created
                 if created and (not oldest or created < oldest):

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import MESSAGE_OVERHEAD, Message
 from gateway.broker.queue import AUTO, CLIENT, Queue, Subscription
+from model.latency import TOP as LATENCY_TOP
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
@@ -57,6 +58,9 @@ class Session:
         # anything the client wrote into a message.
         self.principal: object = None
         self.connection: ConnectionInfo | None = None  # None for the mesh's link sessions
+        # When the adapter last read from the client (its clock): the time a SEND is
+        # accepted and an ACK given, without a clock read per message. 0: read the clock.
+        self.received_at = 0.0
 
     # -- delivery (called by queues) ------------------------------------------------
 
@@ -66,8 +70,16 @@ class Session:
         if sub.ack_mode == AUTO:
             self.sink.deliver(sub, message)
             queue = sub.queue
-            self.broker.consumed(queue, message)
-            queue.acknowledged((message,), self.broker.clock.seconds())
+            broker = self.broker
+            broker.consumed(queue, message)
+            # Acked as it goes out: its latency, inline (this is the busiest path there is).
+            created = message.created
+            if created:
+                micros = (broker.seconds() - created) * 1e6
+                index = int(micros).bit_length() if micros >= 1 else 0
+                queue.latency[index if index < LATENCY_TOP else LATENCY_TOP] += 1
+                queue.latency_sum += micros
+            queue.acked += 1
         else:
             sub.inflight[message.id] = message
             self.sink.deliver(sub, message)
@@ -141,7 +153,7 @@ class Session:
             consumed = self.broker.consumed
             for message in settled:
                 consumed(queue, message)
-            queue.acknowledged(settled, self.broker.clock.seconds())
+            queue.acknowledged(settled, self.received_at or self.broker.seconds())
         else:
             self.broker.requeue(queue, settled)
         queue.dispatch()
@@ -186,7 +198,7 @@ class Session:
         for args in tx.sends:
             send(*args, self)
         consumed = self.broker.consumed
-        now = self.broker.clock.seconds()
+        now = self.received_at or self.broker.seconds()
         for queue, message in tx.acks:
             consumed(queue, message)
             queue.acknowledged((message,), now)

@@ -90,7 +90,9 @@ class StompProtocol(Protocol):
     def dataReceived(self, data: bytes) -> None:
         if self.closing:
             return
-        self.last_received = self.clock.seconds()
+        self.last_received = now = self.clock.seconds()
+        if self.handler is not None:
+            self.handler.session.received_at = now  # when its SENDs were accepted, its ACKs given
         parser = self.parser
         while True:
             try:

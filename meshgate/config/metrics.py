@@ -22,5 +22,6 @@ class MetricsConfig:
     redis_url: str | None = _key(None, _redis_url)  # None: metrics off
     interval_ms: int = _key(1000, _integer(100))
     stream_prefix: str = _key("meshgate", _string(r"[A-Za-z0-9._:-]+", "use letters, digits, '.', '_', ':' and '-'"))
-    maxlen: int = _key(100_000, _integer(1000))  # entries kept per stream (approximately)
+    maxlen: int = _key(100_000, _integer(1000))  # events kept (approximately)
+    snapshot_retention_s: int = _key(900, _integer(60))  # seconds of snapshots kept (approximately)
     buffer: int = _key(10_000, _integer(10))  # entries kept in memory while Redis is unreachable

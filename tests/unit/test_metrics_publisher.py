@@ -116,6 +116,21 @@ def test_maxlen_trims_approximately_but_bounded(redis_server, publishers):
     assert publisher.dropped == 0
 
 
+def test_entries_kept_for_a_time_trim_what_is_older(redis_server, publishers):
+    """Snapshots are kept for a time (MINID), whatever the number of nodes writing them."""
+    admin = client_for(redis_server)
+    hour_ago = int((time.time() - 3600) * 1000)
+    for i in range(1000):  # whole stream nodes of old entries, so approximate trimming can drop them
+        admin.xadd("keep:s", {"n": "old"}, id=f"{hour_ago + i}-0")
+    publisher = publishers(redis_server.url, prefix="keep", maxlen=10_000)
+    publisher.start()
+    publisher.offer("s", {"n": "new"}, keep_seconds=60)
+    wait_for(lambda: publisher.written == 1, what="the new entry to be written")
+    left = [fields[b"n"] for _, fields in admin.xrange("keep:s")]
+    block = int(admin.config_get("stream-node-max-entries")["stream-node-max-entries"])
+    assert left[-1] == b"new" and left.count(b"old") < block  # the old ones went, but for part of one stream node
+
+
 def test_a_full_buffer_is_written_in_batches_and_status_follows(redis_server, publishers):
     publisher = publishers(redis_server.url, prefix="big", buffer_size=5000)
     for n in range(2000):
@@ -337,9 +352,33 @@ def test_reporter_entries_carry_node_seq_schema_and_the_snapshot(redis_server, p
         assert fields[b"schema"] == str(SCHEMA_VERSION).encode()
         assert msgspec.json.decode(fields[b"data"], type=Snapshot) == expected
     reporter.stop()
-    assert not reporter._loop.running
+    assert not clock.getDelayedCalls()
     clock.advance(5.0)
     assert len(taken) == 3  # stopped: no more snapshots
+
+
+def test_a_snapshot_that_takes_long_spaces_the_next_ones_out(redis_server, publishers):
+    """However many queues a node has, taking snapshots stays a small share of the reactor."""
+    from metrics.reporter import MAX_SHARE
+
+    clock = MemoryReactorClock()
+    clock.advance(1700000000)
+    costs = []
+
+    def slow_snapshot():
+        started = time.perf_counter()
+        while time.perf_counter() - started < 0.05:  # as a node with many thousands of queues
+            pass
+        costs.append(1)
+        return a_snapshot(len(costs))
+
+    reporter = MetricsReporter(publishers(redis_server.url, prefix="slow"), slow_snapshot, interval=1.0,
+                               reactor=clock)
+    reporter.start()
+    (call,) = clock.getDelayedCalls()
+    assert call.getTime() - clock.seconds() >= 0.05 / MAX_SHARE > 1.0
+    assert reporter.last_cost >= 0.05
+    reporter.stop()
 
 
 def test_reporter_event_entries_carry_node_kind_schema_and_the_event(redis_server, publishers):

@@ -1,0 +1,1 @@
+"""The REST management API under /api/v1/ (and Prometheus /metrics)."""

@@ -1,0 +1,25 @@
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView
+
+from console.api import views
+
+app_name = "api"
+urlpatterns = [
+    path("health", views.Health.as_view(), name="health"),
+    path("overview", views.OverviewView.as_view(), name="overview"),
+    path("overview/history", views.OverviewHistory.as_view(), name="overview-history"),
+    path("nodes", views.NodeList.as_view(), name="nodes"),
+    path("nodes/<str:node>", views.NodeDetail.as_view(), name="node"),
+    path("links", views.LinkList.as_view(), name="links"),
+    path("queues", views.QueueList.as_view(), name="queues"),
+    path("queues/<path:name>/purge", views.QueuePurge.as_view(), name="queue-purge"),
+    path("queues/<path:name>/move", views.QueueMove.as_view(), name="queue-move"),
+    path("queues/<path:name>/browse", views.QueueBrowse.as_view(), name="queue-browse"),
+    path("queues/<path:name>/send", views.QueueSend.as_view(), name="queue-send"),
+    path("queues/<path:name>/history", views.QueueHistory.as_view(), name="queue-history"),
+    path("queues/<path:name>", views.QueueDetail.as_view(), name="queue"),
+    path("connections", views.ConnectionList.as_view(), name="connections"),
+    path("connections/<str:connection>", views.ConnectionDetail.as_view(), name="connection"),
+    path("events", views.EventList.as_view(), name="events"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+]

@@ -1,0 +1,347 @@
+"""The REST API: views read the mesh from the nodes' snapshots (console.mesh.view);
+actions go to the nodes as management requests, in the signed-in user's name."""
+
+from __future__ import annotations
+
+import msgspec
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console.api.errors import MeshUnavailable, failure_response
+from console.api.pagination import Pages
+from console.api.permissions import Admin
+from console.api.schema import model_ref, reply_schema
+from console.mesh import events as event_stream
+from console.mesh import history
+from console.mesh.actions import Unavailable
+from console.mesh.sources import management, mesh_view
+from model.requests import (
+    ALL,
+    Browse,
+    CloseConnection,
+    Connections,
+    DeleteQueue,
+    Move,
+    Purge,
+    Request,
+    Send,
+)
+
+_builtins = msgspec.to_builtins
+_LIST_PARAMS = [
+    OpenApiParameter("page", int, description="1, 2, …"),
+    OpenApiParameter("page_size", int, description="items per page, at most 500 (default 100)"),
+    OpenApiParameter("sort", str, description="field to sort by"),
+    OpenApiParameter("sort_reverse", bool, description="largest first"),
+    OpenApiParameter("name", str, description="only names containing this (any case)"),
+]
+
+
+def _page(view: APIView, request, items: list) -> Response:
+    paginator = Pages()
+    page = paginator.paginate_queryset(items, request, view=view)
+    return paginator.get_paginated_response(page)
+
+
+def _sorted(request, rows: list[dict], allowed: tuple[str, ...], default: str) -> list[dict]:
+    name = request.query_params.get("name")
+    if name:
+        rows = [row for row in rows if name.lower() in str(row.get("name", "")).lower()]
+    field = request.query_params.get("sort", default)
+    if field not in allowed:
+        raise ValidationError({"sort": f"sort by one of {', '.join(allowed)}, got {field!r}"})
+    reverse = request.query_params.get("sort_reverse", "false").lower() in ("1", "true", "yes")
+
+    def key(row: dict):
+        value = row
+        for part in field.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        return (value is None, value if value is not None else 0)
+
+    return sorted(rows, key=key, reverse=reverse)
+
+
+def _ask(request, mesh_request: Request):
+    """Send a management request for the signed-in user; a Response if it failed as a whole."""
+    mesh_request.on_behalf_of = request.user.get_username()
+    try:
+        reply = management().ask(mesh_request)
+    except Unavailable as error:
+        raise MeshUnavailable(str(error)) from None
+    if not reply.ok:
+        return None, failure_response(reply.error)
+    return reply, None
+
+
+def _action_response(request, mesh_request: Request) -> Response:
+    reply, failed = _ask(request, mesh_request)
+    if failed is not None:
+        return failed
+    return Response({"result": _builtins(reply.result), "failures": _builtins(reply.failures)})
+
+
+# -- health and overview ----------------------------------------------------------------------
+
+
+class Health(APIView):
+    """200 when every known node is up and no link is down, else 503 with the reasons."""
+
+    permission_classes: list = []
+    authentication_classes: list = []
+
+    @extend_schema(responses={200: {"type": "object"}, 503: {"type": "object"}})
+    def get(self, request):
+        frame = mesh_view().frame
+        reasons = [f"node {row.name} is {row.state}" for row in frame.nodes if row.state not in ("up", "leaving")]
+        reasons += [f"link {row.a_name}–{row.b_name} is down" for row in frame.links if row.state == "down"]
+        if not frame.nodes:
+            reasons.append("no node has written a snapshot lately")
+        if reasons:
+            return Response({"status": "failed", "reasons": reasons}, status=503)
+        return Response({"status": "ok"})
+
+
+class OverviewView(APIView):
+    @extend_schema(responses=model_ref("Overview"))
+    def get(self, request):
+        return Response(_builtins(mesh_view().overview()))
+
+
+_HISTORY = {200: {"type": "array", "items": {"type": "object", "properties": {
+    "t": {"type": "number"}, "enqueue": {"type": "number"}, "ack": {"type": "number"},
+    "forward": {"type": "number"}, "redistribute": {"type": "number"}}}}}
+
+
+def _seconds(request) -> float:
+    raw = request.query_params.get("seconds", "300")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1
+    if not 0 < seconds <= 3600:
+        raise ValidationError({"seconds": f"from 1 to 3600, got {raw!r}"})
+    return seconds
+
+
+class OverviewHistory(APIView):
+    """Messages per second over the last ``seconds``, summed over the mesh."""
+
+    @extend_schema(parameters=[OpenApiParameter("seconds", float, description="how far back (default 300)")],
+                   responses=_HISTORY)
+    def get(self, request):
+        return Response(history.rates(_seconds(request)))
+
+
+# -- nodes and links ------------------------------------------------------------------------------
+
+
+class NodeList(APIView):
+    @extend_schema(parameters=_LIST_PARAMS, responses=model_ref("NodeRow", many=True))
+    def get(self, request):
+        rows = _sorted(request, _builtins(mesh_view().nodes()),
+                       ("name", "state", "messages", "queues", "consumers", "in_doubt", "age"), "name")
+        return _page(self, request, rows)
+
+
+class NodeDetail(APIView):
+    @extend_schema(responses=model_ref("NodeDetail"))
+    def get(self, request, node):
+        frame = mesh_view().frame
+        row = next((r for r in frame.nodes if node in (r.id, r.name)), None)
+        if row is None:
+            raise NotFound(f"no node {node!r} in the mesh")
+        snapshots = frame.snapshots.get(row.id)
+        snapshot = snapshots.latest if snapshots is not None else None
+        detail = _builtins(row)
+        detail["links"] = _builtins(snapshot.links) if snapshot else []
+        detail["queues"] = _builtins(snapshot.queues) if snapshot else []
+        detail["subscriptions"] = _builtins(snapshot.subscriptions) if snapshot else []
+        return Response(detail)
+
+
+class LinkList(APIView):
+    @extend_schema(parameters=_LIST_PARAMS, responses=model_ref("LinkRow", many=True))
+    def get(self, request):
+        rows = _builtins(mesh_view().links())
+        for row in rows:
+            row["name"] = f"{row['a_name']}–{row['b_name']}"
+        rows = _sorted(request, rows, ("name", "state", "in_flight", "backlog", "in_doubt", "rate"), "name")
+        return _page(self, request, rows)
+
+
+# -- queues -----------------------------------------------------------------------------------------
+
+_QUEUE_SORTS = ("name", "messages", "depth", "in_flight", "forwarding", "in_doubt", "consumers", "node_count",
+                "rates.enqueue", "rates.ack", "rates.forward", "rates.redistribute")
+
+
+class QueueList(APIView):
+    @extend_schema(parameters=_LIST_PARAMS, responses=model_ref("QueueRow", many=True))
+    def get(self, request):
+        rows = []
+        for row in mesh_view().queues():
+            data = _builtins(row)
+            for part in data["nodes"]:
+                del part["partial"]  # the detail view has it
+            rows.append(data)
+        return _page(self, request, _sorted(request, rows, _QUEUE_SORTS, "name"))
+
+
+class QueueHistory(APIView):
+    """One queue's messages per second over the last ``seconds``, summed over its nodes."""
+
+    @extend_schema(parameters=[OpenApiParameter("seconds", float, description="how far back (default 300)")],
+                   responses=_HISTORY)
+    def get(self, request, name):
+        return Response(history.rates(_seconds(request), queue=name))
+
+
+class QueueDetail(APIView):
+    def get_permissions(self):
+        return [Admin()] if self.request.method == "DELETE" else super().get_permissions()
+
+    @extend_schema(responses=model_ref("QueueRow"))
+    def get(self, request, name):
+        row = mesh_view().queue(name)
+        if row is None:
+            raise NotFound(f"no queue {name!r} on any node that writes snapshots")
+        return Response(_builtins(row))
+
+    @extend_schema(parameters=[OpenApiParameter("node", str, description="one node (default: every node)")],
+                   responses=reply_schema("Done"))
+    def delete(self, request, name):
+        return _action_response(request, DeleteQueue(node=request.query_params.get("node") or ALL, queue=name))
+
+
+class _Where(serializers.Serializer):
+    node = serializers.CharField(required=False, help_text="a node's name or id, or * for every node")
+
+
+class PurgeInput(_Where):
+    pass
+
+
+class MoveInput(_Where):
+    to_queue = serializers.CharField(required=False)
+    to_node = serializers.CharField(required=False)
+    count = serializers.IntegerField(required=False, min_value=1)
+
+    def validate(self, data):
+        if ("to_queue" in data) == ("to_node" in data):
+            raise serializers.ValidationError("give exactly one of to_queue and to_node")
+        if "to_node" in data and data.get("node", ALL) == ALL:
+            raise serializers.ValidationError("moving to another node needs the node to move from (node)")
+        return data
+
+
+class BrowseInput(_Where):
+    offset = serializers.IntegerField(required=False, min_value=0, default=0)
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=500, default=50)
+    preview = serializers.IntegerField(required=False, min_value=0, max_value=65536, default=256)
+
+
+class SendInput(_Where):
+    body = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+    headers = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
+    persistent = serializers.BooleanField(required=False, default=False)
+
+
+def _valid(serializer_class, request) -> dict:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+class QueuePurge(APIView):
+    permission_classes = [Admin]
+
+    @extend_schema(request=PurgeInput, responses=reply_schema("Done"))
+    def post(self, request, name):
+        data = _valid(PurgeInput, request)
+        return _action_response(request, Purge(node=data.get("node", ALL), queue=name))
+
+
+class QueueMove(APIView):
+    permission_classes = [Admin]
+
+    @extend_schema(request=MoveInput, responses=reply_schema("Done"))
+    def post(self, request, name):
+        data = _valid(MoveInput, request)
+        return _action_response(request, Move(node=data.get("node", ALL), queue=name, to_queue=data.get("to_queue"),
+                                              to_node=data.get("to_node"), count=data.get("count")))
+
+
+class QueueBrowse(APIView):
+    permission_classes = [Admin]
+
+    @extend_schema(request=BrowseInput, responses=reply_schema("BrowsePage"))
+    def post(self, request, name):
+        data = _valid(BrowseInput, request)
+        return _action_response(request, Browse(node=data.get("node", ALL), queue=name, offset=data["offset"],
+                                                limit=data["limit"], preview=data["preview"]))
+
+
+class QueueSend(APIView):
+    permission_classes = [Admin]
+
+    @extend_schema(request=SendInput, responses=reply_schema("Done"))
+    def post(self, request, name):
+        data = _valid(SendInput, request)
+        return _action_response(request, Send(node=data.get("node"), destination="/queue/" + name, body=data["body"],
+                                              headers=dict(data["headers"]), persistent=data["persistent"]))
+
+
+# -- connections and events ---------------------------------------------------------------------
+
+
+class ConnectionList(APIView):
+    @extend_schema(parameters=_LIST_PARAMS, responses=model_ref("Connection", many=True))
+    def get(self, request):
+        reply, failed = _ask(request, Connections(node=ALL))
+        if failed is not None:
+            return failed
+        names = mesh_view().names()
+        rows = []
+        for connection in _builtins(reply.result):
+            connection["node_name"] = names.get(connection["node"], connection["node"][:8])
+            connection["name"] = connection["id"]
+            rows.append(connection)
+        response = _page(self, request, _sorted(request, rows, ("name", "node_name", "user", "since", "unacked"),
+                                                "name"))
+        response.data["failures"] = _builtins(reply.failures)
+        return response
+
+
+class ConnectionDetail(APIView):
+    permission_classes = [Admin]
+
+    @extend_schema(responses=reply_schema("Done"))
+    def delete(self, request, connection):
+        return _action_response(request, CloseConnection(node=ALL, connection=connection,
+                                                         reason=f"closed by {request.user.get_username()} "
+                                                                "from the console"))
+
+
+class EventList(APIView):
+    @extend_schema(parameters=[
+        OpenApiParameter("page", int), OpenApiParameter("page_size", int),
+        OpenApiParameter("kind", str, many=True, description="only these kinds (repeat)"),
+        OpenApiParameter("node", str, description="only events this node reported (id or name)"),
+        OpenApiParameter("since", float, description="only after this time (epoch seconds)"),
+        OpenApiParameter("q", str, description="only events whose text holds this"),
+    ], responses=model_ref("Event", many=True))
+    def get(self, request):
+        since = request.query_params.get("since")
+        try:
+            since_value = float(since) if since else None
+        except ValueError:
+            raise ValidationError({"since": f"epoch seconds, got {since!r}"}) from None
+        node = request.query_params.get("node")
+        if node:
+            node = next((row.id for row in mesh_view().nodes() if node in (row.id, row.name)), node)
+        events = event_stream.recent(kinds=request.query_params.getlist("kind"), node=node, since=since_value,
+                                     text=request.query_params.get("q"))
+        return _page(self, request, events)

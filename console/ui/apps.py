@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class UiConfig(AppConfig):
+    name = "console.ui"
+    label = "meshgate_ui"

@@ -1,0 +1,18 @@
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from console.ui import views
+
+app_name = "ui"
+urlpatterns = [
+    path("login/", auth_views.LoginView.as_view(template_name="ui/login.html"), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", views.page("overview"), name="overview"),
+    path("topology/", views.page("topology"), name="topology"),
+    path("queues/", views.page("queues"), name="queues"),
+    path("queues/<path:name>/", views.page("queue"), name="queue"),
+    path("redistribution/", views.page("redistribution"), name="redistribution"),
+    path("connections/", views.page("connections"), name="connections"),
+    path("links/", views.page("links"), name="links"),
+    path("events/", views.page("events"), name="events"),
+]

@@ -1,0 +1,403 @@
+// What every console page shares: the API, the live WebSocket, formatting and
+// small DOM helpers. Pages are plain scripts that use window.MG.
+"use strict";
+
+(function () {
+  const body = document.body;
+
+  function cookie(name) {
+    const match = document.cookie.match(new RegExp("(?:^|; )" + name + "=([^;]*)"));
+    return match ? decodeURIComponent(match[1]) : "";
+  }
+
+  class ApiError extends Error {
+    constructor(status, code, message, node) {
+      super(message);
+      this.status = status;
+      this.code = code;
+      this.node = node;
+    }
+  }
+
+  // GET/POST/DELETE /api/v1/<path>; resolves with the JSON answer, rejects with an ApiError.
+  async function api(path, { method = "GET", body: payload, query } = {}) {
+    const url = new URL("/api/v1/" + path, window.location.origin);
+    for (const [key, value] of Object.entries(query || {})) {
+      if (value === undefined || value === null || value === "") continue;
+      for (const one of [].concat(value)) url.searchParams.append(key, one);
+    }
+    const options = { method, headers: { Accept: "application/json" }, credentials: "same-origin" };
+    if (method !== "GET") options.headers["X-CSRFToken"] = cookie("csrftoken");
+    if (payload !== undefined) {
+      options.headers["Content-Type"] = "application/json";
+      options.body = JSON.stringify(payload);
+    }
+    let response;
+    try {
+      response = await fetch(url, options);
+    } catch (error) {
+      throw new ApiError(0, "network", "the console cannot be reached: " + error.message);
+    }
+    if (response.status === 401) {
+      window.location.href = "/login/?next=" + encodeURIComponent(window.location.pathname);
+    }
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      const error = data.error || {};
+      throw new ApiError(response.status, error.code || "error", error.message || response.statusText, error.node);
+    }
+    return data;
+  }
+
+  // Live updates: subscribe to groups ("mesh", "queues", "events"); handlers by message type.
+  function live(groups, handlers) {
+    const indicator = document.getElementById("live");
+    let delay = 500;
+    let socket;
+    function show(state, text) {
+      if (!indicator) return;
+      indicator.dataset.state = state;
+      indicator.textContent = text;
+    }
+    function open() {
+      const scheme = window.location.protocol === "https:" ? "wss:" : "ws:";
+      socket = new WebSocket(scheme + "//" + window.location.host + "/ws/mesh");
+      socket.onopen = () => {
+        delay = 500;
+        show("live", "live");
+        socket.send(JSON.stringify({ subscribe: groups }));
+      };
+      socket.onmessage = (message) => {
+        const data = JSON.parse(message.data);
+        const handler = handlers[data.type];
+        if (handler) handler(data);
+        if (indicator) indicator.title = "last update " + new Date().toLocaleTimeString();
+      };
+      socket.onclose = (event) => {
+        if (event.code === 4401) {
+          window.location.href = "/login/?next=" + encodeURIComponent(window.location.pathname);
+          return;
+        }
+        show("down", "reconnecting…");
+        setTimeout(open, delay);
+        delay = Math.min(delay * 2, 10000);
+      };
+    }
+    open();
+    return { close: () => socket && socket.close() };
+  }
+
+  // -- formatting ---------------------------------------------------------------------------
+  const numberFormat = new Intl.NumberFormat("en");
+  const fmt = {
+    n(value) {
+      return value === null || value === undefined ? "–" : numberFormat.format(value);
+    },
+    rate(value) {
+      if (!value) return "0/s";
+      return (value >= 100 ? numberFormat.format(Math.round(value)) : value.toFixed(1)) + "/s";
+    },
+    bytes(value) {
+      if (value === null || value === undefined) return "–";
+      const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+      let index = 0;
+      while (value >= 1024 && index < units.length - 1) { value /= 1024; index += 1; }
+      return (index ? value.toFixed(1) : value) + " " + units[index];
+    },
+    ago(seconds) {
+      if (seconds === null || seconds === undefined) return "never";
+      if (seconds < 2) return "now";
+      if (seconds < 120) return Math.round(seconds) + " s ago";
+      if (seconds < 7200) return Math.round(seconds / 60) + " min ago";
+      return (seconds / 3600).toFixed(1) + " h ago";
+    },
+    since(epoch) {
+      return fmt.ago(Date.now() / 1000 - epoch);
+    },
+    time(epoch) {
+      return new Date(epoch * 1000).toLocaleString();
+    },
+    // A wait, in milliseconds: "850 ms", "42 s", "7.1 min", "2.3 h".
+    duration(value) {
+      if (value === null || value === undefined) return "–";
+      if (value < 1000) return Math.round(value) + " ms";
+      if (value < 60000) return (value / 1000).toFixed(value < 10000 ? 1 : 0) + " s";
+      if (value < 3600000) return (value / 60000).toFixed(1) + " min";
+      return (value / 3600000).toFixed(1) + " h";
+    },
+    ms(value) {
+      if (value === null || value === undefined) return "–";
+      return value < 1 ? value.toFixed(3) + " ms" : value < 1000 ? value.toFixed(1) + " ms"
+        : (value / 1000).toFixed(1) + " s";
+    },
+  };
+
+  // The latency (ms) below which `quantile` of a model.latency histogram falls.
+  function percentile(counts, quantile) {
+    const total = counts.reduce((a, b) => a + b, 0);
+    if (!total) return null;
+    let seen = 0;
+    for (let index = 0; index < counts.length; index += 1) {
+      seen += counts[index];
+      if (counts[index] && seen >= quantile * total) {
+        const high = index === counts.length - 1 ? Math.pow(2, index - 1) : Math.pow(2, index);
+        return high / 1000;
+      }
+    }
+    return null;
+  }
+
+  // -- DOM ------------------------------------------------------------------------------------
+  function el(tag, attributes, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attributes || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else if (key === "class") node.className = value;
+      else if (key === "dataset") Object.assign(node.dataset, value);
+      else node.setAttribute(key, value === true ? "" : value);
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function problem(message) {
+    const box = document.getElementById("problem");
+    if (!box) return;
+    box.hidden = !message;
+    box.textContent = message || "";
+  }
+
+  // What went wrong, in a sentence for the page: the API's message with its status, and
+  // the node it concerns (names: id → name).
+  function explain(error, names = {}) {
+    if (!(error instanceof ApiError)) return String(error && error.message || error);
+    if (error.status === 0) return error.message;
+    const where = error.node ? " (on " + (names[error.node] || error.node) + ")" : "";
+    return error.message + where + " [HTTP " + error.status + "]";
+  }
+
+  function debounce(fn, wait) {
+    let timer = null;
+    return (...args) => {
+      clearTimeout(timer);
+      timer = setTimeout(() => fn(...args), wait);
+    };
+  }
+
+  // fn at most once per `wait` ms, the last call always honoured: for refreshing on a
+  // stream of updates, where a debounce would never fire.
+  function throttle(fn, wait) {
+    let last = 0;
+    let timer = null;
+    return () => {
+      if (timer) return;
+      const run = () => { timer = null; last = Date.now(); fn(); };
+      const rest = last + wait - Date.now();
+      if (rest <= 0) run();
+      else timer = setTimeout(run, rest);
+    };
+  }
+
+  // A node's or a link's state as a coloured badge.
+  function badge(state, text) {
+    return el("span", { class: "state " + state }, text || state);
+  }
+
+  // A number tile: label, value and an optional line below; tone: "good", "bad", "warn".
+  function stat(label, value, { tone, hint, title } = {}) {
+    return el("div", { class: "stat" + (tone ? " " + tone : ""), title },
+      el("div", { class: "stat-label" }, label),
+      el("div", { class: "stat-value" }, value),
+      hint ? el("div", { class: "stat-hint" }, hint) : null);
+  }
+
+  // A value at a dotted path of an object ("rates.enqueue").
+  function pick(row, path) {
+    return path.split(".").reduce((value, part) => (value === null || value === undefined ? value : value[part]), row);
+  }
+
+  // Rows sorted in the browser by {field, reverse}, for tables that are not paged by the API.
+  function sortRows(rows, sort) {
+    if (!sort || !sort.field) return rows;
+    const sign = sort.reverse ? -1 : 1;
+    return [...rows].sort((a, b) => {
+      const x = pick(a, sort.field);
+      const y = pick(b, sort.field);
+      if (x === y) return 0;
+      if (x === null || x === undefined) return 1;
+      if (y === null || y === undefined) return -1;
+      return (typeof x === "string" ? x.localeCompare(y) : x - y) * sign;
+    });
+  }
+
+  // A table that scrolls sideways rather than overflow. columns: [{label, value(row), num,
+  // sort (a field), title}]; clicking a sortable header calls onSort({field, reverse}):
+  // the same field flips, a new one starts largest first for numbers, A→Z for text.
+  function table(columns, rows, { sort, onSort, empty, rowAttributes } = {}) {
+    if (!rows.length) return el("p", { class: "empty" }, empty || "Nothing to show.");
+    const header = columns.map((column) => {
+      const sortable = Boolean(column.sort && onSort);
+      const active = sortable && sort && sort.field === column.sort;
+      const next = active ? { field: column.sort, reverse: !sort.reverse } : { field: column.sort, reverse: Boolean(column.num) };
+      return el("th", {
+        class: [column.num && "num", sortable && "sortable", active && "sorted"].filter(Boolean).join(" ") || null,
+        title: column.title || (sortable ? "sort by " + column.label.toLowerCase() : null),
+        "aria-sort": active ? (sort.reverse ? "descending" : "ascending") : null,
+        onclick: sortable ? () => onSort(next) : null,
+      }, column.label, active ? (sort.reverse ? " ▼" : " ▲") : null);
+    });
+    const body = rows.map((row) => tableRow(columns, row, rowAttributes ? rowAttributes(row) : null));
+    return el("div", { class: "table-wrap" },
+      el("table", null, el("thead", null, el("tr", null, header)), el("tbody", null, body)));
+  }
+
+  // One row of such a table, e.g. to put a new one on top.
+  function tableRow(columns, row, attributes) {
+    return el("tr", attributes, columns.map((column) => el("td", { class: column.num ? "num" : null }, column.value(row))));
+  }
+
+  // "1–100 of 1,234 · ‹ Previous · page 1 of 13 · Next ›" for an API page; onPage(number).
+  function pager(answer, onPage) {
+    const first = answer.total_count ? (answer.page - 1) * answer.page_size + 1 : 0;
+    const last = Math.min(answer.page * answer.page_size, answer.total_count);
+    return el("div", { class: "pager" },
+      el("span", { class: "muted" }, fmt.n(first) + "–" + fmt.n(last) + " of " + fmt.n(answer.total_count)),
+      el("button", { disabled: answer.page <= 1, onclick: () => onPage(answer.page - 1) }, "‹ Previous"),
+      el("span", null, "page " + answer.page + " of " + Math.max(1, answer.page_count)),
+      el("button", { disabled: answer.page >= answer.page_count, onclick: () => onPage(answer.page + 1) }, "Next ›"));
+  }
+
+  // A modal confirmation: resolves true when confirmed. `body` may hold form fields, which
+  // must be valid to confirm; read them once it resolves.
+  function dialog({ title, body: content, confirm = "OK", danger = false }) {
+    return new Promise((resolve) => {
+      const box = el("dialog", { class: "dialog" },
+        el("form", { method: "dialog" },
+          el("h2", null, title),
+          el("div", { class: "dialog-body" }, content),
+          el("div", { class: "dialog-buttons" },
+            el("button", { value: "cancel", formnovalidate: true }, "Cancel"),
+            el("button", { value: "ok", class: danger ? "danger" : "primary" }, confirm))));
+      box.addEventListener("close", () => {
+        resolve(box.returnValue === "ok");
+        box.remove();
+      });
+      document.body.append(box);
+      box.showModal();
+    });
+  }
+
+  // "node3 did not answer: …" for the `failures` of an action's answer; names: id → name.
+  function failureText(failures, names = {}) {
+    return (failures || []).map((failure) => {
+      const node = failure.node ? (names[failure.node] || failure.node) : "a node";
+      return node + " did not answer: " + failure.message;
+    }).join("; ");
+  }
+
+  // URL query ⇄ a page's view state (filters, sort, page), so a reload or a shared link
+  // shows the same. defaults: {key: default}; arrays for repeated keys.
+  function readQuery(defaults) {
+    const params = new URLSearchParams(window.location.search);
+    const state = {};
+    for (const [key, fallback] of Object.entries(defaults)) {
+      const values = params.getAll(key);
+      if (Array.isArray(fallback)) state[key] = values.length ? values : fallback;
+      else if (!values.length) state[key] = fallback;
+      else if (typeof fallback === "number") state[key] = Number(values[0]) || fallback;
+      else if (typeof fallback === "boolean") state[key] = values[0] === "true";
+      else state[key] = values[0];
+    }
+    return state;
+  }
+
+  function writeQuery(state, defaults) {
+    const params = new URLSearchParams();
+    for (const [key, value] of Object.entries(state)) {
+      if (JSON.stringify(value) === JSON.stringify(defaults[key])) continue;
+      for (const one of [].concat(value)) params.append(key, one);
+    }
+    const query = params.toString();
+    window.history.replaceState(null, "", window.location.pathname + (query ? "?" + query : ""));
+  }
+
+  // -- rates chart (uPlot, which the page includes) ------------------------------------------
+  const RATES = [
+    { key: "enqueue", label: "enqueue", color: "#2f6fde" },
+    { key: "ack", label: "ack", color: "#1f9d55" },
+    { key: "forward", label: "forward", color: "#8e44ad" },
+    { key: "redistribute", label: "redistribute", color: "#e67e22" },
+  ];
+
+  // An axis tick: 1,500 → "1.5k/s".
+  function compact(value) {
+    if (value >= 1e6) return +(value / 1e6).toFixed(1) + "M/s";
+    if (value >= 1e3) return +(value / 1e3).toFixed(1) + "k/s";
+    return +value.toFixed(2) + "/s";
+  }
+
+  // Time ticks as the clock reads: "20:15" a minute or more apart, else "20:15:30".
+  function clockTicks(u, ticks) {
+    const seconds = ticks.length > 1 && ticks[1] - ticks[0] < 60;
+    return ticks.map((t) => new Date(t * 1000).toLocaleTimeString([], {
+      hour: "2-digit", minute: "2-digit", second: seconds ? "2-digit" : undefined }));
+  }
+
+  // Messages per second over the last `seconds`: set(points) with the API's history
+  // ([{t, enqueue, ack, forward, redistribute}]), then add(t, rates) for each live update.
+  function rateChart(container, { seconds = 300, height = 220 } = {}) {
+    const data = [[], ...RATES.map(() => [])];
+    const plot = new window.uPlot({
+      width: Math.max(300, container.clientWidth),
+      height,
+      scales: { x: { time: true }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+      // Away from the cursor, the legend shows the newest values.
+      series: [{ label: "time", value: (u, t) => (t ? new Date(t * 1000).toLocaleTimeString() : "now") },
+        ...RATES.map((rate, index) => ({
+          label: rate.label, stroke: rate.color, width: 2, points: { show: false },
+          value: (u, v, series, at) => fmt.rate(at === null ? data[index + 1][data[0].length - 1] : v),
+        }))],
+      axes: [{ stroke: "#667085", grid: { stroke: "#eef0f3" }, space: 70, values: clockTicks },
+        { stroke: "#667085", grid: { stroke: "#eef0f3" }, size: 64, values: (u, ticks) => ticks.map(compact) }],
+      legend: { live: true },
+    }, data, container);
+    new ResizeObserver(() => plot.setSize({ width: Math.max(300, container.clientWidth), height }))
+      .observe(container);
+    function redraw() {
+      const from = Date.now() / 1000 - seconds;
+      let drop = 0;
+      while (drop < data[0].length && data[0][drop] < from) drop += 1;
+      if (drop) data.forEach((values) => values.splice(0, drop));
+      plot.setData(data);
+    }
+    function put(t, rates) {
+      const last = data[0].length - 1;
+      if (last >= 0 && t <= data[0][last] + 0.5) {  // same second (or late): the newest word wins
+        RATES.forEach((rate, index) => { data[index + 1][last] = rates[rate.key] || 0; });
+        return;
+      }
+      data[0].push(t);
+      RATES.forEach((rate, index) => data[index + 1].push(rates[rate.key] || 0));
+    }
+    return {
+      set(points) {
+        data.forEach((values) => values.splice(0));
+        points.forEach((point) => put(point.t, point));
+        redraw();
+      },
+      add(t, rates) {
+        put(t, rates);
+        redraw();
+      },
+    };
+  }
+
+  window.MG = {
+    admin: body.dataset.admin === "true", api, ApiError, live, fmt, percentile, el, problem, explain, debounce,
+    throttle, badge, stat, pick, sortRows, table, tableRow, pager, dialog, failureText, readQuery, writeQuery, RATES, rateChart,
+  };
+})();

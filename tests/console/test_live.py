@@ -1,0 +1,121 @@
+"""Live updates: the worker (``manage.py meshwatch``, a real process) tails the nodes'
+streams and the WebSocket consumer hands its updates to a signed-in browser; tested
+with Channels' WebsocketCommunicator against the real mesh and Redis."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+from e2e_support import unique
+
+from console.live.consumers import MeshConsumer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def worker(mesh, settings):
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.console.settings", MESHGATE_REDIS_URL=mesh.redis.url,
+               PYTHONPATH=ROOT)
+    process = subprocess.Popen([sys.executable, "-m", "django", "meshwatch", "--tick", "0.2"], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    first = process.stdout.readline()
+    assert "tailing" in first, first
+    yield process
+    process.terminate()
+    process.wait(10)
+
+
+async def connected(user, *groups: str) -> WebsocketCommunicator:
+    communicator = WebsocketCommunicator(MeshConsumer.as_asgi(), "/ws/mesh")
+    communicator.scope["user"] = user
+    ok, _ = await communicator.connect()
+    assert ok
+    if groups:
+        await communicator.send_json_to({"subscribe": list(groups)})
+    return communicator
+
+
+async def next_of(communicator: WebsocketCommunicator, kind: str, predicate=lambda m: True, timeout: float = 15.0,
+                  seen: list | None = None):
+    """The first message of ``kind`` that ``predicate`` accepts; every message read
+    on the way is appended to ``seen``."""
+    deadline = time.monotonic() + timeout
+    seen = seen if seen is not None else []
+    while time.monotonic() < deadline:
+        try:
+            message = await communicator.receive_json_from(timeout=deadline - time.monotonic())
+        except TimeoutError:
+            break
+        seen.append(message)
+        if message.get("type") == kind and predicate(message):
+            return message
+    raise AssertionError(f"no {kind} message as expected within {timeout}s; got {[m.get('type') for m in seen]}")
+
+
+async def test_a_signed_out_browser_is_turned_away(mesh):
+    from django.contrib.auth.models import AnonymousUser
+
+    communicator = WebsocketCommunicator(MeshConsumer.as_asgi(), "/ws/mesh")
+    communicator.scope["user"] = AnonymousUser()
+    ok, code = await communicator.connect()
+    assert not ok and code == 4401
+
+
+async def test_subscribing_gives_the_state_at_once_and_bad_requests_an_error(mesh, users):
+    communicator = await connected(users["viewer"][0])
+    await communicator.send_json_to({"subscribe": ["everything"]})
+    error = await communicator.receive_json_from(timeout=5)
+    assert error["type"] == "error" and "subscribe" in error["message"]
+    await communicator.send_json_to({"subscribe": ["mesh"]})
+    state = await communicator.receive_json_from(timeout=5)
+    assert state["type"] == "mesh" and {row["name"] for row in state["nodes"]} == {"A", "B", "C"}
+    assert state["overview"]["nodes_up"] == 3 and len(state["links"]) == 3
+    await communicator.disconnect()
+
+
+async def test_queue_counts_change_live_as_messages_come(mesh, users, worker):
+    queue = unique("live")
+    communicator = await connected(users["viewer"][0], "queues")
+    client = await sync_to_async(mesh.b.client)()
+    for i in range(3):
+        await sync_to_async(client.send)("/queue/" + queue, f"m{i}", headers={"persistent": "true"}, receipt=True)
+
+    def has_three(message):
+        return any(row["name"] == queue and row["messages"] == 3 and row["nodes"][0]["node_name"] == "B"
+                   for row in message["queues"])
+
+    await next_of(communicator, "queues", has_three)
+    await communicator.disconnect()
+
+
+async def test_a_killed_node_turns_down_and_events_arrive(mesh, users, worker):
+    communicator = await connected(users["viewer"][0], "mesh", "events")
+    await next_of(communicator, "mesh", lambda m: m["overview"]["nodes_up"] == 3)
+    await sync_to_async(mesh.c.kill9)()
+    seen: list = []
+    try:
+        started = time.monotonic()
+        down = await next_of(communicator, "mesh",
+                             lambda m: any(r["name"] == "C" and r["state"] == "down" for r in m["nodes"]), seen=seen)
+        assert time.monotonic() - started < 10  # the discovery refresh timeout's order of magnitude
+        assert down["overview"]["nodes_down"] == 1
+        assert any(link["state"] == "down" for link in down["links"])
+
+        def lost_c(message):
+            return message.get("type") == "event" and message["event"]["kind"] == "link_down" \
+                and message["event"]["peer_name"] == "C"
+
+        if not any(lost_c(message) for message in seen):
+            await next_of(communicator, "event", lost_c)
+    finally:
+        await sync_to_async(mesh.c.start)()
+    await next_of(communicator, "mesh", lambda m: m["overview"]["nodes_up"] == 3, timeout=30)
+    await communicator.disconnect()
