@@ -114,6 +114,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["console.api.permissions.Viewer"],
+    "DEFAULT_RENDERER_CLASSES": ["console.api.renderers.FastJSONRenderer"],
     "DEFAULT_PAGINATION_CLASS": "console.api.pagination.Pages",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "console.api.errors.handle",
@@ -124,6 +125,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "The whole mesh: nodes, links, partial queues, connections, events, and admin actions. "
                    "Shapes are the model of docs/management.md.",
     "VERSION": "1",
+    "OAS_VERSION": "3.1.0",  # the model's components are JSON Schema 2020-12 (msgspec)
+    "SERVE_PERMISSIONS": ["console.api.permissions.Viewer"],
     "SERVE_INCLUDE_SCHEMA": False,
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "console.api.schema.add_model"],
 }

@@ -31,6 +31,7 @@ from model.requests import (
     ALL,
     MANAGEMENT_ADDRESS,
     SINGLE_ANSWER,
+    BrowsePage,
     Failure,
     ManagementError,
     Move,
@@ -161,15 +162,17 @@ class ManagementService:
                 request = msgspec.structs.replace(request, to_node=self._resolve(request.to_node))
         except ManagementError as error:
             return defer.succeed(Reply(action=action, ok=False, error=error.failure()))
-        asked = [self._ask(node_id, request, user) for node_id in targets]
+        asked = [self._ask(node_id, request, user, request.node == ALL) for node_id in targets]
         gathered = defer.DeferredList(asked, consumeErrors=True)
         return gathered.addCallback(self._gather, action, targets, request.node)
 
-    def _ask(self, node_id: str, request: Request, user: str) -> defer.Deferred:
-        """One node's answer: a result, or a ManagementError."""
+    def _ask(self, node_id: str, request: Request, user: str, everywhere: bool = False) -> defer.Deferred:
+        """One node's answer: a result, or a ManagementError. ``everywhere``: the request
+        went to every node, so a node without the queue is no refusal worth recording."""
         if node_id == self.node_id:
-            return defer.maybeDeferred(self._answer_here, request, user)
-        body = {"request": msgspec.to_builtins(msgspec.structs.replace(request, node=node_id)), "user": user}
+            return defer.maybeDeferred(self._answer_here, request, user, everywhere)
+        body = {"request": msgspec.to_builtins(msgspec.structs.replace(request, node=node_id)), "user": user,
+                "everywhere": everywhere}
         d = self.mesh.router.request(node_id, body, self.timeout)
 
         def unpack(answer: dict) -> Any:
@@ -208,12 +211,12 @@ class ManagementService:
             return Reply(action=action, result=results[0] if results else None, failures=failures)
         return Reply(action=action, result=results, failures=failures)
 
-    def _answer_here(self, request: Request, user: str) -> Any:
+    def _answer_here(self, request: Request, user: str, everywhere: bool = False) -> Any:
         action = request.__struct_config__.tag
         answer = self._answers.get(action)
         if answer is None:
             raise ManagementError("bad_request", f"{action} is not answered by one node")
-        if action not in ADMIN_ACTIONS or action == "browse":  # reading is not worth an audit line per page
+        if action not in ADMIN_ACTIONS:
             return answer(request)
         target = _target_of(request)
         if request.on_behalf_of:
@@ -221,10 +224,14 @@ class ManagementService:
         try:
             result = answer(request)
         except ManagementError as error:
-            self.events.emit(AdminAction(user=user, action=action, target=target, ok=False, result=str(error)))
+            if not (everywhere and error.code == "not_found"):
+                self.events.emit(AdminAction(user=user, action=action, target=target, ok=False, result=str(error)))
             raise
-        detail = ", ".join(part for part in (f"{result.count} message(s)" if action in _COUNTED else "",
-                                             result.detail) if part)
+        if isinstance(result, BrowsePage):
+            detail = f"looked at {len(result.messages)} of {result.total} message(s) from {result.offset}"
+        else:
+            detail = ", ".join(part for part in (f"{result.count} message(s)" if action in _COUNTED else "",
+                                                 result.detail) if part)
         self.events.emit(AdminAction(user=user, action=action, target=target, ok=True, result=detail))
         return result
 
@@ -234,7 +241,8 @@ class ManagementService:
             if not isinstance(body, dict) or "request" not in body:
                 raise ManagementError("bad_request", "a routed request needs a request and a user")
             request = decode_request(msgspec.json.encode(body["request"]))
-            return {"result": msgspec.to_builtins(self._answer_here(request, str(body.get("user", "?"))))}
+            result = self._answer_here(request, str(body.get("user", "?")), bool(body.get("everywhere")))
+            return {"result": msgspec.to_builtins(result)}
         except ManagementError as error:
             return {"error": {"code": error.code, "message": str(error), "node": error.node or self.node_id}}
 

@@ -40,25 +40,31 @@ _LIST_PARAMS = [
 ]
 
 
-def _page(view: APIView, request, items: list) -> Response:
+def _page(view: APIView, request, items: list, convert=_builtins) -> Response:
+    """One page of ``items``; only the page is turned into JSON-ready values."""
     paginator = Pages()
     page = paginator.paginate_queryset(items, request, view=view)
-    return paginator.get_paginated_response(page)
+    return paginator.get_paginated_response([convert(item) for item in page])
 
 
-def _sorted(request, rows: list[dict], allowed: tuple[str, ...], default: str) -> list[dict]:
+def _value(row, field: str):
+    for part in field.split("."):
+        row = row.get(part) if isinstance(row, dict) else getattr(row, part, None)
+    return row
+
+
+def _sorted(request, rows: list, allowed: tuple[str, ...], default: str) -> list:
+    """Rows (dicts or structs) filtered by ``?name=`` and sorted by ``?sort=`` (``sort_reverse``)."""
     name = request.query_params.get("name")
     if name:
-        rows = [row for row in rows if name.lower() in str(row.get("name", "")).lower()]
+        rows = [row for row in rows if name.lower() in str(_value(row, "name") or "").lower()]
     field = request.query_params.get("sort", default)
     if field not in allowed:
         raise ValidationError({"sort": f"sort by one of {', '.join(allowed)}, got {field!r}"})
     reverse = request.query_params.get("sort_reverse", "false").lower() in ("1", "true", "yes")
 
-    def key(row: dict):
-        value = row
-        for part in field.split("."):
-            value = value.get(part) if isinstance(value, dict) else None
+    def key(row):
+        value = _value(row, field)
         return (value is None, value if value is not None else 0)
 
     return sorted(rows, key=key, reverse=reverse)
@@ -139,15 +145,15 @@ class OverviewHistory(APIView):
 
 
 class NodeList(APIView):
-    @extend_schema(parameters=_LIST_PARAMS, responses=model_ref("NodeRow", many=True))
+    @extend_schema(operation_id="nodes_list", parameters=_LIST_PARAMS, responses=model_ref("NodeRow", many=True))
     def get(self, request):
-        rows = _sorted(request, _builtins(mesh_view().nodes()),
+        rows = _sorted(request, mesh_view().nodes(),
                        ("name", "state", "messages", "queues", "consumers", "in_doubt", "age"), "name")
         return _page(self, request, rows)
 
 
 class NodeDetail(APIView):
-    @extend_schema(responses=model_ref("NodeDetail"))
+    @extend_schema(operation_id="node_retrieve", responses=model_ref("NodeDetail"))
     def get(self, request, node):
         frame = mesh_view().frame
         row = next((r for r in frame.nodes if node in (r.id, r.name)), None)
@@ -169,7 +175,7 @@ class LinkList(APIView):
         for row in rows:
             row["name"] = f"{row['a_name']}–{row['b_name']}"
         rows = _sorted(request, rows, ("name", "state", "in_flight", "backlog", "in_doubt", "rate"), "name")
-        return _page(self, request, rows)
+        return _page(self, request, rows, convert=lambda row: row)
 
 
 # -- queues -----------------------------------------------------------------------------------------
@@ -179,15 +185,11 @@ _QUEUE_SORTS = ("name", "messages", "depth", "in_flight", "forwarding", "in_doub
 
 
 class QueueList(APIView):
-    @extend_schema(parameters=_LIST_PARAMS, responses=model_ref("QueueRow", many=True))
+    @extend_schema(operation_id="queues_list", parameters=_LIST_PARAMS, responses=model_ref("QueueRow", many=True))
     def get(self, request):
-        rows = []
-        for row in mesh_view().queues():
-            data = _builtins(row)
-            for part in data["nodes"]:
-                del part["partial"]  # the detail view has it
-            rows.append(data)
-        return _page(self, request, _sorted(request, rows, _QUEUE_SORTS, "name"))
+        frame = mesh_view().frame
+        rows = _sorted(request, frame.queues, _QUEUE_SORTS, "name")
+        return _page(self, request, rows, convert=lambda row: _queue_row(frame.with_parts(row)))
 
 
 class QueueHistory(APIView):
@@ -199,11 +201,18 @@ class QueueHistory(APIView):
         return Response(history.rates(_seconds(request), queue=name))
 
 
+def _queue_row(row) -> dict:
+    data = _builtins(row)
+    for part in data["nodes"]:
+        del part["partial"]  # the detail view has it
+    return data
+
+
 class QueueDetail(APIView):
     def get_permissions(self):
         return [Admin()] if self.request.method == "DELETE" else super().get_permissions()
 
-    @extend_schema(responses=model_ref("QueueRow"))
+    @extend_schema(operation_id="queue_retrieve", responses=model_ref("QueueRow"))
     def get(self, request, name):
         row = mesh_view().queue(name)
         if row is None:
@@ -310,7 +319,7 @@ class ConnectionList(APIView):
             connection["name"] = connection["id"]
             rows.append(connection)
         response = _page(self, request, _sorted(request, rows, ("name", "node_name", "user", "since", "unacked"),
-                                                "name"))
+                                                "name"), convert=lambda row: row)
         response.data["failures"] = _builtins(reply.failures)
         return response
 
@@ -344,4 +353,4 @@ class EventList(APIView):
             node = next((row.id for row in mesh_view().nodes() if node in (row.id, row.name)), node)
         events = event_stream.recent(kinds=request.query_params.getlist("kind"), node=node, since=since_value,
                                      text=request.query_params.get("q"))
-        return _page(self, request, events)
+        return _page(self, request, events, convert=lambda event: event)

@@ -29,6 +29,6 @@ def recent(kinds: list[str] | None = None, node: str | None = None, since: float
         except (msgspec.DecodeError, msgspec.ValidationError):
             continue
         if since is not None and event.time <= since:
-            break
+            continue  # not break: a node that was behind on Redis adds older events after newer ones
         found.append(msgspec.to_builtins(event))
     return found

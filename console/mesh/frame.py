@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from console.mesh.shapes import LinkRow, NodeRow, Overview, QueuePart, QueueRow, Rates
 from model.latency import merge
 from model.mesh import Link, PartialQueue, Snapshot
@@ -72,15 +74,19 @@ class MeshFrame:
 
     def _nodes(self) -> list[NodeRow]:
         rows = {}
+        self._partial_rates: dict[str, dict[str, Rates]] = {}
         for node_id, snapshots in self.snapshots.items():
             snapshot = snapshots.latest
             queues = snapshot.queues
             rates = Rates()
+            partial_rates = self._partial_rates[node_id] = {}
             for partial in queues:
-                rates.add(_rates(snapshots, partial))
+                partial_rates[partial.name] = these = _rates(snapshots, partial)
+                if these is not _NO_RATES:
+                    rates.add(these)
             rows[node_id] = NodeRow(
                 id=node_id, name=snapshot.node.name, state=self._state_of(node_id),
-                age=self.taken_at - snapshot.taken_at, node=snapshot.node, queues=len(queues),
+                age=max(0.0, self.taken_at - snapshot.taken_at), node=snapshot.node, queues=len(queues),
                 messages=sum(_messages(q) for q in queues), consumers=sum(q.consumers for q in queues),
                 in_doubt=snapshot.node.in_doubt, links_up=sum(1 for link in snapshot.links if link.state == "up"),
                 links_down=sum(1 for link in snapshot.links if link.state == "down"), rates=rates,
@@ -93,30 +99,56 @@ class MeshFrame:
         return sorted(rows.values(), key=lambda row: (row.name, row.id))
 
     def _queues(self) -> list[QueueRow]:
-        parts: dict[str, list[QueuePart]] = {}
+        """Totals per queue; each row's per-node parts are made when asked for
+        (:meth:`with_parts`): a page shows a hundred queues, the mesh may hold many
+        thousands of partial queues."""
+        groups: dict[str, list[tuple[str, str, PartialQueue, Rates]]] = {}
         for node_id, snapshots in self.snapshots.items():
             if not self._fresh[node_id]:
                 continue  # a down node's partial queues are not counted: they are not there to be had
             name = snapshots.latest.node.name
+            rates = self._partial_rates[node_id]
             for partial in snapshots.latest.queues:
-                parts.setdefault(partial.name, []).append(QueuePart(
-                    node=node_id, node_name=name, messages=_messages(partial), depth=partial.depth,
-                    in_flight=partial.in_flight, forwarding=partial.forwarding, in_doubt=partial.in_doubt,
-                    consumers=partial.consumers, oldest_age_ms=partial.oldest_age_ms,
-                    rates=_rates(snapshots, partial), partial=partial))
+                groups.setdefault(partial.name, []).append((node_id, name, partial, rates[partial.name]))
+        self._groups = groups
         rows = []
-        for name, nodes in parts.items():
+        for queue_name, items in groups.items():
             rates = Rates()
-            for part in nodes:
-                rates.add(part.rates)
-            nodes.sort(key=lambda part: part.node_name)
+            depth = in_flight = forwarding = in_doubt = consumers = 0
+            latency_sum = 0.0
+            histograms = []
+            for _, _, partial, partial_rates in items:
+                depth += partial.depth
+                in_flight += partial.in_flight
+                forwarding += partial.forwarding
+                in_doubt += partial.in_doubt
+                consumers += partial.consumers
+                if partial_rates is not _NO_RATES:
+                    rates.add(partial_rates)
+                if partial.latency_sum_ms:
+                    latency_sum += partial.latency_sum_ms
+                    histograms.append(partial.latency)
             rows.append(QueueRow(
-                name=name, messages=sum(p.messages for p in nodes), depth=sum(p.depth for p in nodes),
-                in_flight=sum(p.in_flight for p in nodes), forwarding=sum(p.forwarding for p in nodes),
-                in_doubt=sum(p.in_doubt for p in nodes), consumers=sum(p.consumers for p in nodes),
-                node_count=len(nodes), rates=rates, latency=merge(*(p.partial.latency for p in nodes)),
-                latency_sum_ms=sum(p.partial.latency_sum_ms for p in nodes), nodes=nodes))
+                name=queue_name, messages=depth + in_flight + forwarding + in_doubt, depth=depth, in_flight=in_flight,
+                forwarding=forwarding, in_doubt=in_doubt, consumers=consumers, node_count=len(items), rates=rates,
+                latency=merge(*histograms), latency_sum_ms=latency_sum))
         return sorted(rows, key=lambda row: row.name)
+
+    def with_parts(self, row: QueueRow) -> QueueRow:
+        """The row with its per-node breakdown, by node name."""
+        parts = [QueuePart(node=node_id, node_name=name, messages=_messages(partial), depth=partial.depth,
+                           in_flight=partial.in_flight, forwarding=partial.forwarding, in_doubt=partial.in_doubt,
+                           consumers=partial.consumers, oldest_age_ms=partial.oldest_age_ms, rates=rates,
+                           partial=partial)
+                 for node_id, name, partial, rates in self._groups.get(row.name, ())]
+        parts.sort(key=lambda part: part.node_name)
+        return msgspec.structs.replace(row, nodes=parts)
+
+    def queue_nodes(self, name: str) -> list[dict]:
+        """The light per-node breakdown live updates carry: where the messages and consumers are."""
+        parts = [{"node": node_id, "node_name": node_name, "messages": _messages(partial),
+                  "consumers": partial.consumers} for node_id, node_name, partial, _ in self._groups.get(name, ())]
+        return sorted(parts, key=lambda part: part["node_name"])
 
     def _links(self) -> list[LinkRow]:
         ends: dict[tuple[str, str], list[tuple[NodeSnapshots, Link]]] = {}
@@ -169,12 +201,20 @@ _COUNTERS = (("enqueue", "enqueued"), ("ack", "acked"), ("forward", "forwarded_o
              ("redistribute", "redistributed_out"), ("expire", "expired"), ("dead_letter", "dead_lettered"))
 
 
+_NO_RATES = Rates()  # shared by every idle partial queue: never changed
+
+
 def _rates(snapshots: NodeSnapshots, partial: PartialQueue) -> Rates:
     """Per second over the node's last interval; none across a restart (counters start again)."""
     previous = snapshots.previous
     if previous is None or previous.node.started_at != snapshots.latest.node.started_at:
-        return Rates()
+        return _NO_RATES
     before = snapshots.previous_queues.get(partial.name)
+    if before is not None and before.enqueued == partial.enqueued and before.acked == partial.acked \
+            and before.forwarded_out == partial.forwarded_out \
+            and before.redistributed_out == partial.redistributed_out and before.expired == partial.expired \
+            and before.dead_lettered == partial.dead_lettered:
+        return _NO_RATES  # idle since the last snapshot, as most queues are
     interval = snapshots.interval
     rates = Rates()
     for rate, counter in _COUNTERS:

@@ -56,7 +56,7 @@ class QueuePart(msgspec.Struct, kw_only=True):
     consumers: int
     oldest_age_ms: int | None
     rates: Rates
-    partial: PartialQueue
+    partial: PartialQueue | None = None  # the node's own figures; lists leave them out
 
 
 class QueueRow(msgspec.Struct, kw_only=True):

@@ -32,7 +32,8 @@ class MeshView:
         self.clock = clock
         self._latest: dict[str, tuple[Snapshot, Snapshot | None]] = {}  # node id -> (latest, previous)
         self._last_id: bytes | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one refresh at a time
+        self._starting = threading.Lock()
         self._frame: MeshFrame | None = None
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
@@ -63,7 +64,9 @@ class MeshView:
 
     def start(self, interval: float = 0.5) -> None:
         """Keep the frame fresh from a thread of its own (once per process)."""
-        with self._lock:
+        if self._thread is not None:
+            return  # without the lock: a refresh holds it, and requests must not wait for one
+        with self._starting:
             if self._thread is not None:
                 return
             self._thread = threading.Thread(target=self._run, args=(interval,), name="mesh-view", daemon=True)
@@ -76,14 +79,18 @@ class MeshView:
         failing = False
         while not self._stopped.is_set():
             started = time.monotonic()
+            wait = interval
             try:
                 self.refresh()
+                # A big mesh makes refreshes long: then they come less often (at most a third
+                # of this thread's time), so requests still get the processor.
+                wait = max(interval, 2 * (time.monotonic() - started))
                 failing = False
             except Exception as error:  # Redis away for a while: keep the last frame, try again
                 if not failing:
                     log.warning("mesh view: cannot read the snapshots (%s); keeping the last view, retrying", error)
                 failing = True
-            self._stopped.wait(max(0.05, interval - (time.monotonic() - started)))
+            self._stopped.wait(max(0.05, wait - (time.monotonic() - started)))
 
     # -- reading the stream -----------------------------------------------------------------
 
@@ -103,22 +110,30 @@ class MeshView:
                 break
             start = "(" + oldest_id.decode()
         self._last_id = newest or b"0-0"
-        changed = set()
-        for _, fields in reversed(entries):
-            changed |= self._take(fields)
-        return changed
+        return self._take_newest(reversed(entries))
 
     def _tail(self, client) -> set[str]:
-        changed = set()
+        entries = []
         while True:
             page = client.xrange(self.stream, "(" + self._last_id.decode(), "+", count=_PAGE)
-            if not page:
-                return changed
-            for entry_id, fields in page:
-                changed |= self._take(fields)
-                self._last_id = entry_id
+            if page:
+                entries.extend(page)
+                self._last_id = page[-1][0]
             if len(page) < _PAGE:
-                return changed
+                return self._take_newest(entries)
+
+    def _take_newest(self, entries) -> set[str]:
+        """Take in the entries, oldest first: each node's newest and the one before it
+        (for rates) are decoded, the rest skipped — a refresh that fell behind catches
+        up at once instead of decoding every second it missed."""
+        by_node: dict[bytes, list[dict]] = {}
+        for _, fields in entries:
+            by_node.setdefault(fields.get(b"node", b""), []).append(fields)
+        changed = set()
+        for node_entries in by_node.values():
+            for fields in node_entries[-2:]:
+                changed |= self._take(fields)
+        return changed
 
     def _take(self, fields: dict) -> set[str]:
         try:
@@ -146,7 +161,10 @@ class MeshView:
         return self.frame.queues
 
     def queue(self, name: str):
-        return self.frame.queue_index.get(name)
+        """The queue's row with its per-node breakdown (None if no node has it)."""
+        frame = self.frame
+        row = frame.queue_index.get(name)
+        return frame.with_parts(row) if row is not None else None
 
     def overview(self):
         return self.frame.overview
