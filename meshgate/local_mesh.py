@@ -38,16 +38,24 @@ class _Processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
 
-    def wait(self) -> int:
-        """Until every process has ended; one ending badly stops the rest."""
+    def wait(self, started: float, grace: float = 10.0) -> int:
+        """Until every process has ended. One failing as things start (a port taken, a
+        bad config) stops the rest; a node that dies later (killed to see what the mesh
+        does) is reported, and the others carry on."""
         status = 0
+        reported: set[str] = set()
         while any(process.poll() is None for _, process in self.running):
             for name, process in self.running:
                 code = process.poll()
-                if code not in (None, 0) and not status and not self.stopping:
+                if code in (None, 0) or self.stopping or name in reported:
+                    continue
+                reported.add(name)
+                if time.monotonic() - started < grace or not name.startswith("node"):
                     print(f"meshgate local mesh: {name} exited with status {code}; stopping everything", flush=True)
                     status = code
                     self.stop()
+                else:
+                    print(f"meshgate local mesh: {name} exited with status {code}; the others carry on", flush=True)
             time.sleep(0.2)
         return status
 
@@ -65,6 +73,7 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
     our own (if one is installed), "none" turns metrics off (and the console)."""
     data.mkdir(parents=True, exist_ok=True)
     processes = _Processes()
+    started = time.monotonic()
 
     def stop(signum: int, frame: object) -> None:
         processes.stopping = True
@@ -108,7 +117,7 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
     if console and redis_url and not processes.stopping:
         _start_console(processes, data / "console", redis_url, stomp_ports, console_port)
     print(f"  command line: meshgate nodes --stomp 127.0.0.1:{stomp_ports[0]}; Ctrl-C stops everything", flush=True)
-    status = processes.wait()
+    status = processes.wait(started)
     if redis is not None:
         redis.stop()
     return status

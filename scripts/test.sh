@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Install everything the tests need (apt + pip) and run the whole suite:
-# lint, then unit, protocol and end-to-end tests. Extra arguments go to pytest.
+# Install everything the tests need (apt: redis-server, chromium for the console's
+# browser tests, prometheus for promtool; pip: the project with its test extra) and
+# run the whole suite: lint, then unit, protocol, end-to-end, console and browser
+# tests. Extra arguments go to pytest.
 source "$(dirname "$0")/bootstrap.sh"
-apt_install redis-server
+apt_install redis-server chromium prometheus
 ensure_venv test
 cd "$ROOT"
 "$VENV/bin/ruff" check .

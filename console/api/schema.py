@@ -20,7 +20,7 @@ def _components() -> dict:
     components["NodeDetail"] = {"allOf": [{"$ref": _REF.format(name="NodeRow")}, {
         "type": "object", "properties": {
             "links": {"type": "array", "items": {"$ref": _REF.format(name="Link")}},
-            "queues": {"type": "array", "items": {"$ref": _REF.format(name="PartialQueue")}},
+            "partial_queues": {"type": "array", "items": {"$ref": _REF.format(name="PartialQueue")}},
             "subscriptions": {"type": "array", "items": {"$ref": _REF.format(name="TopicSubscription")}}}}]}
     return components
 

@@ -3,6 +3,8 @@ actions go to the nodes as management requests, in the signed-in user's name."""
 
 from __future__ import annotations
 
+import re
+
 import msgspec
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
@@ -31,6 +33,7 @@ from model.requests import (
 )
 
 _builtins = msgspec.to_builtins
+_DIGITS = re.compile(r"(\d+)")
 _LIST_PARAMS = [
     OpenApiParameter("page", int, description="1, 2, …"),
     OpenApiParameter("page_size", int, description="items per page, at most 500 (default 100)"),
@@ -65,6 +68,8 @@ def _sorted(request, rows: list, allowed: tuple[str, ...], default: str) -> list
 
     def key(row):
         value = _value(row, field)
+        if isinstance(value, str):  # "node1-10" after "node1-9"
+            return (False, [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in _DIGITS.split(value)])
         return (value is None, value if value is not None else 0)
 
     return sorted(rows, key=key, reverse=reverse)
@@ -163,7 +168,7 @@ class NodeDetail(APIView):
         snapshot = snapshots.latest if snapshots is not None else None
         detail = _builtins(row)
         detail["links"] = _builtins(snapshot.links) if snapshot else []
-        detail["queues"] = _builtins(snapshot.queues) if snapshot else []
+        detail["partial_queues"] = _builtins(snapshot.queues) if snapshot else []
         detail["subscriptions"] = _builtins(snapshot.subscriptions) if snapshot else []
         return Response(detail)
 
@@ -329,7 +334,10 @@ class ConnectionDetail(APIView):
 
     @extend_schema(responses=reply_schema("Done"))
     def delete(self, request, connection):
-        return _action_response(request, CloseConnection(node=ALL, connection=connection,
+        # A connection id is "<node name>-<n>": ask that node, or every node if it is none.
+        owner = connection.rpartition("-")[0]
+        node = owner if owner in mesh_view().names().values() else ALL
+        return _action_response(request, CloseConnection(node=node, connection=connection,
                                                          reason=f"closed by {request.user.get_username()} "
                                                                 "from the console"))
 

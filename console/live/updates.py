@@ -24,13 +24,13 @@ def mesh_state(view: MeshView) -> dict:
 
 
 def queue_state(view: MeshView) -> dict:
+    frame = view.frame
     rows = []
-    for row in view.queues():
+    for row in frame.queues:
         rows.append({
             "name": row.name, "messages": row.messages, "depth": row.depth, "in_flight": row.in_flight,
             "forwarding": row.forwarding, "in_doubt": row.in_doubt, "consumers": row.consumers,
             "node_count": row.node_count, "rates": msgspec.to_builtins(row.rates),
-            "nodes": [{"node": p.node, "node_name": p.node_name, "messages": p.messages, "consumers": p.consumers}
-                      for p in row.nodes],
+            "nodes": frame.queue_nodes(row.name),
         })
     return {"type": "queues", "queues": rows}

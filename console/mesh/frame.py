@@ -162,17 +162,19 @@ class MeshFrame:
             fresh = [(s, link) for s, link in reported if self._fresh[s.latest.node.id]] or reported
             up = all(link.state == "up" for _, link in fresh) and "down" not in (self.states.get(a),
                                                                                   self.states.get(b))
-            rate = 0.0
+            from_end = {a: 0.0, b: 0.0}
             for snapshots, link in fresh:
                 previous = _previous_link(snapshots, link)
                 if previous is not None:
-                    rate += (link.forwarded_out - previous.forwarded_out) / snapshots.interval
+                    from_end[link.node] = max(0.0, (link.forwarded_out - previous.forwarded_out) / snapshots.interval)
+            rate = from_end[a] + from_end[b]
             rows.append(LinkRow(
                 id=f"{a}~{b}", a=a, a_name=names.get(a, a[:8]), b=b, b_name=names.get(b, b[:8]),
                 state="up" if up else "down", direction=fresh[0][1].direction,
                 since=max(link.since for _, link in fresh), in_flight=sum(link.in_flight for _, link in fresh),
                 backlog=sum(link.backlog for _, link in fresh), in_doubt=sum(link.in_doubt for _, link in fresh),
-                forwarded=sum(link.forwarded_out for _, link in fresh), rate=max(0.0, rate),
+                forwarded=sum(link.forwarded_out for _, link in fresh), rate=rate, rate_from_a=from_end[a],
+                rate_from_b=from_end[b],
                 ends=[link for _, link in fresh]))
         return sorted(rows, key=lambda row: (row.a_name, row.b_name))
 
@@ -197,8 +199,16 @@ def _messages(partial: PartialQueue) -> int:
     return partial.depth + partial.in_flight + partial.forwarding + partial.in_doubt
 
 
-_COUNTERS = (("enqueue", "enqueued"), ("ack", "acked"), ("forward", "forwarded_out"),
-             ("redistribute", "redistributed_out"), ("expire", "expired"), ("dead_letter", "dead_lettered"))
+_COUNTERS = (("ack", "acked"), ("forward", "forwarded_out"), ("redistribute", "redistributed_out"),
+             ("expire", "expired"), ("dead_letter", "dead_lettered"))
+
+
+def sent(partial: PartialQueue | None) -> int:
+    """Messages producers sent to this partial queue: what entered it, but for what came
+    from other nodes (a message forwarded from node to node is sent once)."""
+    if partial is None:
+        return 0
+    return partial.enqueued - partial.forwarded_in - partial.redistributed_in
 
 
 _NO_RATES = Rates()  # shared by every idle partial queue: never changed
@@ -216,7 +226,7 @@ def _rates(snapshots: NodeSnapshots, partial: PartialQueue) -> Rates:
             and before.dead_lettered == partial.dead_lettered:
         return _NO_RATES  # idle since the last snapshot, as most queues are
     interval = snapshots.interval
-    rates = Rates()
+    rates = Rates(enqueue=max(0.0, (sent(partial) - sent(before)) / interval))
     for rate, counter in _COUNTERS:
         then = getattr(before, counter) if before is not None else 0
         setattr(rates, rate, max(0.0, (getattr(partial, counter) - then) / interval))

@@ -37,6 +37,7 @@ def rates(seconds: float = 300.0, queue: str | None = None, step: float = 1.0) -
             if queue is None or partial.name == queue:
                 for rate, counter in _COUNTERS.items():
                     totals[rate] += getattr(partial, counter)
+                totals["enqueue"] -= partial.forwarded_in + partial.redistributed_in  # sent once, counted once
         node = snapshot.node
         before = last.get(node.id)
         last[node.id] = (node.started_at, snapshot.taken_at, totals)

@@ -14,7 +14,9 @@ NodeState = Literal["up", "leaving", "down", "silent"]  # silent: linked, but wr
 
 
 class Rates(msgspec.Struct, kw_only=True):
-    """Messages per second over the last snapshot interval."""
+    """Messages per second over the last snapshot interval. ``enqueue`` counts what
+    producers sent (not messages forwarded in from other nodes, which were sent once
+    already); ``forward`` and ``redistribute`` what left for other nodes."""
 
     enqueue: float = 0.0
     ack: float = 0.0
@@ -90,6 +92,8 @@ class LinkRow(msgspec.Struct, kw_only=True):
     in_doubt: int
     forwarded: int  # both ways, since the ends started
     rate: float  # messages per second forwarded, both ways
+    rate_from_a: float = 0.0  # of which from a to b
+    rate_from_b: float = 0.0
     ends: list[Link] = []
 
 

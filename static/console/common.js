@@ -180,6 +180,14 @@
     return error.message + where + " [HTTP " + error.status + "]";
   }
 
+  // A read that failed: said at the top of the page, and in `box` while it still shows its
+  // "Loading…" placeholder (class "loading").
+  function loadFailed(what, error, box, names) {
+    problem("Could not " + what + ": " + explain(error, names));
+    const placeholder = box && box.querySelector(".loading");
+    if (placeholder) placeholder.textContent = "Nothing to show: the console could not " + what + ".";
+  }
+
   function debounce(fn, wait) {
     let timer = null;
     return (...args) => {
@@ -203,8 +211,8 @@
   }
 
   // A node's or a link's state as a coloured badge.
-  function badge(state, text) {
-    return el("span", { class: "state " + state }, text || state);
+  function badge(state) {
+    return el("span", { class: "state " + state }, state);
   }
 
   // A number tile: label, value and an optional line below; tone: "good", "bad", "warn".
@@ -340,11 +348,11 @@
     return +value.toFixed(2) + "/s";
   }
 
-  // Time ticks as the clock reads: "20:15" a minute or more apart, else "20:15:30".
+  // Time ticks in the reader's clock format, with seconds while ticks are under a minute apart.
   function clockTicks(u, ticks) {
     const seconds = ticks.length > 1 && ticks[1] - ticks[0] < 60;
     return ticks.map((t) => new Date(t * 1000).toLocaleTimeString([], {
-      hour: "2-digit", minute: "2-digit", second: seconds ? "2-digit" : undefined }));
+      hour: "numeric", minute: "2-digit", second: seconds ? "2-digit" : undefined }));
   }
 
   // Messages per second over the last `seconds`: set(points) with the API's history
@@ -354,14 +362,17 @@
     const plot = new window.uPlot({
       width: Math.max(300, container.clientWidth),
       height,
-      scales: { x: { time: true }, y: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] } },
+      scales: {
+        x: { time: true, range: () => [Date.now() / 1000 - seconds, Date.now() / 1000] },  // always the last `seconds`
+        y: { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] },
+      },
       // Away from the cursor, the legend shows the newest values.
       series: [{ label: "time", value: (u, t) => (t ? new Date(t * 1000).toLocaleTimeString() : "now") },
         ...RATES.map((rate, index) => ({
           label: rate.label, stroke: rate.color, width: 2, points: { show: false },
           value: (u, v, series, at) => fmt.rate(at === null ? data[index + 1][data[0].length - 1] : v),
         }))],
-      axes: [{ stroke: "#667085", grid: { stroke: "#eef0f3" }, space: 70, values: clockTicks },
+      axes: [{ stroke: "#667085", grid: { stroke: "#eef0f3" }, space: 110, values: clockTicks },
         { stroke: "#667085", grid: { stroke: "#eef0f3" }, size: 64, values: (u, ticks) => ticks.map(compact) }],
       legend: { live: true },
     }, data, container);
@@ -397,7 +408,7 @@
   }
 
   window.MG = {
-    admin: body.dataset.admin === "true", api, ApiError, live, fmt, percentile, el, problem, explain, debounce,
-    throttle, badge, stat, pick, sortRows, table, tableRow, pager, dialog, failureText, readQuery, writeQuery, RATES, rateChart,
+    admin: body.dataset.admin === "true", api, ApiError, live, fmt, percentile, el, problem, explain, loadFailed, debounce,
+    throttle, badge, stat, sortRows, table, tableRow, pager, dialog, failureText, readQuery, writeQuery, rateChart,
   };
 })();

@@ -68,8 +68,9 @@ def test_link_forwarded_counts_messages_that_crossed_it(mesh, viewer):
     try:
         consumer.subscribe(f"/queue/{queue}")
         # The consumer's demand must have reached A, or A keeps the messages for a while.
-        mesh.wait(lambda: any(d["node"] for q in viewer.get("/api/v1/nodes/A").json()["queues"] if q["name"] == queue
-                              for d in q["remote_demand"]) or None, "C's demand for the queue on A")
+        mesh.wait(lambda: any(d["node"] for q in viewer.get("/api/v1/nodes/A").json()["partial_queues"]
+                              if q["name"] == queue for d in q["remote_demand"]) or None,
+                  "C's demand for the queue on A")
         send_many(sender, f"/queue/{queue}", [f"m{i}" for i in range(4)])
         consumer.listener.wait_for(4)
         mesh.wait(lambda: forwarded("AC") >= before["AC"] + 4, "the link A–C to count 4 forwarded messages")

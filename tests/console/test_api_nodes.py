@@ -72,13 +72,13 @@ def test_node_detail_by_name_and_id_holds_its_links_and_queues(mesh, viewer):
 
     def with_queue():
         detail = _ok(viewer.get("/api/v1/nodes/B"))
-        mine = [q for q in detail["queues"] if q["name"] == queue]
+        mine = [q for q in detail["partial_queues"] if q["name"] == queue]
         links_up = [link for link in detail["links"] if link["state"] == "up"]
         return detail if mine and mine[0]["depth"] == 3 and len(links_up) == 2 else None
 
     detail = mesh.wait(with_queue, "node B's detail to list its two links and the queue with 3 messages")
     assert detail["name"] == "B" and detail["state"] == "up"
-    (partial,) = [q for q in detail["queues"] if q["name"] == queue]
+    (partial,) = [q for q in detail["partial_queues"] if q["name"] == queue]
     assert partial["node"] == detail["id"] and partial["consumers"] == 0 and partial["enqueued"] == 3
     names = {row["id"]: row["name"] for row in _ok(viewer.get("/api/v1/nodes"))["items"]}
     assert sorted(link["peer_name"] for link in detail["links"]) == ["A", "C"]
@@ -90,7 +90,7 @@ def test_node_detail_by_name_and_id_holds_its_links_and_queues(mesh, viewer):
     by_id = _ok(viewer.get(f"/api/v1/nodes/{detail['id']}"))
     assert by_id["id"] == detail["id"] and by_id["name"] == "B"
     # The other nodes do not hold B's partial queue.
-    assert all(q["name"] != queue for q in _ok(viewer.get("/api/v1/nodes/A"))["queues"])
+    assert all(q["name"] != queue for q in _ok(viewer.get("/api/v1/nodes/A"))["partial_queues"])
 
 
 def test_node_detail_lists_topic_subscriptions(mesh, viewer):

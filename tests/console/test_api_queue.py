@@ -143,3 +143,34 @@ def test_queue_history_shows_the_rates_of_that_queue_only(mesh, viewer):
     for point in points:
         assert 5 <= point["enqueue"] <= 100 and point["ack"] == 0 and point["forward"] == 0, point
     assert all(point["enqueue"] == 0 for point in inside(quiet))
+
+
+def test_a_message_forwarded_to_another_node_is_enqueued_once_in_the_rates(mesh, viewer):
+    """``enqueue`` counts what producers sent: a message sent on A and forwarded to C's
+    consumer enters C's partial queue too, but it is one message."""
+    queue = unique("once")
+    consumer = mesh.c.client()
+    sender = mesh.a.client()
+    try:
+        consumer.subscribe(f"/queue/{queue}")
+        mesh.wait(lambda: any(d["node"] for q in viewer.get("/api/v1/nodes/A").json()["partial_queues"]
+                              if q["name"] == queue for d in q["remote_demand"]) or None, "C's demand on A")
+        started = time.time()
+        for i in range(40):  # about 20 a second for 2 s
+            sender.send(f"/queue/{queue}", f"m{i}")
+            time.sleep(0.05)
+        sender.sync()
+        ended = time.time()
+        consumer.listener.wait_for(40)
+    finally:
+        sender.disconnect()
+        consumer.disconnect()
+
+    def inside() -> list[dict]:
+        points = viewer.get(f"/api/v1/queues/{queue}/history", {"seconds": "60"}).json()
+        return [p for p in points if started + 0.5 <= p["t"] <= ended - 0.5]
+
+    points = mesh.wait(lambda: (p := inside()) and all(point["forward"] > 0 for point in p) and p,
+                       "the history of the forwarding")
+    average = sum(point["enqueue"] for point in points) / len(points)
+    assert 10 <= average <= 30, points  # about 20 a second, not twice that

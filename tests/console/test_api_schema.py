@@ -118,9 +118,6 @@ def test_what_the_api_answers_matches_the_schema(mesh, viewer, document):
         _valid(document, "QueueRow", {**row, "depth": "two"})
 
 
-@pytest.mark.xfail(strict=True, reason="NodeDetail (console/api/schema.py) is allOf NodeRow, where `queues` is an "
-                                        "integer, and an object where `queues` is an array; the view "
-                                        "(console/api/views.py NodeDetail) answers the array")
 def test_a_node_detail_matches_the_schema(mesh, viewer, document):
     _valid(document, "NodeDetail", viewer.get(P + "nodes/B").json())
 

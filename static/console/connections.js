@@ -1,0 +1,119 @@
+// Connections: the client connections of every node (asked afresh through the management
+// address), filtered, sorted and paged by the API; admins may close one. The list is read
+// again when the mesh's count of connections changes.
+"use strict";
+
+(function () {
+  const { el, fmt } = MG;
+  const DEFAULTS = { name: "", sort: "name", reverse: false, page: 1, size: 50 };
+  const state = MG.readQuery(DEFAULTS);
+  const box = document.getElementById("connections");
+  const pagerBox = document.getElementById("pager");
+  const totals = document.getElementById("totals");
+  const results = document.getElementById("results");
+  const filter = document.getElementById("filter");
+  const pageSize = document.getElementById("page-size");
+  let count = null;  // the mesh's count of connections at the last read
+
+  const plural = (count, noun) => fmt.n(count) + " " + noun + (count === 1 ? "" : "s");
+
+  function report(tone, ...text) {
+    results.prepend(el("div", { class: "result " + tone }, ...text, el("span", { class: "note" }, " · " + new Date().toLocaleTimeString())));
+    while (results.children.length > 4) results.lastElementChild.remove();
+  }
+
+  async function closeConnection(connection) {
+    const confirmed = await MG.dialog({
+      title: "Close connection " + connection.id + "?",
+      confirm: "Close connection",
+      danger: true,
+      body: el("p", null, "Disconnects the client at " + connection.remote + " (user " + connection.user +
+        (connection.client_id ? ", client id " + connection.client_id : "") + ") from " + connection.node_name +
+        ". It gets an ERROR frame saying an administrator closed it" +
+        (connection.unacked ? "; " + plural(connection.unacked, "unacknowledged message") + " will be delivered again" : "") +
+        (connection.subscriptions ? "; " + plural(connection.subscriptions, "subscription") + " will end" : "") +
+        ". A client that reconnects by itself comes back."),
+    });
+    if (!confirmed) return;
+    try {
+      const answer = await MG.api("connections/" + encodeURIComponent(connection.id), { method: "DELETE" });
+      const failed = MG.failureText(answer.failures);
+      report(failed ? "partial" : "ok", el("strong", null, "Closed " + connection.id), " on " + connection.node_name,
+        failed ? " — " + failed : "");
+    } catch (error) {
+      report("error", el("strong", null, "Could not close " + connection.id), " — " + MG.explain(error, { [connection.node]: connection.node_name }));
+    }
+    load();
+  }
+
+  const columns = [
+    { label: "Connection", sort: "name", value: (c) => el("span", { class: "mono" }, c.id) },
+    { label: "Node", sort: "node_name", value: (c) => c.node_name },
+    { label: "Remote", value: (c) => el("span", { class: "mono" }, c.remote) },
+    { label: "User", sort: "user", value: (c) => c.user },
+    { label: "Client id", value: (c) => c.client_id || el("span", { class: "zero" }, "–") },
+    { label: "Protocol", value: (c) => c.protocol + " " + c.version },
+    { label: "Connected", sort: "since", value: (c) => el("span", { title: fmt.time(c.since) }, fmt.since(c.since)) },
+    { label: "Subscriptions", num: true, value: (c) => fmt.n(c.subscriptions) },
+    { label: "Unacked", sort: "unacked", num: true, value: (c) => el("span", { class: c.unacked ? null : "zero" }, fmt.n(c.unacked)) },
+  ];
+  if (MG.admin) {
+    columns.push({ label: "", value: (c) => el("button", { class: "small", onclick: () => closeConnection(c) }, "Close…") });
+  }
+
+  function render(answer) {
+    totals.textContent = fmt.n(answer.total_count) + (answer.total_count === 1 ? " connection" : " connections") +
+      (state.name ? " matching “" + state.name + "”" : "");
+    const failed = MG.failureText(answer.failures);
+    box.replaceChildren(
+      failed ? el("p", { class: "result partial" }, "Not every node answered, so some connections may be missing: " + failed) : "",
+      MG.table(columns, answer.items, {
+        sort: { field: state.sort, reverse: state.reverse },
+        onSort: (next) => change({ sort: next.field, reverse: next.reverse, page: 1 }),
+        empty: state.name ? "No connection id contains “" + state.name + "”."
+          : "No client is connected to any node. Connect a STOMP client to any node and it shows here.",
+      }));
+    pagerBox.replaceChildren(answer.page_count > 1 ? MG.pager(answer, (page) => change({ page })) : "");
+  }
+
+  let asked = 0;  // answers to older requests are dropped
+  async function load() {
+    const mine = ++asked;
+    try {
+      const answer = await MG.api("connections", { query: {
+        name: state.name, sort: state.sort, sort_reverse: state.reverse, page: state.page, page_size: state.size,
+      } });
+      if (mine !== asked) return;
+      MG.problem(null);
+      render(answer);
+    } catch (error) {
+      if (mine !== asked) return;
+      if (error.status === 404 && state.page > 1) {  // the list shrank under the page shown
+        change({ page: 1 });
+        return;
+      }
+      MG.loadFailed("list the connections", error, box);
+    }
+  }
+
+  function change(changes) {
+    Object.assign(state, changes);
+    MG.writeQuery(state, DEFAULTS);
+    load();
+  }
+
+  filter.value = state.name;
+  pageSize.value = String(state.size);
+  filter.addEventListener("input", MG.debounce(() => change({ name: filter.value.trim(), page: 1 }), 250));
+  pageSize.addEventListener("change", () => change({ size: Number(pageSize.value), page: 1 }));
+  document.getElementById("refresh").addEventListener("click", load);
+
+  load();
+  const refresh = MG.throttle(load, 3000);
+  MG.live(["mesh"], {
+    mesh(update) {
+      if (count !== null && update.overview.connections !== count) refresh();
+      count = update.overview.connections;
+    },
+  });
+})();
