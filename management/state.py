@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable
 from gateway import __version__
 from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE
+from model.latency import trimmed
 from model.mesh import (
     Addresses,
     Connection,
@@ -89,7 +90,7 @@ class LocalState:
                 enqueued=queue.enqueued, acked=queue.acked, forwarded_out=queue.forwarded_out,
                 forwarded_in=queue.forwarded_in, redistributed_out=queue.redistributed_out,
                 redistributed_in=queue.redistributed_in, expired=queue.expired, dead_lettered=queue.dead_lettered,
-                latency=list(queue.latency), latency_sum_ms=queue.latency_sum / 1000.0,
+                latency=trimmed(queue.latency), latency_sum_ms=queue.latency_sum / 1000.0,
             ))
         return result
 

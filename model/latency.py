@@ -49,6 +49,19 @@ def percentile_ms(counts: list[int], quantile: float) -> float | None:
     return None
 
 
+def trimmed(histogram: list[int]) -> list[int]:
+    """The histogram without its trailing empty buckets (as snapshots carry it)."""
+    end = len(histogram)
+    while end and not histogram[end - 1]:
+        end -= 1
+    return histogram[:end]
+
+
+def padded(histogram: list[int]) -> list[int]:
+    """All ``BUCKETS`` buckets of a histogram that may have been trimmed."""
+    return list(histogram[:BUCKETS]) + [0] * (BUCKETS - len(histogram))
+
+
 def merge(*histograms: list[int]) -> list[int]:
     merged = empty_histogram()
     for histogram in histograms:

@@ -13,8 +13,6 @@ from typing import Literal
 
 import msgspec
 
-from model.latency import empty_histogram
-
 SCHEMA_VERSION = 1
 
 NodeState = Literal["up", "leaving", "down"]
@@ -80,8 +78,12 @@ class RemoteDemand(_Model, kw_only=True):
     hops: int  # 1: a neighbour
 
 
-class PartialQueue(_Model, kw_only=True):
-    """One queue on one node; the cluster-wide queue is the sum over nodes."""
+class PartialQueue(_Model, kw_only=True, omit_defaults=True):
+    """One queue on one node; the cluster-wide queue is the sum over nodes.
+
+    A node may hold thousands of them, most idle: fields at their defaults (zero
+    counters, no remote demand, an empty histogram) are left out of the JSON, and
+    readers fill them in."""
 
     node: str
     name: str
@@ -100,7 +102,7 @@ class PartialQueue(_Model, kw_only=True):
     redistributed_in: int = 0
     expired: int = 0
     dead_lettered: int = 0
-    latency: list[int] = msgspec.field(default_factory=empty_histogram)  # see model.latency
+    latency: list[int] = []  # model.latency buckets; trailing empty ones left out ([]: nothing counted)
     latency_sum_ms: float = 0.0  # the latencies counted in ``latency``, added up
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.http import HttpResponse
 
 from console.mesh.sources import mesh_view
-from model.latency import BUCKETS, bounds_us
+from model.latency import BUCKETS, bounds_us, padded
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -85,7 +85,7 @@ def exposition() -> str:
     lines.append("# TYPE meshgate_queue_latency_seconds histogram")
     for node, q in queues:
         total = 0
-        for le, count in zip(_LE, q.latency, strict=False):
+        for le, count in zip(_LE, padded(q.latency), strict=True):
             total += count
             lines.append(f"meshgate_queue_latency_seconds_bucket{_labels(node=node, queue=q.name, le=le)} {total}")
         lines.append(f"meshgate_queue_latency_seconds_sum{_labels(node=node, queue=q.name)} "

@@ -20,6 +20,7 @@ from console.mesh import events as event_stream
 from console.mesh import history
 from console.mesh.actions import Unavailable
 from console.mesh.sources import management, mesh_view
+from model.mesh import PartialQueue
 from model.requests import (
     ALL,
     Browse,
@@ -33,6 +34,13 @@ from model.requests import (
 )
 
 _builtins = msgspec.to_builtins
+# Snapshots leave a partial queue's default fields out; the API answers them whole.
+_PARTIAL_DEFAULTS = {f.encode_name: f.default if f.default is not msgspec.NODEFAULT else f.default_factory()
+                     for f in msgspec.structs.fields(PartialQueue) if f.required is False}
+
+
+def _whole(partial) -> dict:
+    return {**_PARTIAL_DEFAULTS, **_builtins(partial)}
 _DIGITS = re.compile(r"(\d+)")
 _LIST_PARAMS = [
     OpenApiParameter("page", int, description="1, 2, …"),
@@ -168,7 +176,7 @@ class NodeDetail(APIView):
         snapshot = snapshots.latest if snapshots is not None else None
         detail = _builtins(row)
         detail["links"] = _builtins(snapshot.links) if snapshot else []
-        detail["partial_queues"] = _builtins(snapshot.queues) if snapshot else []
+        detail["partial_queues"] = [_whole(partial) for partial in snapshot.queues] if snapshot else []
         detail["subscriptions"] = _builtins(snapshot.subscriptions) if snapshot else []
         return Response(detail)
 
@@ -222,7 +230,10 @@ class QueueDetail(APIView):
         row = mesh_view().queue(name)
         if row is None:
             raise NotFound(f"no queue {name!r} on any node that writes snapshots")
-        return Response(_builtins(row))
+        data = _builtins(row)
+        for part, whole in zip(data["nodes"], row.nodes, strict=True):
+            part["partial"] = _whole(whole.partial)
+        return Response(data)
 
     @extend_schema(parameters=[OpenApiParameter("node", str, description="one node (default: every node)")],
                    responses=reply_schema("Done"))

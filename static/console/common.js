@@ -140,7 +140,8 @@
     for (let index = 0; index < counts.length; index += 1) {
       seen += counts[index];
       if (counts[index] && seen >= quantile * total) {
-        const high = index === counts.length - 1 ? Math.pow(2, index - 1) : Math.pow(2, index);
+        // Bucket 31 is open-ended: its lower bound. Snapshots leave trailing empty buckets out.
+        const high = index === 31 ? Math.pow(2, index - 1) : Math.pow(2, index);
         return high / 1000;
       }
     }

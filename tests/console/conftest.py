@@ -63,8 +63,11 @@ def mesh(tmp_path_factory):
         _forget_sources(sources)
         from console.mesh.sources import mesh_view
 
-        running.wait(lambda: len([n for n in mesh_view(fresh=True).nodes() if n.state == "up"]) == 3,
-                     "every node's snapshot in the console's view")
+        def whole(view) -> bool:
+            nodes_up = sum(node.state == "up" for node in view.nodes())
+            return nodes_up == 3 and sum(link.state == "up" for link in view.links()) == 3
+
+        running.wait(lambda: whole(mesh_view(fresh=True)), "every node and link in the console's view")
         yield running
     finally:
         factory.cleanup()

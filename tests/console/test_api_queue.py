@@ -9,6 +9,8 @@ import pytest
 from e2e_support import unique
 from mesh_support import send_many
 
+from model.latency import padded
+
 pytestmark = pytest.mark.django_db
 
 _TOTALS = ("messages", "depth", "in_flight", "forwarding", "in_doubt", "consumers")
@@ -43,7 +45,7 @@ def _assert_totals_are_sums(row: dict) -> None:
         assert (partial["name"], partial["node"]) == (row["name"], part["node"]), part
         assert part["messages"] == part["depth"] + part["in_flight"] + part["forwarding"] + part["in_doubt"], part
         assert part["depth"] == partial["depth"] and part["in_flight"] == partial["in_flight"], part
-    assert row["latency"] == [sum(column) for column in zip(*(p["partial"]["latency"] for p in row["nodes"]),
+    assert row["latency"] == [sum(column) for column in zip(*(padded(p["partial"]["latency"]) for p in row["nodes"]),
                                                             strict=True)]
     assert row["latency_sum_ms"] == pytest.approx(sum(p["partial"]["latency_sum_ms"] for p in row["nodes"]))
 

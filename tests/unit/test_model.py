@@ -47,7 +47,7 @@ def partial_queue() -> PartialQueue:
         node="n-1", name="orders", depth=10, in_flight=2, forwarding=1, in_doubt=3, consumers=4,
         remote_demand=[RemoteDemand(node="n-3", via="n-2", consumers=2, hops=2)], oldest_age_ms=1500,
         enqueued=100, acked=80, forwarded_out=5, forwarded_in=6, redistributed_out=7, redistributed_in=8,
-        expired=9, dead_lettered=11, latency=latency,
+        expired=9, dead_lettered=11, latency=latency, latency_sum_ms=12.5,
     )
 
 
@@ -138,7 +138,7 @@ def test_units_on_the_wire():
 
 def test_defaults_fill_what_an_older_writer_left_out():
     queue = msgspec.json.decode(b'{"node":"n","name":"q","depth":1,"in_flight":0,"consumers":0}', type=PartialQueue)
-    assert queue.latency == [0] * BUCKETS and queue.remote_demand == [] and queue.oldest_age_ms is None
+    assert queue.latency == [] and queue.remote_demand == [] and queue.oldest_age_ms is None
     assert queue.latency is not PartialQueue(node="n", name="q", depth=0, in_flight=0, consumers=0).latency
 
 
