@@ -37,7 +37,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from meshgate.redis_server import RedisServer, free_port  # noqa: E402
-from model.latency import empty_histogram  # noqa: E402
 from model.mesh import Addresses, Link, Node, PartialQueue, Snapshot  # noqa: E402
 
 # -- the generator ------------------------------------------------------------------------------
@@ -59,7 +58,7 @@ class Generator(threading.Thread):
             links = [Link(node=node_id, peer=peer, peer_name=f"node{ids.index(peer) + 1:03d}", direction="duplex",
                           dialled=True, state="up", since=started) for peer in dict.fromkeys(neighbours)]
             partials = [PartialQueue(node=node_id, name=f"queue.{q:04d}", depth=random.randint(0, 500), in_flight=0,
-                                     consumers=random.randint(0, 3), latency=empty_histogram())
+                                     consumers=random.randint(0, 3))
                         for q in range(queues)]
             node = Node(id=node_id, name=name, version="bench", started_at=started, last_seen=started,
                         addresses=Addresses(stomp=f"10.0.{index // 250}.{index % 250}:61613"))
@@ -185,8 +184,8 @@ async def websocket_clients(console: Console, clients: int, seconds: float) -> l
                                        headers={"Referer": console.url + "/login/"})).read()
     cookie = "; ".join(f"{c.name}={c.value}" for c in jar)
 
-    async def one() -> dict[str, int]:
-        counts: dict[str, int] = {}
+    async def one() -> dict[str, list[int]]:
+        counts: dict[str, list[int]] = {}  # kind -> the update numbers received
         async with websockets.connect(console.url.replace("http", "ws") + "/ws/mesh", max_size=None,
                                       additional_headers={"Cookie": cookie, "Origin": console.url}) as socket:
             await socket.send('{"subscribe": ["mesh", "queues"]}')
@@ -196,8 +195,8 @@ async def websocket_clients(console: Console, clients: int, seconds: float) -> l
                     message = await asyncio.wait_for(socket.recv(), left)
                 except TimeoutError:
                     break
-                kind = msgspec.json.decode(message).get("type")
-                counts[kind] = counts.get(kind, 0) + 1
+                update = msgspec.json.decode(message)
+                counts.setdefault(update.get("type"), []).append(update.get("seq", 0))
         return counts
 
     return await asyncio.gather(*(one() for _ in range(clients)))
@@ -240,10 +239,14 @@ def main() -> int:
             print(f"| topology page drawn ({len(draws)} loads) | median {statistics.median(draws):.2f} s, "
                   f"max {max(draws):.2f} s | < 2 s |")
         if counts:
-            per_kind = {kind: sorted(c.get(kind, 0) for c in counts) for kind in ("mesh", "queues")}
-            spread = ", ".join(f"{kind}: {values[0]}–{values[-1]}" for kind, values in per_kind.items())
-            print(f"| {len(counts)} WebSocket clients over {args.ws_seconds:.0f} s | updates received per client "
-                  f"({spread}) | every client every update |")
+            # The first message of each kind is the state at subscription (no number); after it,
+            # numbered updates: none may be missing between a client's first and last.
+            missed = sum(len(range(seqs[1], seqs[-1] + 1)) - len(seqs[1:]) for c in counts
+                         for seqs in c.values() if len(seqs) > 2)
+            received = {kind: sorted(len(c.get(kind, ())) for c in counts) for kind in ("mesh", "queues")}
+            spread = ", ".join(f"{kind}: {values[0]}–{values[-1]}" for kind, values in received.items())
+            print(f"| {len(counts)} WebSocket clients over {args.ws_seconds:.0f} s | {spread} updates per client, "
+                  f"{missed} missed | every client every update |")
     finally:
         generator.stop_event.set()
         if console is not None:

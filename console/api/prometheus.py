@@ -58,7 +58,8 @@ def _labels(**labels: str) -> str:
 
 
 def exposition() -> str:
-    frame = mesh_view().frame
+    view = mesh_view()
+    frame = view.frame
     lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, samples: list[tuple[str, object]]) -> None:
@@ -70,7 +71,8 @@ def exposition() -> str:
     rows = frame.nodes
     family("node_up", "gauge", "1 while the node is up (writing snapshots, not lost by its neighbours).",
            [(_labels(node=row.name, node_id=row.id), 1 if row.state in ("up", "leaving") else 0) for row in rows])
-    snapshots = [frame.snapshots[row.id].latest for row in rows if row.id in frame.snapshots]
+    held = view.snapshots({row.id for row in rows if row.state in ("up", "leaving")})
+    snapshots = [held[row.id] for row in rows if row.id in held]
     for name, help_text, get in _NODE_GAUGES:
         family(name, "gauge", help_text, [(_labels(node=s.node.name), get(s.node)) for s in snapshots])
     family("node_metrics_dropped", "counter", "Snapshots and events the node could not write to Redis.",

@@ -9,7 +9,7 @@ from console.mesh import shapes
 from model import events, requests
 from model import mesh as model_mesh
 
-_TYPES = [shapes.Overview, shapes.NodeRow, shapes.QueueRow, shapes.LinkRow, model_mesh.Snapshot,
+_TYPES = [shapes.Overview, shapes.NodeRow, shapes.QueueRow, shapes.QueueDetail, shapes.LinkRow, model_mesh.Snapshot,
           model_mesh.Connection, model_mesh.TopicSubscription, requests.Done, requests.BrowsePage, events.AnyEvent]
 _REF = "#/components/schemas/{name}"
 

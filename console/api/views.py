@@ -168,12 +168,11 @@ class NodeList(APIView):
 class NodeDetail(APIView):
     @extend_schema(operation_id="node_retrieve", responses=model_ref("NodeDetail"))
     def get(self, request, node):
-        frame = mesh_view().frame
-        row = next((r for r in frame.nodes if node in (r.id, r.name)), None)
+        view = mesh_view()
+        row = next((r for r in view.nodes() if node in (r.id, r.name)), None)
         if row is None:
             raise NotFound(f"no node {node!r} in the mesh")
-        snapshots = frame.snapshots.get(row.id)
-        snapshot = snapshots.latest if snapshots is not None else None
+        snapshot = view.snapshots({row.id}).get(row.id)
         detail = _builtins(row)
         detail["links"] = _builtins(snapshot.links) if snapshot else []
         detail["partial_queues"] = [_whole(partial) for partial in snapshot.queues] if snapshot else []
@@ -202,7 +201,9 @@ class QueueList(APIView):
     def get(self, request):
         frame = mesh_view().frame
         rows = _sorted(request, frame.queues, _QUEUE_SORTS, "name")
-        return _page(self, request, rows, convert=lambda row: _queue_row(frame.with_parts(row)))
+        paginator = Pages()
+        page = frame.with_where_of(paginator.paginate_queryset(rows, request, view=self))
+        return paginator.get_paginated_response(_builtins(page))
 
 
 class QueueHistory(APIView):
@@ -214,18 +215,11 @@ class QueueHistory(APIView):
         return Response(history.rates(_seconds(request), queue=name))
 
 
-def _queue_row(row) -> dict:
-    data = _builtins(row)
-    for part in data["nodes"]:
-        del part["partial"]  # the detail view has it
-    return data
-
-
 class QueueDetail(APIView):
     def get_permissions(self):
         return [Admin()] if self.request.method == "DELETE" else super().get_permissions()
 
-    @extend_schema(operation_id="queue_retrieve", responses=model_ref("QueueRow"))
+    @extend_schema(operation_id="queue_retrieve", responses=model_ref("QueueDetail"))
     def get(self, request, name):
         row = mesh_view().queue(name)
         if row is None:

@@ -12,11 +12,11 @@ from console.mesh.sources import mesh_view
 
 
 def _current(group: str) -> dict | None:
-    view = mesh_view(fresh=True)
+    frame = mesh_view().frame
     if group == MESH:
-        return mesh_state(view)
+        return mesh_state(frame)
     if group == QUEUES:
-        return queue_state(view)
+        return queue_state(frame)
     return None
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from console.mesh.shapes import LinkRow, NodeRow, Overview, QueuePart, QueueRow, Rates
+from console.mesh.shapes import LinkRow, NodeRow, Overview, QueueDetail, QueuePart, QueueRow, QueueWhere, Rates
 from model.latency import merge
 from model.mesh import Link, PartialQueue, Snapshot
 
@@ -42,6 +42,7 @@ class MeshFrame:
         self._reports = self._link_reports()
         self.nodes = self._nodes()
         self.names = {row.id: row.name for row in self.nodes}
+        self.version = 0
         self.states = {row.id: row.state for row in self.nodes}
         self.links = self._links()
         self.queues = self._queues()
@@ -99,9 +100,9 @@ class MeshFrame:
         return sorted(rows.values(), key=lambda row: (row.name, row.id))
 
     def _queues(self) -> list[QueueRow]:
-        """Totals per queue; each row's per-node parts are made when asked for
-        (:meth:`with_parts`): a page shows a hundred queues, the mesh may hold many
-        thousands of partial queues."""
+        """Totals per queue; where each queue is (:meth:`with_where_of`) and its
+        partial queues in full (:meth:`detail`) are made when asked for: a page shows
+        a hundred queues, the mesh may hold a hundred thousand partial queues."""
         groups: dict[str, list[tuple[str, str, PartialQueue, Rates]]] = {}
         for node_id, snapshots in self.snapshots.items():
             if not self._fresh[node_id]:
@@ -134,21 +135,26 @@ class MeshFrame:
                 latency=merge(*histograms), latency_sum_ms=latency_sum))
         return sorted(rows, key=lambda row: row.name)
 
-    def with_parts(self, row: QueueRow) -> QueueRow:
-        """The row with its per-node breakdown, by node name."""
+    def detail(self, row: QueueRow) -> QueueDetail:
+        """The queue with each node's partial queue in full, by node name."""
         parts = [QueuePart(node=node_id, node_name=name, messages=_messages(partial), depth=partial.depth,
                            in_flight=partial.in_flight, forwarding=partial.forwarding, in_doubt=partial.in_doubt,
                            consumers=partial.consumers, oldest_age_ms=partial.oldest_age_ms, rates=rates,
                            partial=partial)
                  for node_id, name, partial, rates in self._groups.get(row.name, ())]
         parts.sort(key=lambda part: part.node_name)
-        return msgspec.structs.replace(row, nodes=parts)
+        return QueueDetail(**msgspec.structs.asdict(row) | {"nodes": parts})
 
-    def queue_nodes(self, name: str) -> list[dict]:
-        """The light per-node breakdown live updates carry: where the messages and consumers are."""
-        parts = [{"node": node_id, "node_name": node_name, "messages": _messages(partial),
-                  "consumers": partial.consumers} for node_id, node_name, partial, _ in self._groups.get(name, ())]
-        return sorted(parts, key=lambda part: part["node_name"])
+    def with_where_of(self, rows: list[QueueRow]) -> list[QueueRow]:
+        """The rows with where each queue's messages and consumers are, node by node."""
+        return [msgspec.structs.replace(row, nodes=self.where(row.name)) for row in rows]
+
+    def where(self, name: str) -> list[QueueWhere]:
+        where = [QueueWhere(node=node_id, node_name=node_name, messages=_messages(partial),
+                            consumers=partial.consumers, in_flight=partial.in_flight, in_doubt=partial.in_doubt)
+                 for node_id, node_name, partial, _ in self._groups.get(name, ())]
+        where.sort(key=lambda part: part.node_name)
+        return where
 
     def _links(self) -> list[LinkRow]:
         ends: dict[tuple[str, str], list[tuple[NodeSnapshots, Link]]] = {}

@@ -45,20 +45,25 @@ class NodeRow(msgspec.Struct, kw_only=True):
     rates: Rates = msgspec.field(default_factory=Rates)
 
 
-class QueuePart(msgspec.Struct, kw_only=True):
-    """One node's partial queue, as the queue pages list them."""
+class QueueWhere(msgspec.Struct, kw_only=True):
+    """Where a queue's messages and consumers are: one node's share, as lists show it."""
 
     node: str
     node_name: str
     messages: int
-    depth: int
-    in_flight: int
-    forwarding: int
-    in_doubt: int
     consumers: int
+    in_flight: int
+    in_doubt: int
+
+
+class QueuePart(QueueWhere, kw_only=True):
+    """One node's partial queue in full, as the queue's own page shows it."""
+
+    depth: int
+    forwarding: int
     oldest_age_ms: int | None
     rates: Rates
-    partial: PartialQueue | None = None  # the node's own figures; lists leave them out
+    partial: PartialQueue  # the node's own figures
 
 
 class QueueRow(msgspec.Struct, kw_only=True):
@@ -73,6 +78,12 @@ class QueueRow(msgspec.Struct, kw_only=True):
     rates: Rates
     latency: list[int]  # merged histogram (model.latency)
     latency_sum_ms: float = 0.0
+    nodes: list[QueueWhere] = []  # by node name
+
+
+class QueueDetail(QueueRow, kw_only=True):
+    """A queue with each node's partial queue in full."""
+
     nodes: list[QueuePart] = []
 
 

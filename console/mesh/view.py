@@ -161,10 +161,10 @@ class MeshView:
         return self.frame.queues
 
     def queue(self, name: str):
-        """The queue's row with its per-node breakdown (None if no node has it)."""
+        """The queue with each node's partial queue (None if no node has it)."""
         frame = self.frame
         row = frame.queue_index.get(name)
-        return frame.with_parts(row) if row is not None else None
+        return frame.detail(row) if row is not None else None
 
     def overview(self):
         return self.frame.overview

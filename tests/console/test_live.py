@@ -4,6 +4,7 @@ with Channels' WebsocketCommunicator against the real mesh and Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -89,7 +90,7 @@ async def test_queue_counts_change_live_as_messages_come(mesh, users, worker):
         await sync_to_async(client.send)("/queue/" + queue, f"m{i}", headers={"persistent": "true"}, receipt=True)
 
     def has_three(message):
-        return any(row["name"] == queue and row["messages"] == 3 and row["nodes"][0]["node_name"] == "B"
+        return any(row["name"] == queue and row["messages"] == 3 and row["node_count"] == 1
                    for row in message["queues"])
 
     await next_of(communicator, "queues", has_three)
@@ -119,3 +120,34 @@ async def test_a_killed_node_turns_down_and_events_arrive(mesh, users, worker):
         await sync_to_async(mesh.c.start)()
     await next_of(communicator, "mesh", lambda m: m["overview"]["nodes_up"] == 3, timeout=30)
     await communicator.disconnect()
+
+
+async def test_web_processes_read_the_frame_the_worker_shares(mesh, users, worker):
+    """The API answers from the frame the worker computed (one process decodes the
+    snapshots, not every web process), with the same rows it would compute itself."""
+    from rest_framework.test import APIClient
+
+    from console.mesh.shared import SharedFrame
+    from console.mesh.sources import mesh_view
+
+    queue = unique("shared")
+    client = await sync_to_async(mesh.a.client)()
+    for i in range(4):
+        await sync_to_async(client.send)("/queue/" + queue, f"s{i}", headers={"persistent": "true"}, receipt=True)
+
+    def shared_row():
+        frame = mesh_view().frame
+        row = frame.queue_index.get(queue) if isinstance(frame, SharedFrame) else None
+        return row if row is not None and row.messages == 4 else None
+
+    deadline = time.monotonic() + 15
+    while not await sync_to_async(shared_row)():
+        assert time.monotonic() < deadline, "the worker's frame never held the queue"
+        await asyncio.sleep(0.1)
+    api = APIClient(HTTP_HOST="127.0.0.1")
+    api.credentials(HTTP_AUTHORIZATION="Token " + users["viewer"][1])
+    page = (await sync_to_async(api.get)("/api/v1/queues", {"name": queue})).json()
+    (item,) = page["items"]
+    assert item["messages"] == 4 and [part["node_name"] for part in item["nodes"]] == ["A"]
+    detail = (await sync_to_async(api.get)(f"/api/v1/queues/{queue}")).json()
+    assert detail["nodes"][0]["partial"]["depth"] == 4  # the parts come from the worker's hash

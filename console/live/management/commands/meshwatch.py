@@ -14,9 +14,11 @@ import time
 import msgspec
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from console.live.updates import EVENTS, MESH, QUEUES, mesh_state, queue_state
+from console.mesh.shared import Publisher
 from console.mesh.sources import mesh_view, redis_client, stream
 from model.events import AnyEvent
 
@@ -48,20 +50,25 @@ class Command(BaseCommand):
         layer = get_channel_layer()
         send = async_to_sync(layer.group_send)
         last_event = "$"
+        publisher = Publisher(redis_client(), settings.MESHGATE["STREAM_PREFIX"])
         sent: dict[str, tuple[bytes, float]] = {}  # group -> (what it got, when)
+        sequence: dict[str, int] = {}
         self.stdout.write("meshwatch: tailing the mesh's streams", ending="\n")
         self.stdout.flush()
         while self.running:
             started = time.monotonic()
             try:
                 last_event = self._events(send, last_event, tick)
-                view = mesh_view(fresh=True)
+                frame = mesh_view(fresh=True).frame
+                publisher.publish(frame)  # for the web processes' API
                 now = time.monotonic()
-                for group, state in ((MESH, mesh_state(view)), (QUEUES, queue_state(view))):
+                for group, state in ((MESH, mesh_state(frame)), (QUEUES, queue_state(frame))):
                     digest = msgspec.json.encode(_steady(state))
                     previous = sent.get(group)
                     if previous is None or previous[0] != digest or now - previous[1] >= RESEND_AFTER:
                         sent[group] = (digest, now)
+                        sequence[group] = sequence.get(group, 0) + 1
+                        state["seq"] = sequence[group]  # a browser can tell that it missed one
                         send(group, {"type": "mesh.update", "update": state})
             except Exception:  # Redis restarting: keep going, the streams will be there again
                 log.exception("meshwatch: this tick failed")
