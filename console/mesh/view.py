@@ -149,33 +149,5 @@ class MeshView:
         self._latest[node_id] = (snapshot, known[0] if known else None)
         return {node_id}
 
-    # -- reading the current frame ------------------------------------------------------------
-
-    def nodes(self):
-        return self.frame.nodes
-
-    def links(self):
-        return self.frame.links
-
-    def queues(self):
-        return self.frame.queues
-
-    def queue(self, name: str):
-        """The queue with each node's partial queue (None if no node has it)."""
-        frame = self.frame
-        row = frame.queue_index.get(name)
-        return frame.detail(row) if row is not None else None
-
-    def overview(self):
-        return self.frame.overview
-
-    def names(self) -> dict[str, str]:
-        return self.frame.names
-
-    def snapshot_of(self, node_id: str) -> Snapshot | None:
-        snapshots = self.frame.snapshots.get(node_id)
-        return snapshots.latest if snapshots is not None else None
-
-
 def _id_time(entry_id: bytes) -> float:
     return int(entry_id.split(b"-")[0]) / 1000.0

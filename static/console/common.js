@@ -408,8 +408,44 @@
     };
   }
 
+  // A list the API filters, sorts and pages (queues, connections): its state lives in the
+  // URL, answers to older requests are dropped, and it goes back to page 1 when the list
+  // shrank under the page shown. `render(answer)` draws an answer; `change({...})` moves.
+  function pagedList({ path, what, state, defaults, filter, pageSize, box, render }) {
+    let asked = 0;
+    async function load() {
+      const mine = ++asked;
+      try {
+        const answer = await api(path, { query: {
+          name: state.name, sort: state.sort, sort_reverse: state.reverse, page: state.page, page_size: state.size,
+        } });
+        if (mine !== asked) return;
+        problem(null);
+        render(answer);
+      } catch (error) {
+        if (mine !== asked) return;
+        if (error.status === 404 && state.page > 1) {
+          change({ page: 1 });
+          return;
+        }
+        loadFailed(what, error, box);
+      }
+    }
+    function change(changes) {
+      Object.assign(state, changes);
+      writeQuery(state, defaults);
+      load();
+    }
+    filter.value = state.name;
+    pageSize.value = String(state.size);
+    filter.addEventListener("input", debounce(() => change({ name: filter.value.trim(), page: 1 }), 250));
+    pageSize.addEventListener("change", () => change({ size: Number(pageSize.value), page: 1 }));
+    return { load, change };
+  }
+
   window.MG = {
     admin: body.dataset.admin === "true", api, ApiError, live, fmt, percentile, el, problem, explain, loadFailed, debounce,
     throttle, badge, stat, sortRows, table, tableRow, pager, dialog, failureText, readQuery, writeQuery, rateChart,
+    pagedList,
   };
 })();

@@ -63,36 +63,10 @@
     pagerBox.replaceChildren(answer.page_count > 1 ? MG.pager(answer, (page) => change({ page })) : "");
   }
 
-  let asked = 0;  // answers to older requests are dropped
-  async function load() {
-    const mine = ++asked;
-    try {
-      const answer = await MG.api("queues", { query: {
-        name: state.name, sort: state.sort, sort_reverse: state.reverse, page: state.page, page_size: state.size,
-      } });
-      if (mine !== asked) return;
-      MG.problem(null);
-      render(answer);
-    } catch (error) {
-      if (mine !== asked) return;
-      if (error.status === 404 && state.page > 1) {  // the list shrank under the page shown
-        change({ page: 1 });
-        return;
-      }
-      MG.loadFailed("read the queues", error, box);
-    }
-  }
-
-  function change(changes) {
-    Object.assign(state, changes);
-    MG.writeQuery(state, DEFAULTS);
-    load();
-  }
-
-  filter.value = state.name;
-  pageSize.value = String(state.size);
-  filter.addEventListener("input", MG.debounce(() => change({ name: filter.value.trim(), page: 1 }), 250));
-  pageSize.addEventListener("change", () => change({ size: Number(pageSize.value), page: 1 }));
+  const list = MG.pagedList({
+    path: "queues", what: "read the queues", state, defaults: DEFAULTS, filter, pageSize, box, render,
+  });
+  const { load, change } = list;
 
   load();
   const refresh = MG.throttle(load, 1500);

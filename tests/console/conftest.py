@@ -64,8 +64,9 @@ def mesh(tmp_path_factory):
         from console.mesh.sources import mesh_view
 
         def whole(view) -> bool:
-            nodes_up = sum(node.state == "up" for node in view.nodes())
-            return nodes_up == 3 and sum(link.state == "up" for link in view.links()) == 3
+            frame = view.frame
+            nodes_up = sum(node.state == "up" for node in frame.nodes)
+            return nodes_up == 3 and sum(link.state == "up" for link in frame.links) == 3
 
         running.wait(lambda: whole(mesh_view(fresh=True)), "every node and link in the console's view")
         yield running

@@ -7,15 +7,9 @@ from __future__ import annotations
 import pytest
 from e2e_support import unique
 
+from tests.console.api_support import expect_error
+
 pytestmark = pytest.mark.django_db
-
-
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, response.content[:500])
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert list(body) == ["error"] and body["error"]["code"] == code and body["error"]["message"], body
-    return body["error"]
 
 
 def _connections(client, **params) -> dict:
@@ -30,8 +24,8 @@ def _row(client, connection_id: str) -> dict | None:
 
 
 def test_connections_refuse_anonymous(mesh, anonymous):
-    _error(anonymous.get("/api/v1/connections"), 401, "unauthenticated")
-    _error(anonymous.delete("/api/v1/connections/B-1"), 401, "unauthenticated")
+    expect_error(anonymous.get("/api/v1/connections"), 401, "unauthenticated")
+    expect_error(anonymous.delete("/api/v1/connections/B-1"), 401, "unauthenticated")
 
 
 def test_the_list_shows_a_client_with_its_node_user_protocol_and_version(mesh, viewer):
@@ -82,7 +76,7 @@ def test_connections_sort_filter_and_page(mesh, viewer):
     ({"page": "1000"}, 404, "not_found"),
 ])
 def test_connections_refuse_bad_parameters(mesh, viewer, params, status, code):
-    _error(viewer.get("/api/v1/connections", params), status, code)
+    expect_error(viewer.get("/api/v1/connections", params), status, code)
 
 
 def test_an_admin_closes_a_connection_and_the_client_gets_an_error_frame(mesh, admin):
@@ -111,7 +105,7 @@ def test_a_viewer_may_not_close_a_connection(mesh, viewer):
     client = mesh.a.client()
     try:
         session = client.connected_frame.headers["session"]
-        error = _error(viewer.delete(f"/api/v1/connections/{session}"), 403, "forbidden")
+        error = expect_error(viewer.delete(f"/api/v1/connections/{session}"), 403, "forbidden")
         assert "administrator" in error["message"]
         client.sync()  # still connected, no ERROR
         assert client.listener.errors == [] and _row(viewer, session) is not None
@@ -120,5 +114,5 @@ def test_a_viewer_may_not_close_a_connection(mesh, viewer):
 
 
 def test_closing_an_unknown_connection_is_a_json_404(mesh, admin):
-    error = _error(admin.delete("/api/v1/connections/B-999999"), 404, "not_found")
+    error = expect_error(admin.delete("/api/v1/connections/B-999999"), 404, "not_found")
     assert "B-999999" in error["message"]

@@ -9,15 +9,9 @@ import time
 import pytest
 from e2e_support import unique
 
+from tests.console.api_support import expect_error
+
 pytestmark = pytest.mark.django_db
-
-
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, response.content[:500])
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert list(body) == ["error"] and body["error"]["code"] == code and body["error"]["message"], body
-    return body["error"]
 
 
 def _events(client, **params) -> dict:
@@ -53,7 +47,7 @@ def _all_churn(client, mesh, churn) -> list[dict]:
 
 
 def test_events_refuse_anonymous(mesh, anonymous):
-    _error(anonymous.get("/api/v1/events"), 401, "unauthenticated")
+    expect_error(anonymous.get("/api/v1/events"), 401, "unauthenticated")
 
 
 def test_events_are_newest_first(mesh, viewer, churn):
@@ -145,4 +139,4 @@ def test_events_since_keeps_newer_events_that_come_before_a_late_older_one(mesh,
     ({"page_size": "501"}, 400, "bad_request"), ({"page": "100000"}, 404, "not_found"),
 ])
 def test_events_refuse_bad_parameters(mesh, viewer, params, status, code):
-    _error(viewer.get("/api/v1/events", params), status, code)
+    expect_error(viewer.get("/api/v1/events", params), status, code)

@@ -7,15 +7,9 @@ import pytest
 from e2e_support import unique
 from mesh_support import send_many
 
+from tests.console.api_support import expect_error
+
 pytestmark = pytest.mark.django_db
-
-
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, response.content[:500])
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert list(body) == ["error"] and body["error"]["code"] == code and body["error"]["message"], body
-    return body["error"]
 
 
 def _links(client, **params) -> dict:
@@ -38,7 +32,7 @@ def _all_up(client):
 
 
 def test_links_refuse_anonymous(mesh, anonymous):
-    _error(anonymous.get("/api/v1/links"), 401, "unauthenticated")
+    expect_error(anonymous.get("/api/v1/links"), 401, "unauthenticated")
 
 
 def test_every_pair_of_nodes_is_one_link_up_reported_by_both_ends(mesh, viewer):
@@ -95,7 +89,7 @@ def test_links_sort_filter_and_page(mesh, viewer):
     ({"page": "3"}, 404, "not_found"),
 ])
 def test_links_refuse_bad_parameters_with_json_errors(mesh, viewer, params, status, code):
-    _error(viewer.get("/api/v1/links", params), status, code)
+    expect_error(viewer.get("/api/v1/links", params), status, code)
 
 
 def test_links_to_a_killed_node_go_down(mesh, viewer):

@@ -7,29 +7,18 @@ import pytest
 from e2e_support import unique
 from mesh_support import send_many
 
+from tests.console.api_support import expect_error, expect_ok
+
 pytestmark = pytest.mark.django_db
 
 
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, response.content[:500])
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert list(body) == ["error"] and body["error"]["code"] == code and body["error"]["message"], body
-    return body["error"]
-
-
-def _ok(response) -> dict:
-    assert response.status_code == 200, (response.status_code, response.content[:500])
-    return response.json()
-
-
 def test_nodes_refuse_anonymous(mesh, anonymous):
-    _error(anonymous.get("/api/v1/nodes"), 401, "unauthenticated")
-    _error(anonymous.get("/api/v1/nodes/A"), 401, "unauthenticated")
+    expect_error(anonymous.get("/api/v1/nodes"), 401, "unauthenticated")
+    expect_error(anonymous.get("/api/v1/nodes/A"), 401, "unauthenticated")
 
 
 def test_node_list_is_a_page_of_every_node_up(mesh, viewer):
-    body = _ok(viewer.get("/api/v1/nodes"))
+    body = expect_ok(viewer.get("/api/v1/nodes"))
     assert {k: body[k] for k in ("page", "page_size", "page_count", "total_count")} == \
         {"page": 1, "page_size": 100, "page_count": 1, "total_count": 3}
     assert [row["name"] for row in body["items"]] == ["A", "B", "C"]
@@ -44,22 +33,23 @@ def test_node_list_is_a_page_of_every_node_up(mesh, viewer):
 
 
 def test_node_list_sorts_both_ways_and_pages(mesh, viewer):
-    names = [row["name"] for row in _ok(viewer.get("/api/v1/nodes", {"sort": "name", "sort_reverse": "true"}))["items"]]
+    listed = expect_ok(viewer.get("/api/v1/nodes", {"sort": "name", "sort_reverse": "true"}))
+    names = [row["name"] for row in listed["items"]]
     assert names == ["C", "B", "A"]
-    page = _ok(viewer.get("/api/v1/nodes", {"page_size": "2", "page": "2"}))
+    page = expect_ok(viewer.get("/api/v1/nodes", {"page_size": "2", "page": "2"}))
     assert (page["page"], page["page_count"], page["total_count"]) == (2, 2, 3)
     assert [row["name"] for row in page["items"]] == ["C"]
-    assert [row["name"] for row in _ok(viewer.get("/api/v1/nodes", {"name": "b"}))["items"]] == ["B"]
+    assert [row["name"] for row in expect_ok(viewer.get("/api/v1/nodes", {"name": "b"}))["items"]] == ["B"]
 
 
 @pytest.mark.parametrize("params, field", [({"sort": "bogus"}, "sort"), ({"page_size": "0"}, "page_size"),
                                            ({"page_size": "x"}, "page_size")])
 def test_node_list_refuses_bad_parameters(mesh, viewer, params, field):
-    assert field in _error(viewer.get("/api/v1/nodes", params), 400, "bad_request")["message"]
+    assert field in expect_error(viewer.get("/api/v1/nodes", params), 400, "bad_request")["message"]
 
 
 def test_node_list_answers_404_for_a_page_out_of_range(mesh, viewer):
-    _error(viewer.get("/api/v1/nodes", {"page": "5"}), 404, "not_found")
+    expect_error(viewer.get("/api/v1/nodes", {"page": "5"}), 404, "not_found")
 
 
 def test_node_detail_by_name_and_id_holds_its_links_and_queues(mesh, viewer):
@@ -71,7 +61,7 @@ def test_node_detail_by_name_and_id_holds_its_links_and_queues(mesh, viewer):
         sender.disconnect()
 
     def with_queue():
-        detail = _ok(viewer.get("/api/v1/nodes/B"))
+        detail = expect_ok(viewer.get("/api/v1/nodes/B"))
         mine = [q for q in detail["partial_queues"] if q["name"] == queue]
         links_up = [link for link in detail["links"] if link["state"] == "up"]
         return detail if mine and mine[0]["depth"] == 3 and len(links_up) == 2 else None
@@ -80,17 +70,17 @@ def test_node_detail_by_name_and_id_holds_its_links_and_queues(mesh, viewer):
     assert detail["name"] == "B" and detail["state"] == "up"
     (partial,) = [q for q in detail["partial_queues"] if q["name"] == queue]
     assert partial["node"] == detail["id"] and partial["consumers"] == 0 and partial["enqueued"] == 3
-    names = {row["id"]: row["name"] for row in _ok(viewer.get("/api/v1/nodes"))["items"]}
+    names = {row["id"]: row["name"] for row in expect_ok(viewer.get("/api/v1/nodes"))["items"]}
     assert sorted(link["peer_name"] for link in detail["links"]) == ["A", "C"]
     assert all(link["state"] == "up" and link["node"] == detail["id"] and names[link["peer"]] == link["peer_name"]
                for link in detail["links"]), detail["links"]
     assert detail["subscriptions"] == []
     assert (detail["links_up"], detail["links_down"]) == (2, 0)
 
-    by_id = _ok(viewer.get(f"/api/v1/nodes/{detail['id']}"))
+    by_id = expect_ok(viewer.get(f"/api/v1/nodes/{detail['id']}"))
     assert by_id["id"] == detail["id"] and by_id["name"] == "B"
     # The other nodes do not hold B's partial queue.
-    assert all(q["name"] != queue for q in _ok(viewer.get("/api/v1/nodes/A"))["partial_queues"])
+    assert all(q["name"] != queue for q in expect_ok(viewer.get("/api/v1/nodes/A"))["partial_queues"])
 
 
 def test_node_detail_lists_topic_subscriptions(mesh, viewer):
@@ -98,7 +88,7 @@ def test_node_detail_lists_topic_subscriptions(mesh, viewer):
     subscriber = mesh.c.client()
     try:
         subscriber.subscribe(f"/topic/{topic}")
-        detail = mesh.wait(lambda: (d := _ok(viewer.get("/api/v1/nodes/C")))["subscriptions"] and d,
+        detail = mesh.wait(lambda: (d := expect_ok(viewer.get("/api/v1/nodes/C")))["subscriptions"] and d,
                            "node C's detail to list the topic subscription")
         (subscription,) = detail["subscriptions"]
         assert subscription["destination"] == f"/topic/{topic}" and subscription["active"] is True
@@ -108,5 +98,5 @@ def test_node_detail_lists_topic_subscriptions(mesh, viewer):
 
 
 def test_node_detail_answers_404_json_for_an_unknown_node(mesh, viewer):
-    error = _error(viewer.get("/api/v1/nodes/Z"), 404, "not_found")
+    error = expect_error(viewer.get("/api/v1/nodes/Z"), 404, "not_found")
     assert "'Z'" in error["message"]

@@ -9,15 +9,9 @@ import pytest
 from e2e_support import unique
 from mesh_support import send_many
 
+from tests.console.api_support import expect_error
+
 pytestmark = pytest.mark.django_db
-
-
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, response.content[:500])
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert list(body) == ["error"] and body["error"]["code"] == code and body["error"]["message"], body
-    return body["error"]
 
 
 def _overview(client) -> dict:
@@ -27,11 +21,11 @@ def _overview(client) -> dict:
 
 
 def test_overview_refuses_anonymous_and_bad_tokens(mesh, anonymous):
-    _error(anonymous.get("/api/v1/overview"), 401, "unauthenticated")
+    expect_error(anonymous.get("/api/v1/overview"), 401, "unauthenticated")
     assert anonymous.get("/api/v1/overview")["WWW-Authenticate"].startswith("Token")
     anonymous.credentials(HTTP_AUTHORIZATION="Token not-a-token")
-    _error(anonymous.get("/api/v1/overview"), 401, "unauthenticated")
-    _error(anonymous.get("/api/v1/overview/history"), 401, "unauthenticated")
+    expect_error(anonymous.get("/api/v1/overview"), 401, "unauthenticated")
+    expect_error(anonymous.get("/api/v1/overview/history"), 401, "unauthenticated")
 
 
 def test_overview_counts_every_node_and_link_up(mesh, viewer):
@@ -68,7 +62,7 @@ def test_overview_totals_follow_messages_queues_consumers_and_connections(mesh, 
 
 @pytest.mark.parametrize("seconds", ["0", "-5", "3601", "x", ""])
 def test_overview_history_refuses_bad_seconds(mesh, viewer, seconds):
-    error = _error(viewer.get("/api/v1/overview/history", {"seconds": seconds}), 400, "bad_request")
+    error = expect_error(viewer.get("/api/v1/overview/history", {"seconds": seconds}), 400, "bad_request")
     assert "seconds" in error["message"]
 
 

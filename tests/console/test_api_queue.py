@@ -10,18 +10,11 @@ from e2e_support import unique
 from mesh_support import send_many
 
 from model.latency import padded
+from tests.console.api_support import expect_error
 
 pytestmark = pytest.mark.django_db
 
 _TOTALS = ("messages", "depth", "in_flight", "forwarding", "in_doubt", "consumers")
-
-
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, response.content[:500])
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert list(body) == ["error"] and body["error"]["code"] == code and body["error"]["message"], body
-    return body["error"]
 
 
 def _detail(client, name: str) -> dict | None:
@@ -51,13 +44,13 @@ def _assert_totals_are_sums(row: dict) -> None:
 
 
 def test_queue_detail_and_history_refuse_anonymous(mesh, anonymous):
-    _error(anonymous.get("/api/v1/queues/anything"), 401, "unauthenticated")
-    _error(anonymous.get("/api/v1/queues/anything/history"), 401, "unauthenticated")
+    expect_error(anonymous.get("/api/v1/queues/anything"), 401, "unauthenticated")
+    expect_error(anonymous.get("/api/v1/queues/anything/history"), 401, "unauthenticated")
 
 
 def test_queue_detail_answers_json_404_for_an_unknown_queue(mesh, viewer):
     name = unique("nothing")
-    error = _error(viewer.get(f"/api/v1/queues/{name}"), 404, "not_found")
+    error = expect_error(viewer.get(f"/api/v1/queues/{name}"), 404, "not_found")
     assert name in error["message"]
 
 
@@ -116,7 +109,7 @@ def test_queue_totals_follow_a_consumer_that_holds_then_acks(mesh, viewer):
 
 @pytest.mark.parametrize("seconds", ["0", "3601", "soon"])
 def test_queue_history_refuses_bad_seconds(mesh, viewer, seconds):
-    error = _error(viewer.get(f"/api/v1/queues/{unique('qh')}/history", {"seconds": seconds}), 400, "bad_request")
+    error = expect_error(viewer.get(f"/api/v1/queues/{unique('qh')}/history", {"seconds": seconds}), 400, "bad_request")
     assert "seconds" in error["message"]
 
 

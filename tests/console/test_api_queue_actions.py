@@ -10,6 +10,8 @@ import pytest
 from e2e_support import unique
 from mesh_support import send_many
 
+from tests.console.api_support import expect_error, expect_ok
+
 pytestmark = pytest.mark.django_db
 
 ADMIN = "operator"  # the conftest's admin user
@@ -18,25 +20,12 @@ ADMIN = "operator"  # the conftest's admin user
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, response.content[:500])
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert list(body) == ["error"] and body["error"]["code"] == code and body["error"]["message"], body
-    return body["error"]
-
-
-def _ok(response) -> dict:
-    assert response.status_code == 200, (response.status_code, response.content[:500])
-    return response.json()
-
-
 def _post(client, queue: str, action: str, body: dict):
     return client.post(f"/api/v1/queues/{queue}/{action}", body, format="json")
 
 
 def _ids(client) -> dict[str, str]:
-    return {row["name"]: row["id"] for row in _ok(client.get("/api/v1/nodes"))["items"]}
+    return {row["name"]: row["id"] for row in expect_ok(client.get("/api/v1/nodes"))["items"]}
 
 
 def _fill(member, queue: str, bodies: list[str], **headers: str) -> None:
@@ -52,7 +41,7 @@ def _depths(client, queue: str) -> dict[str, int]:
     response = client.get(f"/api/v1/queues/{queue}")
     if response.status_code == 404:
         return {}
-    return {part["node_name"]: part["depth"] for part in _ok(response)["nodes"]}
+    return {part["node_name"]: part["depth"] for part in expect_ok(response)["nodes"]}
 
 
 def _wait_depths(mesh, client, queue: str, expected: dict[str, int], what: str) -> None:
@@ -64,7 +53,8 @@ def _wait_depths(mesh, client, queue: str, expected: dict[str, int], what: str) 
 def _admin_event(mesh, client, queue: str, action: str, ok: bool = True) -> dict:
     """The admin_action event of ``action`` on ``queue``, once it is in the events stream."""
     def find():
-        items = _ok(client.get("/api/v1/events", {"kind": "admin_action", "q": queue, "page_size": "500"}))["items"]
+        query = {"kind": "admin_action", "q": queue, "page_size": "500"}
+        items = expect_ok(client.get("/api/v1/events", query))["items"]
         return next((e for e in items if e["action"] == action and e["ok"] is ok and queue in e["target"]), None)
 
     event = mesh.wait(find, f"an admin_action event for {action} on {queue}")
@@ -92,7 +82,7 @@ def _act(client, method: str, queue: str, action: str | None, body: dict | None)
 
 @pytest.mark.parametrize("method, action, body", _ACTIONS)
 def test_actions_refuse_anonymous(mesh, anonymous, method, action, body):
-    _error(_act(anonymous, method, unique("qa"), action, body), 401, "unauthenticated")
+    expect_error(_act(anonymous, method, unique("qa"), action, body), 401, "unauthenticated")
 
 
 def test_actions_refuse_viewers_and_leave_the_queue_alone(mesh, viewer, admin):
@@ -100,15 +90,15 @@ def test_actions_refuse_viewers_and_leave_the_queue_alone(mesh, viewer, admin):
     _fill(mesh.b, queue, ["kept-1", "kept-2"])
     for param in _ACTIONS:
         method, action, body = param.values
-        error = _error(_act(viewer, method, queue, action, body), 403, "forbidden")
+        error = expect_error(_act(viewer, method, queue, action, body), 403, "forbidden")
         assert "administrator" in error["message"]
     # Nothing reached the mesh: both messages still wait on B, and the admin's own browse
     # and send (a fence) are the only admin actions recorded for the queue.
-    page = _ok(_post(admin, queue, "browse", {"node": "B"}))["result"][0]
+    page = expect_ok(_post(admin, queue, "browse", {"node": "B"}))["result"][0]
     assert [m["body"] for m in page["messages"]] == ["kept-1", "kept-2"]
-    _ok(_post(admin, queue, "send", {"node": "B", "body": "fence"}))
+    expect_ok(_post(admin, queue, "send", {"node": "B", "body": "fence"}))
     _admin_event(mesh, admin, queue, "send")
-    events = _ok(admin.get("/api/v1/events", {"kind": "admin_action", "q": queue}))["items"]
+    events = expect_ok(admin.get("/api/v1/events", {"kind": "admin_action", "q": queue}))["items"]
     assert [e["action"] for e in events] == ["send", "browse"], events  # newest first
 
 
@@ -121,7 +111,7 @@ def test_purge_one_node_drops_only_its_messages(mesh, admin):
     _fill(mesh.a, queue, ["a1", "a2", "a3"])
     _fill(mesh.b, queue, ["b1", "b2", "b3", "b4"])
     _wait_depths(mesh, admin, queue, {"A": 3, "B": 4}, "3 messages on A and 4 on B")
-    body = _ok(_post(admin, queue, "purge", {"node": "B"}))
+    body = expect_ok(_post(admin, queue, "purge", {"node": "B"}))
     assert body["failures"] == []
     (done,) = body["result"]
     assert done == {"node": ids["B"], "action": "purge", "target": f"/queue/{queue}", "count": 4, "detail": ""}
@@ -136,23 +126,23 @@ def test_purge_every_node(mesh, admin):
     _fill(mesh.a, queue, ["a1", "a2"])
     _fill(mesh.c, queue, ["c1", "c2", "c3"])
     _wait_depths(mesh, admin, queue, {"A": 2, "C": 3}, "2 messages on A and 3 on C")
-    body = _ok(_post(admin, queue, "purge", {}))
+    body = expect_ok(_post(admin, queue, "purge", {}))
     # B has no such queue: it is simply not among the answers.
     assert body["failures"] == []
     assert {done["node"]: done["count"] for done in body["result"] if done["count"]} == {ids["A"]: 2, ids["C"]: 3}
     _wait_depths(mesh, admin, queue, {}, "every message purged")
-    assert _ok(admin.get(f"/api/v1/queues/{queue}"))["messages"] == 0
+    assert expect_ok(admin.get(f"/api/v1/queues/{queue}"))["messages"] == 0
     _admin_event(mesh, admin, queue, "purge")
 
 
 def test_purge_refuses_unknown_queues_and_nodes(mesh, admin):
     ids = _ids(admin)
-    assert "any node" in _error(_post(admin, unique("qp"), "purge", {}), 404, "not_found")["message"]
+    assert "any node" in expect_error(_post(admin, unique("qp"), "purge", {}), 404, "not_found")["message"]
     queue = unique("qp")
     _fill(mesh.a, queue, ["a1"])
-    error = _error(_post(admin, queue, "purge", {"node": "B"}), 404, "not_found")
+    error = expect_error(_post(admin, queue, "purge", {"node": "B"}), 404, "not_found")
     assert error["node"] == ids["B"] and queue in error["message"]
-    assert "'Z'" in _error(_post(admin, queue, "purge", {"node": "Z"}), 404, "not_found")["message"]
+    assert "'Z'" in expect_error(_post(admin, queue, "purge", {"node": "Z"}), 404, "not_found")["message"]
     # A refusal by the mesh is recorded too, as not ok, by the node that refused.
     event = _admin_event(mesh, admin, queue, "purge", ok=False)
     assert event["node"] == ids["B"] and queue in event["result"]
@@ -164,7 +154,7 @@ def test_purge_refuses_a_bad_body(mesh, admin, body):
         response = admin.post(f"/api/v1/queues/{unique('qp')}/purge", "{not json", content_type="application/json")
     else:
         response = _post(admin, unique("qp"), "purge", body)
-    _error(response, 400, "bad_request")
+    expect_error(response, 400, "bad_request")
 
 
 # -- move --------------------------------------------------------------------------------------------
@@ -175,7 +165,7 @@ def test_move_to_another_queue_on_the_same_node(mesh, admin):
     queue, target = unique("qm"), unique("qm")
     _fill(mesh.b, queue, [f"m{i}" for i in range(5)])
     _wait_depths(mesh, admin, queue, {"B": 5}, "5 messages on B")
-    body = _ok(_post(admin, queue, "move", {"node": "B", "to_queue": target, "count": 2}))
+    body = expect_ok(_post(admin, queue, "move", {"node": "B", "to_queue": target, "count": 2}))
     assert body["failures"] == []
     assert body["result"] == [{"node": ids["B"], "action": "move", "target": f"/queue/{queue}", "count": 2,
                                "detail": f"to /queue/{target}"}]
@@ -191,7 +181,7 @@ def test_move_to_another_queue_on_the_same_node(mesh, admin):
         consumer.sync()
     finally:
         consumer.disconnect()
-    left = _ok(_post(admin, queue, "browse", {"node": "B"}))["result"][0]
+    left = expect_ok(_post(admin, queue, "browse", {"node": "B"}))["result"][0]
     assert [m["body"] for m in left["messages"]] == ["m2", "m3", "m4"]
     event = _admin_event(mesh, admin, queue, "move")
     assert event["result"] == f"2 message(s), to /queue/{target}" and event["node"] == ids["B"]
@@ -203,7 +193,7 @@ def test_move_to_another_node_then_consume_there(mesh, admin):
     bodies = [f"m{i}" for i in range(4)]
     _fill(mesh.b, queue, bodies)
     _wait_depths(mesh, admin, queue, {"B": 4}, "4 messages on B")
-    body = _ok(_post(admin, queue, "move", {"node": "B", "to_node": "C"}))
+    body = expect_ok(_post(admin, queue, "move", {"node": "B", "to_node": "C"}))
     assert body["failures"] == []
     assert body["result"] == [{"node": ids["B"], "action": "move", "target": f"/queue/{queue}", "count": 4,
                                "detail": "to node C"}]
@@ -217,8 +207,8 @@ def test_move_to_another_node_then_consume_there(mesh, admin):
         for message in received:
             consumer.ack(message)
         consumer.sync()
-        mesh.wait(lambda: _ok(admin.get(f"/api/v1/queues/{queue}"))["messages"] == 0, "every moved message acked")
-        row = _ok(admin.get(f"/api/v1/queues/{queue}"))
+        mesh.wait(lambda: expect_ok(admin.get(f"/api/v1/queues/{queue}"))["messages"] == 0, "every moved message acked")
+        row = expect_ok(admin.get(f"/api/v1/queues/{queue}"))
         parts = {part["node_name"]: part["partial"] for part in row["nodes"]}
         assert parts["C"]["acked"] == 4 and parts["B"]["acked"] == 0
     finally:
@@ -242,19 +232,20 @@ def test_move_refuses_a_bad_request(mesh, admin, body, words):
     queue = unique("qm")
     _fill(mesh.b, queue, ["m0"])
     body = {k: queue if v == "SELF" else v for k, v in body.items()}
-    error = _error(_post(admin, queue, "move", body), 400, "bad_request")
+    error = expect_error(_post(admin, queue, "move", body), 400, "bad_request")
     assert words in error["message"]
-    assert [m["body"] for m in _ok(_post(admin, queue, "browse", {"node": "B"}))["result"][0]["messages"]] == ["m0"]
+    browsed = expect_ok(_post(admin, queue, "browse", {"node": "B"}))["result"][0]
+    assert [m["body"] for m in browsed["messages"]] == ["m0"]
 
 
 def test_move_refuses_unknown_queues_and_nodes(mesh, admin):
     ids = _ids(admin)
     queue = unique("qm")
-    error = _error(_post(admin, queue, "move", {"node": "B", "to_queue": unique("qm")}), 404, "not_found")
+    error = expect_error(_post(admin, queue, "move", {"node": "B", "to_queue": unique("qm")}), 404, "not_found")
     assert error["node"] == ids["B"] and queue in error["message"]
     _fill(mesh.b, queue, ["m0"])
-    assert "'Z'" in _error(_post(admin, queue, "move", {"node": "B", "to_node": "Z"}), 404, "not_found")["message"]
-    assert "'Z'" in _error(_post(admin, queue, "move", {"node": "Z", "to_queue": "x"}), 404, "not_found")["message"]
+    for body in ({"node": "B", "to_node": "Z"}, {"node": "Z", "to_queue": "x"}):
+        assert "'Z'" in expect_error(_post(admin, queue, "move", body), 404, "not_found")["message"]
 
 
 # -- browse ------------------------------------------------------------------------------------------
@@ -271,7 +262,7 @@ def test_browse_pages_through_messages_with_headers_and_a_body_preview(mesh, adm
         sender.sync()
     finally:
         sender.disconnect()
-    body = _ok(_post(admin, queue, "browse", {"node": "B", "offset": 2, "limit": 3, "preview": 10}))
+    body = expect_ok(_post(admin, queue, "browse", {"node": "B", "offset": 2, "limit": 3, "preview": 10}))
     assert body["failures"] == []
     (page,) = body["result"]
     assert (page["node"], page["queue"], page["total"], page["offset"]) == (ids["B"], queue, 7, 2)
@@ -281,7 +272,8 @@ def test_browse_pages_through_messages_with_headers_and_a_body_preview(mesh, adm
         assert message["destination"] == f"/queue/{queue}" and message["persistent"] is True
         assert message["redelivered"] is False and message["id"] and message["age_ms"] >= 0
     # The last page; a preview as long as the body is not truncated; nothing was taken.
-    last = _ok(_post(admin, queue, "browse", {"node": "B", "offset": 5, "limit": 50, "preview": 400}))["result"][0]
+    body = {"node": "B", "offset": 5, "limit": 50, "preview": 400}
+    last = expect_ok(_post(admin, queue, "browse", body))["result"][0]
     assert [m["body"] for m in last["messages"]] == bodies[5:] and not any(m["truncated"] for m in last["messages"])
     _wait_depths(mesh, admin, queue, {"B": 7}, "the 7 messages still waiting")
 
@@ -291,7 +283,7 @@ def test_browse_every_node_answers_a_page_per_node_that_has_the_queue(mesh, admi
     queue = unique("qb")
     _fill(mesh.a, queue, ["a0"])
     _fill(mesh.b, queue, ["b0", "b1"])
-    body = _ok(_post(admin, queue, "browse", {}))
+    body = expect_ok(_post(admin, queue, "browse", {}))
     assert body["failures"] == []
     pages = {page["node"]: page for page in body["result"] if page["total"]}
     assert {node: [m["body"] for m in page["messages"]] for node, page in pages.items()} == \
@@ -305,16 +297,16 @@ def test_browse_every_node_answers_a_page_per_node_that_has_the_queue(mesh, admi
 def test_browse_refuses_bad_bounds(mesh, admin, body, field):
     queue = unique("qb")
     _fill(mesh.b, queue, ["m0"])
-    error = _error(_post(admin, queue, "browse", {"node": "B", **body}), 400, "bad_request")
+    error = expect_error(_post(admin, queue, "browse", {"node": "B", **body}), 400, "bad_request")
     assert field in error["message"]
 
 
 def test_browse_refuses_unknown_queues_and_nodes(mesh, admin):
     ids = _ids(admin)
     queue = unique("qb")
-    assert "any node" in _error(_post(admin, queue, "browse", {}), 404, "not_found")["message"]
-    assert _error(_post(admin, queue, "browse", {"node": "A"}), 404, "not_found")["node"] == ids["A"]
-    _error(_post(admin, queue, "browse", {"node": "Z"}), 404, "not_found")
+    assert "any node" in expect_error(_post(admin, queue, "browse", {}), 404, "not_found")["message"]
+    assert expect_error(_post(admin, queue, "browse", {"node": "A"}), 404, "not_found")["node"] == ids["A"]
+    expect_error(_post(admin, queue, "browse", {"node": "Z"}), 404, "not_found")
 
 
 # -- send --------------------------------------------------------------------------------------------
@@ -326,7 +318,7 @@ def test_send_a_test_message_that_a_consumer_receives(mesh, admin):
     consumer = mesh.c.client()
     try:
         consumer.subscribe(f"/queue/{queue}")
-        body = _ok(_post(admin, queue, "send", {"node": "A", "body": "hello, mesh", "headers": {"x-test": "yes"},
+        body = expect_ok(_post(admin, queue, "send", {"node": "A", "body": "hello, mesh", "headers": {"x-test": "yes"},
                                                 "persistent": True}))
         assert body["failures"] == []
         (done,) = body["result"]
@@ -347,10 +339,10 @@ def test_send_a_test_message_that_a_consumer_receives(mesh, admin):
 def test_send_without_a_node_goes_through_the_node_asked(mesh, admin):
     ids = _ids(admin)
     queue = unique("qs")
-    body = _ok(_post(admin, queue, "send", {"body": ""}))
+    body = expect_ok(_post(admin, queue, "send", {"body": ""}))
     assert [done["node"] for done in body["result"]] == [ids["A"]]  # the console's first address is A's
     _wait_depths(mesh, admin, queue, {"A": 1}, "the test message waiting on A")
-    (message,) = _ok(_post(admin, queue, "browse", {"node": "A"}))["result"][0]["messages"]
+    (message,) = expect_ok(_post(admin, queue, "browse", {"node": "A"}))["result"][0]["messages"]
     assert (message["body"], message["persistent"]) == ("", False)
 
 
@@ -359,12 +351,12 @@ def test_send_without_a_node_goes_through_the_node_asked(mesh, admin):
     ({"body": {"nested": True}}, "body"), ({"body": "x", "headers": {"x-a": None}}, "headers"),
 ])
 def test_send_refuses_a_bad_body(mesh, admin, body, field):
-    error = _error(_post(admin, unique("qs"), "send", body), 400, "bad_request")
+    error = expect_error(_post(admin, unique("qs"), "send", body), 400, "bad_request")
     assert field in error["message"]
 
 
 def test_send_refuses_an_unknown_node(mesh, admin):
-    assert "'Z'" in _error(_post(admin, unique("qs"), "send", {"node": "Z", "body": "x"}), 404,
+    assert "'Z'" in expect_error(_post(admin, unique("qs"), "send", {"node": "Z", "body": "x"}), 404,
                            "not_found")["message"]
 
 
@@ -377,17 +369,17 @@ def test_delete_on_one_node_then_everywhere(mesh, admin):
     _fill(mesh.a, queue, ["a1", "a2"])
     _fill(mesh.b, queue, ["b1", "b2", "b3"])
     _wait_depths(mesh, admin, queue, {"A": 2, "B": 3}, "2 messages on A and 3 on B")
-    body = _ok(admin.delete(f"/api/v1/queues/{queue}?node=B"))
+    body = expect_ok(admin.delete(f"/api/v1/queues/{queue}?node=B"))
     assert body == {"result": [{"node": ids["B"], "action": "delete_queue", "target": f"/queue/{queue}",
                                 "count": 3, "detail": ""}], "failures": []}
     mesh.wait(lambda: set(_depths(admin, queue)) == {"A"}, "the queue gone from B, kept on A")
-    body = _ok(admin.delete(f"/api/v1/queues/{queue}"))
+    body = expect_ok(admin.delete(f"/api/v1/queues/{queue}"))
     assert {done["node"]: done["count"] for done in body["result"]} == {ids["A"]: 2}
     mesh.wait(lambda: admin.get(f"/api/v1/queues/{queue}").status_code == 404, "the queue gone from every node")
     _admin_event(mesh, admin, queue, "delete_queue")
 
     def deletions():
-        events = _ok(admin.get("/api/v1/events", {"kind": "admin_action", "q": queue}))["items"]
+        events = expect_ok(admin.get("/api/v1/events", {"kind": "admin_action", "q": queue}))["items"]
         done = sorted((e["node"], e["result"]) for e in events if e["action"] == "delete_queue" and e["ok"])
         return done if len(done) >= 2 else None
 
@@ -403,12 +395,12 @@ def test_delete_is_refused_with_409_while_a_consumer_is_attached(mesh, admin):
         consumer.subscribe(f"/queue/{queue}", ack="client-individual")
         mesh.wait(lambda: (r := admin.get(f"/api/v1/queues/{queue}")).status_code == 200 and r.json()["consumers"],
                   "the consumer in the view")
-        error = _error(admin.delete(f"/api/v1/queues/{queue}?node=B"), 409, "conflict")
+        error = expect_error(admin.delete(f"/api/v1/queues/{queue}?node=B"), 409, "conflict")
         assert error["node"] == ids["B"] and "consumer" in error["message"]
         event = _admin_event(mesh, admin, queue, "delete_queue", ok=False)
         assert event["node"] == ids["B"] and "consumer" in event["result"]
         # The queue is still there and still delivers.
-        _ok(_post(admin, queue, "send", {"node": "B", "body": "still here"}))
+        expect_ok(_post(admin, queue, "send", {"node": "B", "body": "still here"}))
         (message,) = consumer.listener.wait_for(1)
         assert message.body == "still here"
     finally:
@@ -418,9 +410,9 @@ def test_delete_is_refused_with_409_while_a_consumer_is_attached(mesh, admin):
 def test_delete_refuses_unknown_queues_and_nodes(mesh, admin):
     ids = _ids(admin)
     queue = unique("qx")
-    assert "any node" in _error(admin.delete(f"/api/v1/queues/{queue}"), 404, "not_found")["message"]
-    assert _error(admin.delete(f"/api/v1/queues/{queue}?node=C"), 404, "not_found")["node"] == ids["C"]
-    _error(admin.delete(f"/api/v1/queues/{queue}?node=Z"), 404, "not_found")
+    assert "any node" in expect_error(admin.delete(f"/api/v1/queues/{queue}"), 404, "not_found")["message"]
+    assert expect_error(admin.delete(f"/api/v1/queues/{queue}?node=C"), 404, "not_found")["node"] == ids["C"]
+    expect_error(admin.delete(f"/api/v1/queues/{queue}?node=Z"), 404, "not_found")
 
 
 # -- a node that is not linked (last: it kills a node) -----------------------------------------------
@@ -433,20 +425,20 @@ def test_move_to_a_node_that_is_not_linked_is_a_409_conflict(mesh, admin):
     _wait_depths(mesh, admin, queue, {"B": 2}, "2 messages on B")
 
     def links_to_c_down():
-        links = _ok(admin.get("/api/v1/links"))["items"]
+        links = expect_ok(admin.get("/api/v1/links"))["items"]
         return all(row["state"] == "down" for row in links if "C" in (row["a_name"], row["b_name"]))
 
     mesh.c.kill9()
     try:
         mesh.wait(links_to_c_down, "the links to C down")
         # C is still in the mesh's view for a few seconds (3 × connection_ttl), but not linked.
-        error = _error(_post(admin, queue, "move", {"node": "B", "to_node": "C"}), 409, "conflict")
+        error = expect_error(_post(admin, queue, "move", {"node": "B", "to_node": "C"}), 409, "conflict")
         assert error["node"] == ids["B"] and "not linked" in error["message"]
         event = _admin_event(mesh, admin, queue, "move", ok=False)
         assert "not linked" in event["result"]
-        page = _ok(_post(admin, queue, "browse", {"node": "B"}))["result"][0]
+        page = expect_ok(_post(admin, queue, "browse", {"node": "B"}))["result"][0]
         assert [m["body"] for m in page["messages"]] == ["m0", "m1"]  # nothing moved
     finally:
         mesh.c.start()
-    mesh.wait(lambda: len([r for r in _ok(admin.get("/api/v1/links"))["items"] if r["state"] == "up"]) == 3,
+    mesh.wait(lambda: len([r for r in expect_ok(admin.get("/api/v1/links"))["items"] if r["state"] == "up"]) == 3,
               "every link up again", timeout=30)

@@ -7,15 +7,9 @@ import pytest
 from e2e_support import unique
 from mesh_support import send_many
 
+from tests.console.api_support import expect_error
+
 pytestmark = pytest.mark.django_db
-
-
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, response.content[:500])
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert list(body) == ["error"] and body["error"]["code"] == code and body["error"]["message"], body
-    return body["error"]
 
 
 def _queues(client, **params) -> dict:
@@ -46,7 +40,7 @@ def _family_listed(client, mesh, family) -> dict:
 
 
 def test_queues_refuse_anonymous(mesh, anonymous):
-    _error(anonymous.get("/api/v1/queues"), 401, "unauthenticated")
+    expect_error(anonymous.get("/api/v1/queues"), 401, "unauthenticated")
 
 
 def test_queue_list_is_one_page_of_rows_with_per_node_parts(mesh, viewer, family):
@@ -102,16 +96,16 @@ def test_queue_list_filters_by_part_of_the_name_in_any_case(mesh, viewer, family
 
 @pytest.mark.parametrize("page_size", ["0", "501", "x", "-1", ""])
 def test_queue_list_refuses_bad_page_sizes_with_json_400(mesh, viewer, page_size):
-    error = _error(viewer.get("/api/v1/queues", {"page_size": page_size}), 400, "bad_request")
+    error = expect_error(viewer.get("/api/v1/queues", {"page_size": page_size}), 400, "bad_request")
     assert "page_size" in error["message"]
 
 
 @pytest.mark.parametrize("page", ["4", "0", "x"])
 def test_queue_list_answers_json_404_for_a_page_out_of_range(mesh, viewer, family, page):
     _family_listed(viewer, mesh, family)
-    _error(viewer.get("/api/v1/queues", {"name": family[0], "page_size": "2", "page": page}), 404, "not_found")
+    expect_error(viewer.get("/api/v1/queues", {"name": family[0], "page_size": "2", "page": page}), 404, "not_found")
 
 
 def test_queue_list_refuses_an_unknown_sort_field(mesh, viewer):
-    error = _error(viewer.get("/api/v1/queues", {"sort": "bogus"}), 400, "bad_request")
+    error = expect_error(viewer.get("/api/v1/queues", {"sort": "bogus"}), 400, "bad_request")
     assert "sort" in error["message"] and "messages" in error["message"]

@@ -9,6 +9,8 @@ import pytest
 from e2e_support import unique
 from mesh_support import free_port, send_many
 
+from tests.console.api_support import expect_error
+
 pytestmark = pytest.mark.django_db
 
 
@@ -36,14 +38,6 @@ def queue(mesh):
     return name
 
 
-def _error(response, status: int, code: str) -> dict:
-    assert response.status_code == status, (response.status_code, response.content[:500])
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert list(body) == ["error"] and body["error"]["code"] == code and body["error"]["message"], body
-    return body["error"]
-
-
 _ASKING = [
     pytest.param("post", "/api/v1/queues/{queue}/purge", {"node": "B"}, id="purge"),
     pytest.param("post", "/api/v1/queues/{queue}/move", {"node": "B", "to_node": "C"}, id="move"),
@@ -63,7 +57,7 @@ def _request(client, method: str, path: str, body: dict | None):
 
 @pytest.mark.parametrize("method, path, body", _ASKING)
 def test_requests_to_the_mesh_answer_503_json(mesh, admin, nowhere, queue, method, path, body):
-    error = _error(_request(admin, method, path.format(queue=queue), body), 503, "unreachable")
+    error = expect_error(_request(admin, method, path.format(queue=queue), body), 503, "unreachable")
     # The message says which addresses were tried.
     assert all(f"127.0.0.1:{port}" in error["message"] for port in nowhere), error
 
@@ -105,9 +99,9 @@ def test_reads_from_redis_still_work(mesh, viewer, nowhere, queue):
 
 
 def test_auth_and_input_are_checked_before_asking_the_mesh(mesh, anonymous, viewer, admin, nowhere, queue):
-    _error(anonymous.get("/api/v1/connections"), 401, "unauthenticated")
-    _error(viewer.post(f"/api/v1/queues/{queue}/purge", {}, format="json"), 403, "forbidden")
-    _error(viewer.delete("/api/v1/connections/B-1"), 403, "forbidden")
-    _error(admin.post(f"/api/v1/queues/{queue}/move", {"node": "B", "to_queue": "x", "to_node": "C"},
+    expect_error(anonymous.get("/api/v1/connections"), 401, "unauthenticated")
+    expect_error(viewer.post(f"/api/v1/queues/{queue}/purge", {}, format="json"), 403, "forbidden")
+    expect_error(viewer.delete("/api/v1/connections/B-1"), 403, "forbidden")
+    expect_error(admin.post(f"/api/v1/queues/{queue}/move", {"node": "B", "to_queue": "x", "to_node": "C"},
                       format="json"), 400, "bad_request")
-    _error(admin.post(f"/api/v1/queues/{queue}/browse", {"limit": 501}, format="json"), 400, "bad_request")
+    expect_error(admin.post(f"/api/v1/queues/{queue}/browse", {"limit": 501}, format="json"), 400, "bad_request")

@@ -157,7 +157,7 @@ def test_purging_from_the_queue_page_empties_it(page, console, mesh, tmp_path):
     page.wait_for_function("() => !document.querySelector('dialog.dialog')")
     from console.mesh.sources import mesh_view
 
-    mesh.wait(lambda: (row := mesh_view(fresh=True).queue(queue)) is not None and row.messages == 0,
+    mesh.wait(lambda: (row := mesh_view(fresh=True).frame.queue_index.get(queue)) is not None and row.messages == 0,
               "the queue to be empty")
 
 
