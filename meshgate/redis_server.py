@@ -22,7 +22,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 class RedisServer:
     def __init__(self, directory: Path, port: int | None = None, host: str = "127.0.0.1") -> None:
-        self.directory = Path(directory)
+        self.directory = Path(directory).resolve()  # redis-server reads --logfile relative to --dir
         self.host = host
         self.port = port or free_port(host)
         self.process: subprocess.Popen | None = None
