@@ -40,6 +40,24 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--console-port", type=int, help=f"the web console's port (default {8161}, else a free one)")
     local.add_argument("--no-console", action="store_true", help="do not start the web console")
 
+    pipeline = commands.add_parser("pipeline", help="roll the nodes' metrics streams up on Spark (docs/pipeline.md)")
+    pipeline.add_argument("--redis", metavar="URL", default="redis://127.0.0.1:6379/0",
+                          help="the Redis the nodes publish to (their [metrics] redis_url)")
+    pipeline.add_argument("--prefix", default="meshgate", help="the nodes' [metrics] stream_prefix")
+    pipeline.add_argument("--master", default="local[2]",
+                          help="Spark master: local[N], spark://HOST:PORT, k8s://…, yarn")
+    pipeline.add_argument("--checkpoint", metavar="DIR", default="data/pipeline/checkpoint",
+                          help="the streaming checkpoint (on a cluster: storage every node reaches)")
+    pipeline.add_argument("--trigger", type=float, default=1.0, metavar="SECONDS", help="micro-batch interval")
+    pipeline.add_argument("--watermark", type=float, default=120.0, metavar="SECONDS",
+                          help="how late an entry may arrive and still count in its window")
+    pipeline.add_argument("--from", dest="starting", default="earliest",
+                          help="where a new pipeline starts reading: earliest, latest or an entry id")
+    pipeline.add_argument("--max-entries", type=int, default=200_000, help="entries per micro-batch at most")
+    pipeline.add_argument("--once", action="store_true", help="apply what the streams hold now, then stop")
+    pipeline.add_argument("--export", metavar="DIR", help="batch: write the streams' history to Parquet and stop")
+    pipeline.add_argument("--log-level", default="INFO")
+
     passwd = commands.add_parser("passwd", help="hash a password for [security.users]")
     passwd.add_argument("--stdin", action="store_true", help="read the password from standard input")
 
@@ -50,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         return _passwd(args)
     if args.command in ADMIN_COMMANDS:
         return run_admin_command(args)
+    if args.command == "pipeline":
+        return _pipeline(args)
     if args.command == "local-mesh":
         from pathlib import Path
 
@@ -69,6 +89,33 @@ def _passwd(args: argparse.Namespace) -> int:
         return 2
     print(hash_password(password))
     return 0
+
+
+def _pipeline(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print("meshgate pipeline: needs pyspark and pyarrow: pip install 'meshgate[pipeline]' (and Java 17+)",
+              file=sys.stderr)
+        return 2
+    if args.export:
+        from pipeline.export import export
+        from pipeline.spark import session
+
+        spark = session(args.master, app="meshgate-export")
+        written = export(spark, args.redis, args.prefix, args.export,
+                         starting=args.starting)
+        print(f"meshgate pipeline: wrote {written['queues']} queue rows and {written['events']} event rows "
+              f"to {args.export}")
+        spark.stop()
+        return 0
+    from pipeline.job import JobOptions, run
+
+    return run(JobOptions(redis_url=args.redis, prefix=args.prefix, master=args.master, checkpoint=args.checkpoint,
+                          trigger_s=args.trigger, starting=args.starting, watermark_s=args.watermark,
+                          max_entries=args.max_entries, available_now=args.once))
 
 
 def _broker(args: argparse.Namespace) -> int:

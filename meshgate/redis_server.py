@@ -1,5 +1,6 @@
 """A redis-server of our own on loopback, for the local mesh (and the tests):
-no persistence, a free port, stopped with its owner."""
+a free port, stopped with its owner; no persistence unless asked (an append-only
+file in its directory, for a test that restarts it)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 class RedisServer:
-    def __init__(self, directory: Path, port: int | None = None, host: str = "127.0.0.1") -> None:
+    def __init__(self, directory: Path, port: int | None = None, host: str = "127.0.0.1",
+                 persistent: bool = False) -> None:
         self.directory = Path(directory).resolve()  # redis-server reads --logfile relative to --dir
+        self.persistent = persistent
         self.host = host
         self.port = port or free_port(host)
         self.process: subprocess.Popen | None = None
@@ -41,7 +44,8 @@ class RedisServer:
             raise RedisServerError("redis-server is not installed (Debian: apt-get install redis-server)")
         self.directory.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            [executable, "--bind", self.host, "--port", str(self.port), "--save", "", "--appendonly", "no",
+            [executable, "--bind", self.host, "--port", str(self.port), "--save", "",
+             "--appendonly", "yes" if self.persistent else "no", "--appendfsync", "always",
              "--dir", str(self.directory), "--daemonize", "no", "--loglevel", "warning",
              "--logfile", str(self.directory / "redis.log")],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

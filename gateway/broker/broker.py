@@ -126,6 +126,9 @@ class Broker:
             self.memory_used += message.size
             queue.put(message)
             count += 1
+        for queue in by_key.values():
+            # Counters count what happened since start; a recovered message entered before it.
+            queue.enqueued = 0
         return count
 
     def _queue_for_key(self, key: str) -> Queue:

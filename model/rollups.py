@@ -1,0 +1,121 @@
+"""What the pipeline writes back to Redis: per-window rollups of the mesh's
+snapshots and events, and the pipeline's own status. The console reads them; the
+pipeline (``pipeline/``) writes them. docs/pipeline.md lists the keys and fields.
+
+Windows are aligned event-time intervals (``start`` epoch seconds, ``seconds``
+long) at each resolution in ``RESOLUTIONS``. Counts are what happened inside the
+window, from the difference of the nodes' cumulative counters; a rate is a count
+divided by ``seconds``."""
+
+from __future__ import annotations
+
+import msgspec
+
+from model import latency
+
+SCHEMA_VERSION = 1
+RESOLUTIONS: dict[str, int] = {"10s": 10, "1m": 60}  # name -> window length in seconds
+COUNTERS: tuple[str, ...] = (
+    "enqueued", "acked", "forwarded_out", "forwarded_in", "redistributed_out", "redistributed_in",
+    "expired", "dead_lettered",
+)
+
+
+class Counts(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One window of a partial queue, a queue, a node or the whole mesh. Fields at
+    their defaults are left out of the JSON."""
+
+    published: int = 0  # sent by clients (enqueued minus what arrived over links): each message once
+    enqueued: int = 0  # entered the partial queue(s), arrivals over links included
+    acked: int = 0
+    forwarded_out: int = 0
+    forwarded_in: int = 0
+    redistributed_out: int = 0
+    redistributed_in: int = 0
+    expired: int = 0
+    dead_lettered: int = 0
+    depth_last: int = 0  # messages waiting at the last snapshot in the window
+    depth_max: int = 0  # the most waiting at any snapshot (summed over nodes: an upper bound)
+    consumers: int = 0  # at the last snapshot
+    in_flight: int = 0  # at the last snapshot
+    latency: list[int] = []  # acks in the window by end-to-end latency, model.latency buckets (trimmed)
+    latency_sum_ms: float = 0.0
+    p50_ms: float | None = None  # from ``latency``, within a factor of two
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    at: float = 0.0  # a partial queue's last snapshot time (the "last" in depth_last)
+
+
+class QueueWindow(msgspec.Struct, kw_only=True):
+    """One queue across the mesh in one window: the total and each node's partial queue."""
+
+    schema_version: int = SCHEMA_VERSION
+    queue: str
+    start: float
+    seconds: int
+    total: Counts
+    nodes: dict[str, Counts] = {}
+
+
+class ClusterWindow(msgspec.Struct, kw_only=True):
+    """The whole mesh in one window: the total over every queue, each node's total,
+    and the events seen, by kind (and by node, then kind)."""
+
+    schema_version: int = SCHEMA_VERSION
+    start: float
+    seconds: int
+    total: Counts
+    nodes: dict[str, Counts] = {}
+    queues: int = 0  # queues with a partial queue reported in the window
+    events: dict[str, int] = {}
+    node_events: dict[str, dict[str, int]] = {}
+    updated_at: float = 0.0
+
+
+class PipelineStatus(msgspec.Struct, kw_only=True):
+    """What the pipeline last did; written with every micro-batch it applies."""
+
+    schema_version: int = SCHEMA_VERSION
+    pipeline: str  # the checkpoint's id: batch ids count within it
+    batch: int  # the last micro-batch applied
+    applied_at: float
+    started_at: float
+    master: str  # where Spark runs: local[2], spark://…
+    offsets: dict[str, str] = {}  # stream key -> the last entry id applied
+    watermark: float = 0.0  # event time before which windows are closed (late data is dropped)
+    entries: int = 0  # stream entries applied since the pipeline's state began
+    malformed: int = 0  # entries skipped because they could not be read
+    late: int = 0  # entries dropped for arriving after their window closed
+    batch_entries: int = 0  # entries in the last micro-batch
+    batch_seconds: float = 0.0  # how long the last micro-batch took to apply
+
+
+def with_percentiles(counts: Counts) -> Counts:
+    """``counts`` with p50/p95/p99 filled in from its histogram."""
+    if counts.latency:
+        counts.p50_ms = latency.percentile_ms(counts.latency, 0.50)
+        counts.p95_ms = latency.percentile_ms(counts.latency, 0.95)
+        counts.p99_ms = latency.percentile_ms(counts.latency, 0.99)
+    return counts
+
+
+def window_key(prefix: str, resolution: str, start: float) -> str:
+    """The hash holding one window: field ``cluster`` (a ClusterWindow) and one field
+    ``queue:<name>`` (a QueueWindow) per queue reported in it."""
+    return f"{prefix}:rollup:{resolution}:{int(start)}"
+
+
+def index_key(prefix: str, resolution: str) -> str:
+    """A sorted set of the windows written at a resolution, scored by start."""
+    return f"{prefix}:rollup:{resolution}:index"
+
+
+def status_key(prefix: str) -> str:
+    return f"{prefix}:pipeline:status"
+
+
+CLUSTER_FIELD = "cluster"
+
+
+def queue_field(name: str) -> str:
+    return f"queue:{name}"

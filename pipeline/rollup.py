@@ -1,0 +1,339 @@
+"""The driver half of the rollups: turn each micro-batch's per-window rows into
+counts (differences of the nodes' cumulative counters), add them to the open
+windows and write everything to Redis in one transaction.
+
+Exactly once: the transaction that writes a batch's windows also writes the last
+entry id applied per stream, the counters seen last per partial queue, the
+watermark and the batch id. A replayed batch finds its entries already applied
+(they are filtered out by id) and its batch id recorded, so nothing counts twice,
+however the job died. Everything this class keeps in memory is a cache of what
+is in Redis: a new instance carries on where the last transaction left off.
+
+Counters are cumulative per node start (``boot``, the node's ``started_at``): a
+window's count is the last value in it minus the last value before it. A partial
+queue counts from zero when it first shows up, except in the first snapshot the
+pipeline saw of a start it joined late (``seq`` > 1: the pipeline began after
+the node): that one is only a baseline. So a restart of a node or of the
+pipeline never shows a negative or a spike."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from model import latency
+from model.rollups import (
+    CLUSTER_FIELD,
+    COUNTERS,
+    RESOLUTIONS,
+    ClusterWindow,
+    Counts,
+    PipelineStatus,
+    QueueWindow,
+    index_key,
+    queue_field,
+    status_key,
+    window_key,
+    with_percentiles,
+)
+
+STATE_TTL_S = 7 * 24 * 3600  # a partial queue's last counters, kept for a node that comes back
+DEFAULT_RETENTION_S = {"10s": 6 * 3600, "1m": 7 * 24 * 3600}
+_PREFIX = len("queue:")
+_FIRST_SEEN = "\x00first-seen"  # the state field holding the first seq seen of a node start
+
+
+class PartialState(msgspec.Struct, array_like=True):
+    """The last counters applied for one partial queue of one node start."""
+
+    seq: int
+    counters: list[int]
+    latency: list[int]
+    latency_sum_ms: float
+
+
+@dataclass
+class Window:
+    resolution: str
+    start: float
+    seconds: int
+    queues: dict[str, dict[str, Counts]] = field(default_factory=dict)  # queue -> node -> partial queue
+    events: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> kind -> count
+    dirty: set[str] = field(default_factory=set)  # queues changed since written
+    touched: bool = False
+
+    @property
+    def end(self) -> float:
+        return self.start + self.seconds
+
+
+@dataclass
+class Settings:
+    prefix: str = "meshgate"
+    watermark_s: float = 120.0  # how late (event time) an entry may come and still count
+    retention_s: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_RETENTION_S))
+    master: str = ""
+
+    @property
+    def snapshots(self) -> str:
+        return f"{self.prefix}:snapshots"
+
+    @property
+    def events(self) -> str:
+        return f"{self.prefix}:events"
+
+
+_encode = msgspec.json.Encoder().encode
+_state_decode = msgspec.json.Decoder(PartialState).decode
+_queue_decode = msgspec.json.Decoder(QueueWindow).decode
+_cluster_decode = msgspec.json.Decoder(ClusterWindow).decode
+_status_decode = msgspec.json.Decoder(PipelineStatus).decode
+
+
+class Rollups:
+    """Applies micro-batches; one instance per running query (``reset`` after a failure)."""
+
+    def __init__(self, client: Any, settings: Settings) -> None:
+        self.client = client
+        self.settings = settings
+        self.status: PipelineStatus | None = None
+        self._states: dict[tuple[str, float, str], PartialState | None] = {}
+        self._first_seen: dict[tuple[str, float], int | None] = {}
+        self._windows: dict[tuple[str, float], Window] = {}
+        self.started_at = time.time()
+
+    def reset(self) -> None:
+        """Forget the caches; the next batch reads what Redis holds."""
+        self.status = None
+        self._states.clear()
+        self._first_seen.clear()
+        self._windows.clear()
+
+    def load(self) -> PipelineStatus | None:
+        raw = self.client.get(status_key(self.settings.prefix))
+        self.status = _status_decode(raw) if raw else None
+        return self.status
+
+    @property
+    def offsets(self) -> dict[str, str]:
+        return dict(self.status.offsets) if self.status else {}
+
+    @property
+    def watermark(self) -> float:
+        return self.status.watermark if self.status else 0.0
+
+    def applied(self, pipeline: str, batch: int) -> bool:
+        return self.status is not None and self.status.pipeline == pipeline and batch <= self.status.batch
+
+    # -- one micro-batch ------------------------------------------------------------------
+
+    def apply(self, pipeline: str, batch: int, summary: list[dict], boots: list[dict], groups: list[dict],
+              events: list[dict], began: float | None = None) -> PipelineStatus:
+        """Apply one micro-batch: ``summary`` (transform.batch_summary rows), ``boots``
+        (boot_starts), ``groups`` (queue_windows) and ``events`` (event_windows)."""
+        began = time.time() if began is None else began
+        groups = sorted(groups, key=lambda g: (g["node"], g["boot"], g["queue"], g["window"]))
+        self._load_states({(g["node"], g["boot"], g["queue"]) for g in groups},
+                          {(b["node"], b["boot"]) for b in boots})
+        new_boots = {}
+        for row in boots:
+            key = (row["node"], row["boot"])
+            if self._first_seen.get(key) is None:
+                self._first_seen[key] = new_boots[key] = row["first_seq"]
+        self._load_windows({(name, _align(row["window"], seconds)) for row in [*groups, *events]
+                            if not row.get("late") for name, seconds in RESOLUTIONS.items()})
+        changed_states: dict[tuple[str, float, str], PartialState] = {}
+        for group in groups:
+            self._apply_group(group, changed_states)
+        for row in events:
+            for name, seconds in RESOLUTIONS.items():
+                window = self._windows[(name, _align(row["window"], seconds))]
+                by_kind = window.events.setdefault(row["node"], {})
+                by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + row["count"]
+                window.touched = True
+        status = self._next_status(pipeline, batch, summary, began)
+        self._write(changed_states, new_boots, status)
+        self.status = status
+        self._evict(status.watermark)
+        return status
+
+    def _apply_group(self, group: dict, changed: dict) -> None:
+        key = (group["node"], group["boot"], group["queue"])
+        state = self._states.get(key)
+        if state is not None and state.seq >= group["last_seq"]:
+            return  # a duplicate of snapshots already counted
+        last = group["last"]
+        if state is not None:
+            base_counters, base_latency, base_sum = state.counters, state.latency, state.latency_sum_ms
+        elif group["first_seq"] > (self._first_seen.get(key[:2]) or 1) or group["first_seq"] == 1:
+            base_counters, base_latency, base_sum = [0] * len(COUNTERS), [], 0.0
+        else:
+            first = group["first"]
+            base_counters = [first[name] for name in COUNTERS]
+            base_latency, base_sum = first["latency"], first["latency_sum_ms"]
+        now_counters = [last[name] for name in COUNTERS]
+        new_state = PartialState(group["last_seq"], now_counters, latency.trimmed(list(last["latency"])),
+                                 last["latency_sum_ms"])
+        self._states[key] = changed[key] = new_state
+        if group["late"]:
+            return  # its window closed: counted nowhere, but the next window counts from here
+        delta = {name: max(0, now - before) for name, now, before in zip(COUNTERS, now_counters, base_counters,
+                                                                         strict=True)}
+        latency_delta = [max(0, a - b) for a, b in zip(latency.padded(last["latency"]), latency.padded(base_latency),
+                                                       strict=True)]
+        sum_delta = max(0.0, last["latency_sum_ms"] - base_sum)
+        now = group["now"]
+        for name, seconds in RESOLUTIONS.items():
+            window = self._windows[(name, _align(group["window"], seconds))]
+            partial = window.queues.setdefault(group["queue"], {}).setdefault(group["node"], Counts())
+            for counter, amount in delta.items():
+                if amount:
+                    setattr(partial, counter, getattr(partial, counter) + amount)
+            partial.published = max(0, partial.enqueued - partial.forwarded_in - partial.redistributed_in)
+            partial.depth_max = max(partial.depth_max, group["depth_max"])
+            if now["at"] >= partial.at:
+                partial.depth_last, partial.consumers = now["depth"], now["consumers"]
+                partial.in_flight, partial.at = now["in_flight"], now["at"]
+            if any(latency_delta):
+                partial.latency = latency.trimmed(latency.merge(partial.latency, latency_delta))
+                partial.latency_sum_ms += sum_delta
+                with_percentiles(partial)
+            window.dirty.add(group["queue"])
+            window.touched = True
+
+    def _next_status(self, pipeline: str, batch: int, summary: list[dict], began: float) -> PipelineStatus:
+        before = self.status
+        offsets = dict(before.offsets) if before else {}
+        watermark = before.watermark if before else 0.0
+        entries = malformed = late = 0
+        for row in summary:
+            entries += row["entries"]
+            malformed += row["malformed"]
+            late += row["late"]
+            if row["last_id"] is not None:
+                offsets[row["stream"]] = f"{row['last_id']['id_ms']}-{row['last_id']['id_seq']}"
+            if row["max_time"] is not None:
+                watermark = max(watermark, row["max_time"] - self.settings.watermark_s)
+        now = time.time()
+        return PipelineStatus(
+            pipeline=pipeline, batch=batch, applied_at=now, started_at=self.started_at, master=self.settings.master,
+            offsets=offsets, watermark=watermark, entries=(before.entries if before else 0) + entries,
+            malformed=(before.malformed if before else 0) + malformed, late=(before.late if before else 0) + late,
+            batch_entries=entries, batch_seconds=round(now - began, 3),
+        )
+
+    # -- Redis ----------------------------------------------------------------------------
+
+    def _state_key(self, node: str, boot: float) -> str:
+        return f"{self.settings.prefix}:pipeline:state:{node}:{boot!r}"
+
+    def _load_states(self, keys: set[tuple[str, float, str]], boots: set[tuple[str, float]]) -> None:
+        missing = [key for key in keys if key not in self._states]
+        missing_boots = [key for key in boots | {key[:2] for key in keys} if key not in self._first_seen]
+        if not missing and not missing_boots:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for node, boot, queue in missing:
+            pipe.hget(self._state_key(node, boot), queue)
+        for node, boot in missing_boots:
+            pipe.hget(self._state_key(node, boot), _FIRST_SEEN)
+        answers = pipe.execute()
+        for key, raw in zip(missing, answers[:len(missing)], strict=True):
+            self._states[key] = _state_decode(raw) if raw else None
+        for key, raw in zip(missing_boots, answers[len(missing):], strict=True):
+            self._first_seen[key] = int(raw) if raw else None
+
+    def _load_windows(self, wanted: set[tuple[str, float]]) -> None:
+        missing = [key for key in wanted if key not in self._windows]
+        if not missing:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for name, start in missing:
+            pipe.hgetall(window_key(self.settings.prefix, name, start))
+        for (name, start), stored in zip(missing, pipe.execute(), strict=True):
+            window = Window(name, start, RESOLUTIONS[name])
+            for raw_field, raw in stored.items():
+                name_field = raw_field.decode()
+                if name_field == CLUSTER_FIELD:
+                    window.events = _cluster_decode(raw).node_events
+                elif name_field.startswith("queue:"):
+                    window.queues[name_field[_PREFIX:]] = _queue_decode(raw).nodes
+            self._windows[(name, start)] = window
+
+    def _write(self, states: dict[tuple[str, float, str], PartialState], boots: dict[tuple[str, float], int],
+               status: PipelineStatus) -> None:
+        prefix = self.settings.prefix
+        pipe = self.client.pipeline(transaction=True)
+        by_start: dict[tuple[str, float], dict[str, bytes | int]] = {
+            key: {_FIRST_SEEN: first} for key, first in boots.items()}
+        for (node, boot, queue), state in states.items():
+            by_start.setdefault((node, boot), {})[queue] = _encode(state)
+        for (node, boot), fields in by_start.items():
+            key = self._state_key(node, boot)
+            pipe.hset(key, mapping=fields)
+            pipe.expire(key, STATE_TTL_S)
+        now = time.time()
+        for window in self._windows.values():
+            if not window.touched:
+                continue
+            key = window_key(prefix, window.resolution, window.start)
+            fields = {queue_field(queue): _encode(self._queue_window(window, queue)) for queue in window.dirty}
+            fields[CLUSTER_FIELD] = _encode(self._cluster_window(window, now))
+            pipe.hset(key, mapping=fields)
+            retention = self.settings.retention_s.get(window.resolution, DEFAULT_RETENTION_S[window.resolution])
+            pipe.expireat(key, int(window.end + retention))
+            pipe.zadd(index_key(prefix, window.resolution), {str(int(window.start)): window.start})
+            pipe.zremrangebyscore(index_key(prefix, window.resolution), "-inf", now - retention)
+        pipe.set(status_key(prefix), _encode(status))
+        pipe.execute()
+        for window in self._windows.values():
+            window.dirty.clear()
+            window.touched = False
+
+    def _evict(self, watermark: float) -> None:
+        for key in [key for key, window in self._windows.items() if window.end <= watermark]:
+            del self._windows[key]
+
+    # -- documents --------------------------------------------------------------------------
+
+    def _queue_window(self, window: Window, queue: str) -> QueueWindow:
+        nodes = window.queues[queue]
+        return QueueWindow(queue=queue, start=window.start, seconds=window.seconds, total=_sum(nodes.values()),
+                           nodes=nodes)
+
+    def _cluster_window(self, window: Window, now: float) -> ClusterWindow:
+        per_node: dict[str, list[Counts]] = {}
+        for nodes in window.queues.values():
+            for node, partial in nodes.items():
+                per_node.setdefault(node, []).append(partial)
+        nodes = {node: _sum(partials) for node, partials in sorted(per_node.items())}
+        events: dict[str, int] = {}
+        for by_kind in window.events.values():
+            for kind, count in by_kind.items():
+                events[kind] = events.get(kind, 0) + count
+        return ClusterWindow(start=window.start, seconds=window.seconds, total=_sum(nodes.values()), nodes=nodes,
+                             queues=len(window.queues), events=events, node_events=window.events, updated_at=now)
+
+
+def _align(t: float, seconds: int) -> float:
+    return float(int(t // seconds) * seconds)
+
+
+_ADDED = ("published", *COUNTERS, "depth_last", "depth_max", "consumers", "in_flight", "latency_sum_ms")
+
+
+def _sum(parts: Any) -> Counts:
+    total = Counts()
+    histograms = []
+    for part in parts:
+        for name in _ADDED:
+            setattr(total, name, getattr(total, name) + getattr(part, name))
+        if part.latency:
+            histograms.append(part.latency)
+        total.at = max(total.at, part.at)
+    if histograms:
+        total.latency = latency.trimmed(latency.merge(*histograms))
+    return with_percentiles(total)

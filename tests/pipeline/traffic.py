@@ -1,0 +1,149 @@
+"""Synthetic snapshot and event entries, written to Redis exactly as nodes write
+them, and the rollups a reader should compute from them, worked out here
+directly from the traffic (not from the entries) so the pipeline is checked
+against something it did not compute."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import msgspec
+
+from model import latency
+from model.events import DeadLetter, LinkUp
+from model.mesh import SCHEMA_VERSION, Node, PartialQueue, Snapshot
+
+COUNTER_NAMES = ("enqueued", "acked", "forwarded_out", "forwarded_in", "redistributed_out", "redistributed_in",
+                 "expired", "dead_lettered")
+
+
+@dataclass
+class PartialTraffic:
+    """One partial queue of one node start: its cumulative counters as the node keeps them."""
+
+    counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTER_NAMES, 0))
+    latency: list[int] = field(default_factory=latency.empty_histogram)
+    latency_sum_ms: float = 0.0
+    depth: int = 0
+    consumers: int = 0
+
+
+@dataclass
+class NodeTraffic:
+    id: str
+    started_at: float
+    seq: int = 0
+    queues: dict[str, PartialTraffic] = field(default_factory=dict)
+
+
+class Expected:
+    """What happened per (resolution, window start, queue, node), kept as it happens."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[int, float, str, str], dict[str, int]] = {}
+        self.latency: dict[tuple[int, float, str], list[int]] = {}
+        self.depth_last: dict[tuple[int, float, str, str], tuple[float, int]] = {}
+        self.depth_max: dict[tuple[int, float, str, str], int] = {}
+        self.events: dict[tuple[int, float, str], int] = {}
+
+    def add(self, t: float, queue: str, node: str, counter: str, amount: int) -> None:
+        for seconds in (10, 60):
+            key = (seconds, float(int(t // seconds) * seconds), queue, node)
+            counts = self.counts.setdefault(key, dict.fromkeys(COUNTER_NAMES, 0))
+            counts[counter] += amount
+
+    def ack_latency(self, t: float, queue: str, micros: float) -> None:
+        for seconds in (10, 60):
+            key = (seconds, float(int(t // seconds) * seconds), queue)
+            self.latency.setdefault(key, latency.empty_histogram())[latency.bucket_of(micros)] += 1
+
+    def depth(self, t: float, queue: str, node: str, depth: int) -> None:
+        for seconds in (10, 60):
+            key = (seconds, float(int(t // seconds) * seconds), queue, node)
+            if key not in self.depth_last or self.depth_last[key][0] <= t:
+                self.depth_last[key] = (t, depth)
+            self.depth_max[key] = max(self.depth_max.get(key, 0), depth)
+
+    def event(self, t: float, kind: str) -> None:
+        for seconds in (10, 60):
+            key = (seconds, float(int(t // seconds) * seconds), kind)
+            self.events[key] = self.events.get(key, 0) + 1
+
+    def queue_total(self, seconds: int, start: float, queue: str, counter: str) -> int:
+        return sum(c[counter] for (s, w, q, _), c in self.counts.items() if (s, w, q) == (seconds, start, queue))
+
+
+class Mesh:
+    """Nodes whose traffic the test drives; ``snapshot`` writes what a node would."""
+
+    def __init__(self, client, prefix: str = "meshgate", seed: int = 7) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.nodes: dict[str, NodeTraffic] = {}
+        self.expected = Expected()
+        self.random = random.Random(seed)
+        self._encode = msgspec.json.Encoder().encode
+
+    def start(self, node: str, at: float) -> NodeTraffic:
+        """Start (or restart: counters from zero) a node."""
+        self.nodes[node] = NodeTraffic(node, at)
+        return self.nodes[node]
+
+    def send(self, t: float, node: str, queue: str, count: int = 1, *, via_link: bool = False) -> None:
+        partial = self.nodes[node].queues.setdefault(queue, PartialTraffic())
+        partial.counters["enqueued"] += count
+        partial.depth += count
+        self.expected.add(t, queue, node, "enqueued", count)
+        if via_link:
+            partial.counters["forwarded_in"] += count
+            self.expected.add(t, queue, node, "forwarded_in", count)
+
+    def ack(self, t: float, node: str, queue: str, count: int = 1, latency_us: float = 2000.0) -> None:
+        partial = self.nodes[node].queues[queue]
+        partial.counters["acked"] += count
+        partial.depth -= count
+        self.expected.add(t, queue, node, "acked", count)
+        for _ in range(count):
+            partial.latency[latency.bucket_of(latency_us)] += 1
+            partial.latency_sum_ms += latency_us / 1000
+            self.expected.ack_latency(t, queue, latency_us)
+
+    def forward(self, t: float, node: str, queue: str, count: int) -> None:
+        partial = self.nodes[node].queues[queue]
+        partial.counters["forwarded_out"] += count
+        partial.depth -= count
+        self.expected.add(t, queue, node, "forwarded_out", count)
+
+    def snapshot(self, t: float, node: str, *, count_depth: bool = True) -> Snapshot:
+        traffic = self.nodes[node]
+        traffic.seq += 1
+        queues = []
+        for name, partial in sorted(traffic.queues.items()):
+            queues.append(PartialQueue(
+                node=node, name=name, depth=partial.depth, in_flight=0, consumers=partial.consumers,
+                latency=latency.trimmed(list(partial.latency)), latency_sum_ms=partial.latency_sum_ms,
+                **partial.counters))
+            if count_depth:
+                self.expected.depth(t, name, node, partial.depth)
+        snapshot = Snapshot(seq=traffic.seq, taken_at=t, node=Node(
+            id=node, name=node, version="test", started_at=traffic.started_at, last_seen=t), queues=queues)
+        self.write_snapshot(snapshot)
+        return snapshot
+
+    def write_snapshot(self, snapshot: Snapshot) -> None:
+        self.client.xadd(f"{self.prefix}:snapshots", {
+            "node": snapshot.node.id, "seq": snapshot.seq, "schema": SCHEMA_VERSION, "data": self._encode(snapshot)})
+
+    def event(self, t: float, node: str, kind: str = "link_up", *, count: bool = True) -> None:
+        if kind == "dead_letter":
+            event = DeadLetter(time=t, node=node, queue="q", reason="expired", dead_letter_queue="DLQ", count=1)
+        else:
+            event = LinkUp(time=t, node=node, peer="p", peer_name="p", dialled=True)
+        self.client.xadd(f"{self.prefix}:events", {
+            "node": node, "kind": kind, "schema": SCHEMA_VERSION, "data": self._encode(event)})
+        if count:
+            self.expected.event(t, kind)
+
+    def raw(self, stream: str, fields: dict) -> None:
+        self.client.xadd(f"{self.prefix}:{stream}", fields)
