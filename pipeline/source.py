@@ -171,7 +171,9 @@ def _ranges(options: _Options, start: dict[str, str], end: dict[str, str]) -> li
     return ranges
 
 
-def _read(options: _Options, part: StreamRange) -> Iterator[Any]:
+def _read(options: _Options, part: InputPartition) -> Iterator[Any]:
+    if not isinstance(part, StreamRange):
+        return  # Spark's stand-in for "no partitions": nothing to read
     client = options.client()
     try:
         cursor = part.after

@@ -28,7 +28,6 @@ def session(master: str = DEFAULT_MASTER, app: str = "meshgate-pipeline", conf: 
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
     if master.startswith("local") or master.startswith("spark://127.") or master.startswith("spark://localhost"):
         settings["spark.driver.host"] = "127.0.0.1"

@@ -16,6 +16,7 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if Path(str(item.fspath)).parent == Path(__file__).parent:
             item.add_marker(pytest.mark.slow)
+            item.add_marker(pytest.mark.timeout(300))  # a JVM per pipeline process; slow on a busy machine
 
 
 @pytest.fixture
@@ -43,3 +44,49 @@ def spark():
     spark = session("local[2]", app="meshgate-tests")
     yield spark
     spark.stop()
+
+
+class PipelineProcess:
+    """``meshgate pipeline`` as a process of its own, its output in a log file."""
+
+    def __init__(self, tmp_path: Path, redis_url: str, *args: str, env: dict | None = None) -> None:
+        import os
+        import subprocess
+
+        self.log_path = tmp_path / f"pipeline-{len(list(tmp_path.glob('pipeline-*.log')))}.log"
+        environment = {**os.environ, **(env or {})}
+        command = [sys.executable, "-m", "meshgate.cli", "pipeline", "--redis", redis_url, *args]
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=environment,
+                                            cwd=tmp_path)
+
+    def wait(self, timeout: float = 120) -> int:
+        return self.process.wait(timeout)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(20)
+            except Exception:
+                self.process.kill()
+                self.process.wait()
+
+
+@pytest.fixture
+def pipeline_process(tmp_path):
+    """``pipeline_process(redis_url, *args, env=None)`` starts ``meshgate pipeline``;
+    every one started is stopped at teardown."""
+    started: list[PipelineProcess] = []
+
+    def start(redis_url: str, *args: str, env: dict | None = None) -> PipelineProcess:
+        process = PipelineProcess(tmp_path, redis_url, *args, env=env)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        process.stop()

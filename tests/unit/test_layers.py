@@ -16,7 +16,8 @@ ALLOWED = {
     "mesh": {"model", "gateway"},
     "metrics": {"model"},
     "management": {"model", "gateway", "mesh"},
-    "meshgate": {"model", "gateway", "mesh", "metrics", "management"},
+    "pipeline": {"model"},
+    "meshgate": {"model", "gateway", "mesh", "metrics", "management", "pipeline"},
 }
 # model must stay importable without Twisted (Django and PySpark import it)
 FORBIDDEN_THIRD_PARTY = {"model": {"twisted", "zope"}, "metrics": {"twisted.internet.reactor"}}

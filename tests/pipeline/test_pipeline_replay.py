@@ -1,0 +1,66 @@
+"""Exactly once across restarts: from the checkpoint, after a crash between
+applying a micro-batch and Spark committing it, and with a new checkpoint."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from rollup_support import mismatches, status
+from test_pipeline_rollups import drive, options
+from traffic import Mesh
+
+from pipeline.job import EXIT_AFTER_BATCH, run_once
+
+
+def started_mesh(client) -> tuple[Mesh, float]:
+    mesh = Mesh(client, seed=11)
+    base = float(int(time.time() // 60) * 60 - 300)
+    for node in ("a", "b", "c"):
+        mesh.start(node, base - 1)
+    return mesh, base
+
+
+def assert_agrees(client, mesh: Mesh, written: int) -> None:
+    problems = mismatches(client, mesh.expected)
+    assert problems == [], "\n".join(problems)
+    assert status(client).entries == written
+
+
+def test_a_restart_from_the_checkpoint_counts_new_entries_once(spark, client, redis_server, tmp_path):
+    mesh, base = started_mesh(client)
+    written = drive(mesh, base, 40)
+    run_once(spark, options(redis_server, tmp_path))
+    first = status(client)
+    written += drive(mesh, base + 40, 40)
+    run_once(spark, options(redis_server, tmp_path))
+    assert status(client).batch > first.batch and status(client).pipeline == first.pipeline
+    assert_agrees(client, mesh, written)
+
+
+def test_a_batch_applied_but_not_committed_is_replayed_without_counting_twice(
+        spark, client, redis_server, tmp_path, pipeline_process, caplog):
+    mesh, base = started_mesh(client)
+    written = drive(mesh, base, 60)
+    checkpoint = tmp_path / "checkpoint"
+    crashed = pipeline_process(redis_server.url, "--once", "--max-entries", "50", "--checkpoint", str(checkpoint),
+                               env={EXIT_AFTER_BATCH: "1"})
+    assert crashed.wait() == 17, crashed.log()
+    assert status(client).batch == 1
+    assert (checkpoint / "offsets" / "1").exists() and not (checkpoint / "commits" / "1").exists()
+    with caplog.at_level(logging.INFO, logger="meshgate.pipeline"):
+        run_once(spark, options(redis_server, tmp_path, max_entries=50))
+    assert "batch 1 already applied; skipped" in caplog.text
+    assert status(client).batch > 1
+    assert_agrees(client, mesh, written)
+
+
+def test_a_new_checkpoint_carries_on_from_what_redis_says_was_applied(spark, client, redis_server, tmp_path):
+    mesh, base = started_mesh(client)
+    written = drive(mesh, base, 40)
+    run_once(spark, options(redis_server, tmp_path))
+    written += drive(mesh, base + 40, 30)
+    fresh = options(redis_server, tmp_path)
+    fresh.checkpoint = str(tmp_path / "another-checkpoint")
+    run_once(spark, fresh)
+    assert_agrees(client, mesh, written)

@@ -1,0 +1,100 @@
+"""The redis_streams data source on its own: batch reads, offsets, partitions,
+field columns or a map, Arrow or tuples, admission control, availableNow and
+commit; bad options fail with a message naming them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.source import fair_shares
+
+
+def fill(client, key: str, count: int, start: int = 0) -> list[str]:
+    pipe = client.pipeline(transaction=False)
+    for i in range(start, start + count):
+        pipe.xadd(key, {"n": str(i), "kind": "even" if i % 2 == 0 else "odd"})
+    return [entry_id.decode() for entry_id in pipe.execute()]
+
+
+def reader(spark, redis_server, **options):
+    frame = spark.read.format("redis_streams").option("url", redis_server.url)
+    for name, value in options.items():
+        frame = frame.option(name, value)
+    return frame.load()
+
+
+def test_a_batch_read_gives_every_entry_once_split_into_partitions(spark, client, redis_server):
+    a_ids = fill(client, "s:a", 5000)
+    b_ids = fill(client, "s:b", 1200)
+    frame = reader(spark, redis_server, streams="s:a,s:b", fields="n,kind", entriesPerPartition="1000")
+    assert frame.rdd.getNumPartitions() == 5 + 2
+    rows = frame.collect()
+    assert sorted((r.stream, r.id) for r in rows) == sorted([("s:a", i) for i in a_ids] + [("s:b", i) for i in b_ids])
+    first = min((r for r in rows if r.stream == "s:a"), key=lambda r: int(r.n))
+    assert (first.id, first.n, first.kind) == (a_ids[0], "0", "even")
+    assert abs(first.time.timestamp() * 1000 - int(a_ids[0].split("-")[0])) < 1
+
+
+def test_offsets_start_after_an_id_and_end_at_one_inclusive(spark, client, redis_server):
+    ids = fill(client, "s:a", 100)
+    other = fill(client, "s:b", 10)
+    rows = reader(spark, redis_server, streams="s:a", fields="n", startingOffsets=ids[9], endingOffsets=ids[19]).collect()
+    assert sorted(int(r.n) for r in rows) == list(range(10, 20))
+    by_stream = reader(spark, redis_server, streams="s:a,s:b", fields="n",
+                       startingOffsets=json.dumps({"s:a": ids[97]})).collect()
+    assert sorted((r.stream, r.id) for r in by_stream) == sorted([("s:a", ids[98]), ("s:a", ids[99])]
+                                                                 + [("s:b", i) for i in other])
+    assert reader(spark, redis_server, streams="s:a", startingOffsets="latest").count() == 0
+
+
+def test_the_map_column_arrow_and_tuples_read_the_same_and_bad_bytes_are_replaced(spark, client, redis_server):
+    fill(client, "s:a", 50)
+    client.xadd("s:a", {"n": b"\xff\xfe", b"\xc3": "x"})
+    arrow = reader(spark, redis_server, streams="s:a").collect()
+    tuples = reader(spark, redis_server, streams="s:a", arrow="false").collect()
+    assert [r.asDict() for r in arrow] == [r.asDict() for r in tuples]
+    assert arrow[0].fields == {"n": "0", "kind": "even"}
+    assert arrow[-1].fields == {"n": "\ufffd\ufffd", "\ufffd": "x"}
+
+
+def test_a_stream_query_takes_at_most_max_entries_a_batch_shared_fairly_and_commits(spark, client, redis_server,
+                                                                                   tmp_path):
+    a_ids = fill(client, "s:a", 700)
+    b_ids = fill(client, "s:b", 40)
+    batches: list[dict[str, int]] = []
+
+    def collect(frame, batch_id):
+        batches.append({r["stream"]: r["count"] for r in frame.groupBy("stream").count().collect()})
+
+    query = (spark.readStream.format("redis_streams").option("url", redis_server.url).option("streams", "s:a,s:b")
+             .option("maxEntriesPerTrigger", "300").option("progressKey", "progress").load()
+             .writeStream.foreachBatch(collect).option("checkpointLocation", str(tmp_path / "checkpoint"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination(120)
+    assert not query.isActive and query.exception() is None
+    assert [sum(b.values()) for b in batches] == [300, 300, 140]
+    assert batches[0] == {"s:a": 260, "s:b": 40}
+    assert sum(b.get("s:a", 0) for b in batches) == 700
+    # Spark commits a batch's offsets when it plans the next one: the last may not be committed yet.
+    progress = {key.decode(): value.decode() for key, value in client.hgetall("progress").items()}
+    assert progress["s:b"] == b_ids[-1] and progress["s:a"] in (a_ids[259], a_ids[559], a_ids[-1])
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({}, "'streams' option is required"),
+    ({"streams": "s:a", "maxEntriesPerTrigger": "0"}, "maxEntriesPerTrigger must be positive"),
+    ({"streams": "s:a", "startingOffsets": "yesterday"}, "invalid literal"),
+])
+def test_bad_options_fail_with_a_message_that_names_them(spark, redis_server, options, message):
+    with pytest.raises(Exception, match=message):
+        reader(spark, redis_server, **options).collect()
+
+
+def test_fair_shares_split_a_limit_and_pass_on_what_a_short_stream_leaves():
+    assert fair_shares({"a": 1000, "b": 1000}, 300) == {"a": 150, "b": 150}
+    assert fair_shares({"a": 1000, "b": 40}, 300) == {"a": 260, "b": 40}
+    assert fair_shares({"a": 5, "b": 3}, 300) == {"a": 5, "b": 3}
+    assert fair_shares({"a": 10, "b": 10, "c": 10}, 2) == {"a": 1, "b": 1, "c": 0}
+    assert sum(fair_shares({"a": 7, "b": 9, "c": 100}, 31).values()) == 31
