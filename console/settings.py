@@ -45,7 +45,6 @@ MESHGATE = {
               if address.strip()],
     "LOGIN": os.environ.get("MESHGATE_CONSOLE_LOGIN") or None,
     "PASSCODE": os.environ.get("MESHGATE_CONSOLE_PASSCODE") or None,
-    "ROLLUP_PREFIX": os.environ.get("MESHGATE_ROLLUP_PREFIX", "meshgate:rollup"),
 }
 
 INSTALLED_APPS = [

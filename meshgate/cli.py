@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
                                                       "of its own on a free port; none: no metrics)")
     local.add_argument("--console-port", type=int, help=f"the web console's port (default {8161}, else a free one)")
     local.add_argument("--no-console", action="store_true", help="do not start the web console")
+    local.add_argument("--no-pipeline", action="store_true", help="do not start the metrics pipeline (Spark)")
 
     pipeline = commands.add_parser("pipeline", help="roll the nodes' metrics streams up on Spark (docs/pipeline.md)")
     pipeline.add_argument("--redis", metavar="URL", default="redis://127.0.0.1:6379/0",
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         from meshgate.local_mesh import default_data, run
 
         return run(args.nodes, args.base_port, Path(args.data) if args.data else default_data(), args.redis,
-                   args.console_port, not args.no_console)
+                   args.console_port, not args.no_console, not args.no_pipeline)
     return _broker(args)
 
 
@@ -111,11 +112,15 @@ def _pipeline(args: argparse.Namespace) -> int:
               f"to {args.export}")
         spark.stop()
         return 0
-    from pipeline.job import JobOptions, run
+    from pipeline.job import JobOptions, PipelineFailed, run
 
-    return run(JobOptions(redis_url=args.redis, prefix=args.prefix, master=args.master, checkpoint=args.checkpoint,
-                          trigger_s=args.trigger, starting=args.starting, watermark_s=args.watermark,
-                          max_entries=args.max_entries, available_now=args.once))
+    try:
+        return run(JobOptions(redis_url=args.redis, prefix=args.prefix, master=args.master,
+                              checkpoint=args.checkpoint, trigger_s=args.trigger, starting=args.starting,
+                              watermark_s=args.watermark, max_entries=args.max_entries, available_now=args.once))
+    except PipelineFailed as error:
+        print(f"meshgate pipeline: failed: {error}", file=sys.stderr)
+        return 1
 
 
 def _broker(args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """``meshgate local-mesh``: Meshgate on one machine, on embedded defaults — a few
 nodes that find each other by multicast on 127.0.0.1 (each a ``meshgate broker``
-process of its own), a redis-server for their metrics, and the web console with
-its live worker. For trying the mesh out; Ctrl-C stops everything."""
+process of its own), a redis-server for their metrics, the web console with its
+live worker, and the metrics pipeline on local Spark. For trying the mesh out;
+Ctrl-C stops everything."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ import importlib.util
 import os
 import random
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,13 +28,21 @@ class _Processes:
 
     def __init__(self) -> None:
         self.running: list[tuple[str, subprocess.Popen]] = []
+        self.optional: set[str] = set()  # their exit is reported; the rest carries on
         self.stopping = False
 
-    def start(self, name: str, command: list[str], env: dict | None = None, quiet: bool = False) -> None:
+    def start(self, name: str, command: list[str], env: dict | None = None, quiet: bool = False,
+              log: Path | None = None, optional: bool = False) -> None:
         if self.stopping:
             return
-        output = subprocess.DEVNULL if quiet else None
-        self.running.append((name, subprocess.Popen(command, env=env, stdout=output)))
+        if optional:
+            self.optional.add(name)
+        if log is not None:
+            with open(log, "ab") as output:
+                process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+        else:
+            process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL if quiet else None)
+        self.running.append((name, process))
 
     def stop(self) -> None:
         for _, process in reversed(self.running):
@@ -50,7 +61,9 @@ class _Processes:
                 if code in (None, 0) or self.stopping or name in reported:
                     continue
                 reported.add(name)
-                if time.monotonic() - started < grace or not name.startswith("node"):
+                if name in self.optional:
+                    print(f"meshgate local mesh: {name} exited with status {code}; the others carry on", flush=True)
+                elif time.monotonic() - started < grace or not name.startswith("node"):
                     print(f"meshgate local mesh: {name} exited with status {code}; stopping everything", flush=True)
                     status = code
                     self.stop()
@@ -68,7 +81,7 @@ def _secret(path: Path, make) -> str:
 
 
 def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, console_port: int | None = None,
-        console: bool = True) -> int:
+        console: bool = True, pipeline: bool = True) -> int:
     """``redis_url``: where nodes write their metrics; None starts a redis-server of
     our own (if one is installed), "none" turns metrics off (and the console)."""
     data.mkdir(parents=True, exist_ok=True)
@@ -116,6 +129,8 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
         print("  metrics: off (no redis-server installed; give --redis URL to use one)", flush=True)
     if console and redis_url and not processes.stopping:
         _start_console(processes, data / "console", redis_url, stomp_ports, console_port)
+    if pipeline and redis_url and not processes.stopping:
+        _start_pipeline(processes, data / "pipeline", redis_url)
     print(f"  command line: meshgate nodes --stomp 127.0.0.1:{stomp_ports[0]}; Ctrl-C stops everything", flush=True)
     status = processes.wait(started)
     if redis is not None:
@@ -138,6 +153,41 @@ def _start_console(processes: _Processes, data: Path, redis_url: str, stomp_port
                                 "console.asgi:application"], env=env, quiet=True)
     processes.start("console worker", [*django, "meshwatch"], env=env, quiet=True)
     print(f"  console: http://127.0.0.1:{port}/ — {sign_in.stdout.strip()}", flush=True)
+
+
+def _start_pipeline(processes: _Processes, data: Path, redis_url: str) -> None:
+    if importlib.util.find_spec("pyspark") is None:
+        print("  pipeline: not installed (pip install 'meshgate[pipeline]')", flush=True)
+        return
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        print("  pipeline: no Java runtime for Spark (Debian: apt-get install default-jre-headless)", flush=True)
+        return
+    data.mkdir(parents=True, exist_ok=True)
+    log = data / "pipeline.log"
+    processes.start("pipeline", [sys.executable, "-m", "meshgate", "pipeline", "--redis", redis_url,
+                                 "--checkpoint", str(data / "checkpoint"), "--log-level", "WARNING"],
+                    log=log, optional=True)
+    print(f"  pipeline: starting on local Spark (local[2]); the console's charts switch to its rollups once "
+          f"its first batch lands, in ~20 s. Log: {log}", flush=True)
+    threading.Thread(target=_announce_pipeline, args=(redis_url, processes), daemon=True).start()
+
+
+def _announce_pipeline(redis_url: str, processes: _Processes, timeout: float = 180.0) -> None:
+    """Say when the pipeline's first micro-batch is applied (its status appears)."""
+    import redis
+
+    from model.rollups import status_key
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=2)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not processes.stopping:
+        try:
+            if client.exists(status_key("meshgate")):
+                print("meshgate local mesh: pipeline running (rollups in Redis; docs/pipeline.md)", flush=True)
+                return
+        except redis.RedisError:
+            pass
+        time.sleep(1.0)
 
 
 def _port_free(port: int) -> bool:

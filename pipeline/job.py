@@ -27,6 +27,10 @@ QUERY_NAME = "meshgate-rollups"
 EXIT_AFTER_BATCH = "MESHGATE_PIPELINE_EXIT_AFTER_BATCH"
 
 
+class PipelineFailed(Exception):
+    """A ``--once`` run failed (it is not retried)."""
+
+
 @dataclass
 class JobOptions:
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -154,6 +158,8 @@ def _supervise(spark: Any, options: JobOptions, stop: threading.Event) -> None:
         except Exception as error:  # Redis gone, a task failed: start again from the checkpoint
             text = str(error).strip()
             message = text.splitlines()[0][:300] if text else type(error).__name__
+            if options.available_now:  # a one-off run (cron) fails rather than waiting for help
+                raise PipelineFailed(message) from error
             if batches.batches:
                 backoff = 1.0  # it had been working: a fresh failure
             log.warning("pipeline query failed (%s); restarting from its checkpoint in %.0f s", message, backoff)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import msgspec
 
 from console.mesh import shapes
-from model import events, requests
+from model import events, requests, rollups
 from model import mesh as model_mesh
 
 _TYPES = [shapes.Overview, shapes.NodeRow, shapes.QueueRow, shapes.QueueDetail, shapes.LinkRow, model_mesh.Snapshot,
-          model_mesh.Connection, model_mesh.TopicSubscription, requests.Done, requests.BrowsePage, events.AnyEvent]
+          model_mesh.Connection, model_mesh.TopicSubscription, requests.Done, requests.BrowsePage, events.AnyEvent,
+          rollups.PipelineStatus]
 _REF = "#/components/schemas/{name}"
 
 
@@ -22,6 +23,15 @@ def _components() -> dict:
             "links": {"type": "array", "items": {"$ref": _REF.format(name="Link")}},
             "partial_queues": {"type": "array", "items": {"$ref": _REF.format(name="PartialQueue")}},
             "subscriptions": {"type": "array", "items": {"$ref": _REF.format(name="TopicSubscription")}}}}]}
+    # GET pipeline: the PipelineStatus's fields (absent when the pipeline never wrote one),
+    # whether it runs, the age of its last batch and the age after which it does not.
+    status = components["PipelineStatus"]
+    components["Pipeline"] = {"type": "object", "required": ["running", "age", "stale_after"], "properties": {
+        **status["properties"],
+        "running": {"type": "boolean", "description": "its status was written within stale_after seconds"},
+        "age": {"anyOf": [{"type": "number"}, {"type": "null"}],
+                "description": "seconds since its last batch was applied; null without a status"},
+        "stale_after": {"type": "number", "description": "seconds after its last batch when it counts as stopped"}}}
     return components
 
 

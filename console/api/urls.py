@@ -8,6 +8,7 @@ urlpatterns = [
     path("health", views.Health.as_view(), name="health"),
     path("overview", views.OverviewView.as_view(), name="overview"),
     path("overview/history", views.OverviewHistory.as_view(), name="overview-history"),
+    path("pipeline", views.PipelineView.as_view(), name="pipeline"),
     path("nodes", views.NodeList.as_view(), name="nodes"),
     path("nodes/<str:node>", views.NodeDetail.as_view(), name="node"),
     path("links", views.LinkList.as_view(), name="links"),

@@ -4,8 +4,10 @@ actions go to the nodes as management requests, in the signed-in user's name."""
 from __future__ import annotations
 
 import re
+import time
 
 import msgspec
+from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound, ValidationError
@@ -17,9 +19,9 @@ from console.api.pagination import Pages
 from console.api.permissions import Admin
 from console.api.schema import model_ref, reply_schema
 from console.mesh import events as event_stream
-from console.mesh import history
+from console.mesh import history, rollups
 from console.mesh.actions import Unavailable
-from console.mesh.sources import management, mesh_view
+from console.mesh.sources import management, mesh_view, redis_client
 from model.mesh import PartialQueue
 from model.requests import (
     ALL,
@@ -32,6 +34,7 @@ from model.requests import (
     Request,
     Send,
 )
+from model.rollups import RESOLUTIONS
 
 _builtins = msgspec.to_builtins
 # Snapshots leave a partial queue's default fields out; the API answers them whole.
@@ -129,9 +132,26 @@ class OverviewView(APIView):
         return Response(_builtins(mesh_view().overview()))
 
 
-_HISTORY = {200: {"type": "array", "items": {"type": "object", "properties": {
-    "t": {"type": "number"}, "enqueue": {"type": "number"}, "ack": {"type": "number"},
-    "forward": {"type": "number"}, "redistribute": {"type": "number"}}}}}
+_HISTORY_POINT = {"type": "object", "required": ["t", "enqueue", "ack", "forward", "redistribute"], "properties": {
+    "t": {"type": "number", "description": "epoch seconds (from rollups: the window's start)"},
+    **{rate: {"type": "number", "description": "messages per second"} for rate in history.RATES},
+    "dead_lettered": {"type": "number", "description": "per second (rollups only)"},
+    "expired": {"type": "number", "description": "per second (rollups only)"},
+    "depth_last": {"type": "integer", "description": "waiting at the window's last snapshot (rollups only)"},
+    "depth_max": {"type": "integer", "description": "the most waiting at a snapshot in the window (rollups only)"},
+    "consumers": {"type": "integer", "description": "at the window's last snapshot (rollups only)"},
+    **{p: {"type": ["number", "null"], "description": "latency percentile, ms; null without acks (rollups only)"}
+       for p in rollups.PERCENTILES},
+    "partial": {"type": "boolean", "description": "the window is still open (rollups only)"}}}
+_HISTORY = {200: {"type": "object", "required": ["source", "resolution", "points"], "properties": {
+    "source": {"type": "string", "enum": ["pipeline", "snapshots"]},
+    "resolution": {"type": ["string", "null"], "enum": [*RESOLUTIONS, None]},
+    "points": {"type": "array", "items": _HISTORY_POINT}}}}
+_HISTORY_PARAMS = [
+    OpenApiParameter("seconds", float, description="how far back, 1 to 3600 (default 300)"),
+    OpenApiParameter("resolution", str, enum=list(RESOLUTIONS),
+                     description="the pipeline's windows to chart (default: 10s up to 15 minutes, else 1m)"),
+]
 
 
 def _seconds(request) -> float:
@@ -145,13 +165,35 @@ def _seconds(request) -> float:
     return seconds
 
 
-class OverviewHistory(APIView):
-    """Messages per second over the last ``seconds``, summed over the mesh."""
+def _resolution(request) -> str | None:
+    raw = request.query_params.get("resolution")
+    if raw is None:
+        return None
+    if raw not in RESOLUTIONS:
+        raise ValidationError({"resolution": f"one of {', '.join(RESOLUTIONS)}, got {raw!r}"})
+    return raw
 
-    @extend_schema(parameters=[OpenApiParameter("seconds", float, description="how far back (default 300)")],
-                   responses=_HISTORY)
+
+class OverviewHistory(APIView):
+    """Messages per second over the last ``seconds``, summed over the mesh: from the
+    pipeline's rollups when it runs, else from the snapshots."""
+
+    @extend_schema(parameters=_HISTORY_PARAMS, responses=_HISTORY)
     def get(self, request):
-        return Response(history.rates(_seconds(request)))
+        return Response(history.chart(_seconds(request), resolution=_resolution(request)))
+
+
+class PipelineView(APIView):
+    """The metrics pipeline's status, whether it runs, and how old its last batch is."""
+
+    @extend_schema(operation_id="pipeline_retrieve", responses=model_ref("Pipeline"))
+    def get(self, request):
+        status = rollups.read_status(redis_client(), settings.MESHGATE["STREAM_PREFIX"])
+        now = time.time()
+        body = _builtins(status) if status is not None else {}
+        body.update(running=rollups.is_running(status, now), age=rollups.age(status, now) if status else None,
+                    stale_after=rollups.stale_after(status))
+        return Response(body)
 
 
 # -- nodes and links ------------------------------------------------------------------------------
@@ -209,10 +251,9 @@ class QueueList(APIView):
 class QueueHistory(APIView):
     """One queue's messages per second over the last ``seconds``, summed over its nodes."""
 
-    @extend_schema(parameters=[OpenApiParameter("seconds", float, description="how far back (default 300)")],
-                   responses=_HISTORY)
+    @extend_schema(parameters=_HISTORY_PARAMS, responses=_HISTORY)
     def get(self, request, name):
-        return Response(history.rates(_seconds(request), queue=name))
+        return Response(history.chart(_seconds(request), queue=name, resolution=_resolution(request)))
 
 
 class QueueDetail(APIView):

@@ -1,6 +1,7 @@
-"""Rates over the last minutes, computed from consecutive snapshots in the stream
-(the pipeline's rollups replace this when the pipeline runs, and reach further
-back). Bounded: at most ``MAX_ENTRIES`` snapshots are read, the newest."""
+"""Rates over the last minutes, for the charts: from the pipeline's rollups when the
+pipeline runs and its windows cover the range (console.mesh.rollups), else computed
+from consecutive snapshots in the stream. Bounded: at most ``MAX_ENTRIES`` snapshots
+are read, the newest (and at most ``rollups.MAX_WINDOWS`` windows)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import bisect
 import time
 
 import msgspec
+from django.conf import settings
 
+from console.mesh import rollups
 from console.mesh.sources import redis_client, stream
 from model.mesh import Snapshot
 
@@ -62,3 +65,18 @@ def rates(seconds: float = 300.0, queue: str | None = None, step: float = 1.0) -
         points.append({"t": round(t, 3), **point})
         t += step
     return points
+
+
+def chart(seconds: float = 300.0, queue: str | None = None, resolution: str | None = None) -> dict:
+    """``{source, resolution, points}`` over the last ``seconds`` (the mesh, or one
+    queue): ``source`` "pipeline" with the rollups' points at ``resolution`` (chosen
+    from ``seconds`` when None) when the pipeline runs and its windows cover the range,
+    else "snapshots" with :func:`rates` and no resolution."""
+    now = time.time()
+    since = now - seconds
+    resolution = resolution or rollups.resolution_for(seconds)
+    found = rollups.read(redis_client(), settings.MESHGATE["STREAM_PREFIX"], resolution, since, now, queue=queue,
+                         snapshots_stream=stream("snapshots"))
+    if rollups.is_running(found.status, now) and found.covers(since, now):
+        return {"source": "pipeline", "resolution": found.resolution, "points": rollups.points(found, now)}
+    return {"source": "snapshots", "resolution": None, "points": rates(seconds, queue=queue)}

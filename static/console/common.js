@@ -356,10 +356,24 @@
       hour: "numeric", minute: "2-digit", second: seconds ? "2-digit" : undefined }));
   }
 
-  // Messages per second over the last `seconds`: set(points) with the API's history
-  // ([{t, enqueue, ack, forward, redistribute}]), then add(t, rates) for each live update.
-  function rateChart(container, { seconds = 300, height = 220 } = {}) {
-    const data = [[], ...RATES.map(() => [])];
+  // An axis tick in milliseconds: 0.5 → "0.5 ms", 2048 → "2 s".
+  function compactMs(value) {
+    if (value >= 1000) return +(value / 1000).toFixed(1) + " s";
+    return +value.toFixed(value < 10 ? 2 : 0) + " ms";
+  }
+
+  // Lines over the last `seconds` (uPlot): series [{key, label, color}], `format` for the
+  // legend and `tick` for the y axis. set(points, emptyText) with points [{t, key: value}]
+  // (null: a gap), add(t, values) for each live update, range(seconds) to look further.
+  // Without a value to draw, the chart says `emptyText` instead.
+  function lineChart(container, { series, seconds = 300, height = 220, format = fmt.rate, tick = compact } = {}) {
+    const data = [[], ...series.map(() => [])];
+    const empty = el("p", { class: "chart-empty", hidden: true });
+    container.classList.add("has-chart");
+    const newest = (values) => {
+      for (let index = values.length - 1; index >= 0; index -= 1) if (values[index] !== null) return values[index];
+      return null;
+    };
     const plot = new window.uPlot({
       width: Math.max(300, container.clientWidth),
       height,
@@ -369,41 +383,198 @@
       },
       // Away from the cursor, the legend shows the newest values.
       series: [{ label: "time", value: (u, t) => (t ? new Date(t * 1000).toLocaleTimeString() : "now") },
-        ...RATES.map((rate, index) => ({
-          label: rate.label, stroke: rate.color, width: 2, points: { show: false },
-          value: (u, v, series, at) => fmt.rate(at === null ? data[index + 1][data[0].length - 1] : v),
+        ...series.map((line, index) => ({
+          label: line.label, stroke: line.color, width: 2, points: { show: false }, spanGaps: false,
+          value: (u, v, s, at) => format(at === null ? newest(data[index + 1]) : v),
         }))],
-      axes: [{ stroke: "#667085", grid: { stroke: "#eef0f3" }, space: 110, values: clockTicks },
-        { stroke: "#667085", grid: { stroke: "#eef0f3" }, size: 64, values: (u, ticks) => ticks.map(compact) }],
+      // Narrow charts tick every minute rather than every five.
+      axes: [{ stroke: "#667085", grid: { stroke: "#eef0f3" }, space: (u) => (u.width < 700 ? 60 : 110), values: clockTicks },
+        { stroke: "#667085", grid: { stroke: "#eef0f3" }, size: 64, values: (u, ticks) => ticks.map(tick) }],
       legend: { live: true },
     }, data, container);
+    container.append(empty);
     new ResizeObserver(() => plot.setSize({ width: Math.max(300, container.clientWidth), height }))
       .observe(container);
+    let emptyText = "No data yet.";
     function redraw() {
       const from = Date.now() / 1000 - seconds;
       let drop = 0;
       while (drop < data[0].length && data[0][drop] < from) drop += 1;
       if (drop) data.forEach((values) => values.splice(0, drop));
       plot.setData(data);
+      const drawn = data.slice(1).some((values) => values.some((value) => value !== null));
+      empty.hidden = drawn;
+      empty.textContent = drawn ? "" : emptyText;
+      container.dataset.points = String(data[0].length);  // for tests and the curious
+      container.dataset.newest = data[0].length ? String(data[0][data[0].length - 1]) : "";
     }
-    function put(t, rates) {
+    function put(t, values) {
+      const value = (line) => (values[line.key] === undefined ? 0 : values[line.key]);
       const last = data[0].length - 1;
       if (last >= 0 && t <= data[0][last] + 0.5) {  // same second (or late): the newest word wins
-        RATES.forEach((rate, index) => { data[index + 1][last] = rates[rate.key] || 0; });
+        series.forEach((line, index) => { data[index + 1][last] = value(line); });
         return;
       }
       data[0].push(t);
-      RATES.forEach((rate, index) => data[index + 1].push(rates[rate.key] || 0));
+      series.forEach((line, index) => data[index + 1].push(value(line)));
     }
     return {
-      set(points) {
+      set(points, text) {
+        if (text) emptyText = text;
         data.forEach((values) => values.splice(0));
         points.forEach((point) => put(point.t, point));
         redraw();
       },
-      add(t, rates) {
-        put(t, rates);
+      add(t, values) {
+        put(t, values);
         redraw();
+      },
+      range(next) {
+        seconds = next;
+        redraw();
+      },
+    };
+  }
+
+  // Messages per second over the last `seconds`: set(points) with the API's history
+  // ([{t, enqueue, ack, forward, redistribute}]), then add(t, rates) for each live update.
+  function rateChart(container, { seconds = 300, height = 220 } = {}) {
+    return lineChart(container, { series: RATES, seconds, height });
+  }
+
+  const LATENCIES = [
+    { key: "p50_ms", label: "p50", color: "#1f9d55" },
+    { key: "p95_ms", label: "p95", color: "#e67e22" },
+    { key: "p99_ms", label: "p99", color: "#d63b3b" },
+  ];
+  const DEPTHS = [
+    { key: "depth_last", label: "waiting (last)", color: "#2f6fde" },
+    { key: "depth_max", label: "waiting (most)", color: "#8e44ad" },
+  ];
+  const RANGES = [{ seconds: 300, label: "5 min" }, { seconds: 3600, label: "1 h" }];
+
+  // "Spark pipeline, 10 s windows", or why the chart comes from snapshots.
+  function sourceText(history, pipeline) {
+    if (history.source === "pipeline") {
+      return "Spark pipeline, " + (history.resolution === "1m" ? "1 min" : "10 s") + " windows";
+    }
+    if (pipeline && pipeline.running) return "from snapshots; the pipeline's windows do not cover this range yet";
+    return "from snapshots; the pipeline is not running";
+  }
+
+  function pipelineTitle(pipeline) {
+    if (!pipeline || pipeline.age === null || pipeline.age === undefined) {
+      return "No metrics pipeline has written to this Redis (meshgate pipeline, docs/pipeline.md).";
+    }
+    return "Last batch #" + pipeline.batch + " applied " + fmt.ago(pipeline.age) + " on " + pipeline.master + ", " +
+      fmt.n(pipeline.batch_entries) + " entries; " + (pipeline.running ? "running" : "stopped: no batch for " +
+      Math.round(pipeline.stale_after) + " s");
+  }
+
+  // The charts of a history endpoint (`path`: "overview/history", "queues/<name>/history"):
+  // rates, and from the pipeline also latency (and depth, given `depth`). Reads the history
+  // and the pipeline's status, says where the charts come from in `source`, lets `ranges`
+  // pick 5 min or 1 h (kept in the URL), and keeps up: from the pipeline it reads the
+  // windows again every few seconds; from snapshots live(t, rates) adds each live update
+  // and a look at the pipeline every 10 s notices when it starts.
+  function historyCharts({ path, rates, source, ranges, latency, depth, what = "read the rates" }) {
+    const defaults = { range: 300 };
+    const state = readQuery(defaults);
+    if (!RANGES.some((range) => range.seconds === state.range)) state.range = defaults.range;
+    const rateLines = rateChart(rates.box, { seconds: state.range });
+    let latencyLines = null;
+    let depthLines = null;
+    let current = null;  // the last history answer
+    let pipeline = null;
+    let asked = 0;
+    let timer = null;
+
+    function showExtras(on) {
+      for (const part of [latency, depth]) if (part) part.card.hidden = !on;
+      if (!on) return;
+      if (latency && !latencyLines) {
+        latencyLines = lineChart(latency.box, { series: LATENCIES, seconds: state.range, format: fmt.ms, tick: compactMs });
+      }
+      if (depth && !depthLines) {
+        depthLines = lineChart(depth.box, { series: DEPTHS, seconds: state.range, format: fmt.n,
+          tick: (value) => numberFormat.format(value) });
+      }
+    }
+
+    function render(history) {
+      current = history;
+      const fromPipeline = history.source === "pipeline";
+      source.textContent = sourceText(history, pipeline);
+      source.dataset.source = history.source;
+      source.title = pipelineTitle(pipeline);
+      const noWindow = "The pipeline has no window here in this range yet.";
+      rateLines.set(history.points, fromPipeline ? noWindow
+        : "No rates yet: a rate needs two snapshots of a node, a second or two after it starts.");
+      showExtras(fromPipeline);
+      if (fromPipeline && latencyLines) {
+        latencyLines.set(history.points, history.points.length ? "No message was acknowledged in these windows: " +
+          "latency is timed at the ack." : noWindow);
+      }
+      if (fromPipeline && depthLines) depthLines.set(history.points, noWindow);
+    }
+
+    function schedule() {
+      clearTimeout(timer);
+      const wait = current && current.source === "pipeline" ? (current.resolution === "1m" ? 20000 : 5000) : 10000;
+      timer = setTimeout(tick, wait);
+    }
+
+    async function load() {
+      const mine = ++asked;
+      try {
+        const [history, status] = await Promise.all([api(path, { query: { seconds: state.range } }), api("pipeline")]);
+        if (mine !== asked) return;
+        pipeline = status;
+        render(history);
+      } catch (error) {
+        if (mine !== asked) return;
+        loadFailed(what, error);
+      }
+      schedule();
+    }
+
+    // From the pipeline: its windows again. From snapshots: is the pipeline running now?
+    async function tick() {
+      if (!current || current.source === "pipeline") return load();
+      const mine = asked;
+      try {
+        const status = await api("pipeline");
+        if (mine !== asked) return;
+        const started = status.running && !(pipeline && pipeline.running);
+        pipeline = status;
+        if (started) return load();
+        source.textContent = sourceText(current, pipeline);
+        source.title = pipelineTitle(pipeline);
+      } catch (error) {
+        // The next look tells; the live updates still draw.
+      }
+      schedule();
+    }
+
+    function pick(seconds) {
+      state.range = seconds;
+      writeQuery(state, defaults);
+      ranges.querySelectorAll("button").forEach((button) => {
+        button.setAttribute("aria-pressed", String(Number(button.dataset.seconds) === seconds));
+      });
+      for (const lines of [rateLines, latencyLines, depthLines]) if (lines) lines.range(seconds);
+      load();
+    }
+
+    ranges.replaceChildren(...RANGES.map((range) => el("button", {
+      class: "small", "data-seconds": range.seconds, "aria-pressed": String(range.seconds === state.range),
+      title: "the last " + range.label, onclick: () => pick(range.seconds) }, range.label)));
+    load();
+    return {
+      load,
+      // A live update's rates: drawn while the charts come from snapshots.
+      live(t, values) {
+        if (current && current.source === "snapshots") rateLines.add(t, values);
       },
     };
   }
@@ -446,6 +617,6 @@
   window.MG = {
     admin: body.dataset.admin === "true", api, ApiError, live, fmt, percentile, el, problem, explain, loadFailed, debounce,
     throttle, badge, stat, sortRows, table, tableRow, pager, dialog, failureText, readQuery, writeQuery, rateChart,
-    pagedList,
+    lineChart, historyCharts, pagedList,
   };
 })();

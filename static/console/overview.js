@@ -1,5 +1,5 @@
-// Overview: the mesh's totals, its message rates over time and a row per node, kept live
-// by the "mesh" updates (about once a second).
+// Overview: the mesh's totals, its message rates over time (and latency, from the metrics
+// pipeline) and a row per node, kept live by the "mesh" updates (about once a second).
 "use strict";
 
 (function () {
@@ -7,7 +7,12 @@
   const statsBox = document.getElementById("stats");
   const nodesBox = document.getElementById("nodes");
   const nodesNote = document.getElementById("nodes-note");
-  const chart = MG.rateChart(document.getElementById("chart"));
+  const charts = MG.historyCharts({
+    path: "overview/history", what: "read the rates over time",
+    rates: { box: document.getElementById("chart") }, source: document.getElementById("chart-source"),
+    ranges: document.getElementById("chart-range"),
+    latency: { card: document.getElementById("latency-card"), box: document.getElementById("latency-chart") },
+  });
   let sort = { field: "name", reverse: false };
   let latest = null;  // {overview, nodes}
 
@@ -103,12 +108,9 @@
 
   async function load() {
     try {
-      const [overview, nodes, history] = await Promise.all([
-        MG.api("overview"), MG.api("nodes", { query: { page_size: 500 } }), MG.api("overview/history", { query: { seconds: 300 } }),
-      ]);
+      const [overview, nodes] = await Promise.all([MG.api("overview"), MG.api("nodes", { query: { page_size: 500 } })]);
       MG.problem(null);
       if (!latest) render(overview, nodes.items);
-      chart.set(history);
     } catch (error) {
       MG.loadFailed("read the overview", error, nodesBox);
     }
@@ -119,7 +121,7 @@
     mesh(update) {
       MG.problem(null);
       render(update.overview, update.nodes);
-      chart.add(update.overview.taken_at, update.overview.rates);
+      charts.live(update.overview.taken_at, update.overview.rates);
     },
   });
 })();

@@ -1,4 +1,5 @@
-// One queue: its totals, its partial queue on each node, its rates over time, and (for
+// One queue: its totals, its partial queue on each node, its rates over time (and latency
+// and depth, from the metrics pipeline), and (for
 // admins) browsing, a test message, purge, move and delete, each confirmed first.
 "use strict";
 
@@ -10,7 +11,13 @@
   const statsBox = document.getElementById("stats");
   const partsBox = document.getElementById("parts");
   const partsNote = document.getElementById("parts-note");
-  const chart = MG.rateChart(document.getElementById("chart"));
+  const charts = MG.historyCharts({
+    path: path + "/history", what: "read the queue's rates",
+    rates: { box: document.getElementById("chart") }, source: document.getElementById("chart-source"),
+    ranges: document.getElementById("chart-range"),
+    latency: { card: document.getElementById("pipeline-charts"), box: document.getElementById("latency-chart") },
+    depth: { card: document.getElementById("pipeline-charts"), box: document.getElementById("depth-chart") },
+  });
   const names = {};  // node id -> name, over the mesh
   let meshNodes = [];  // the nodes' rows (nodes API), for the send and move forms
   let row = null;  // the queue as last read; null until read, or when it is gone
@@ -111,14 +118,6 @@
     } catch (error) {
       if (error.status === 404) gone();
       else MG.loadFailed("read the queue", error, partsBox, names);
-    }
-  }
-
-  async function loadHistory() {
-    try {
-      chart.set(await MG.api(path + "/history", { query: { seconds: 300 } }));
-    } catch (error) {
-      MG.loadFailed("read the queue's rates", error);
     }
   }
 
@@ -407,14 +406,13 @@
 
   load();
   loadNodes();
-  loadHistory();
   const refresh = MG.throttle(load, 2000);
   MG.live(["queues"], {
     queues(update) {
       const mine = update.queues.find((queue) => queue.name === name);
       if (Date.now() < quietUntil) return;
       if (mine) {
-        chart.add(Date.now() / 1000, mine.rates);
+        charts.live(Date.now() / 1000, mine.rates);
         refresh();
       } else if (row) {
         gone();  // deleted, or its last node went down

@@ -78,6 +78,28 @@ def mesh(tmp_path_factory):
         _forget_sources(sources)
 
 
+@pytest.fixture(scope="module")
+def redis_only(tmp_path_factory):
+    """A real redis-server and the console pointed at it, without a mesh: for what reads
+    Redis alone (the pipeline's rollups and status). Yields the server (``.url``)."""
+    from django.conf import settings
+
+    from console.mesh import sources
+    from meshgate.redis_server import RedisServer
+
+    redis_server = RedisServer(tmp_path_factory.mktemp("console-redis") / "redis").start()
+    saved = dict(settings.MESHGATE)
+    try:
+        settings.MESHGATE.update(REDIS_URL=redis_server.url)
+        _forget_sources(sources)
+        yield redis_server
+    finally:
+        redis_server.stop()
+        settings.MESHGATE.clear()
+        settings.MESHGATE.update(saved)
+        _forget_sources(sources)
+
+
 def _forget_sources(sources) -> None:
     if sources._view.cache_info().currsize:
         sources._view().stop()

@@ -82,16 +82,18 @@ def test_overview_history_shows_the_enqueue_rate_of_steady_sending(mesh, viewer)
     ended = time.time()
 
     def busy():
-        points = viewer.get("/api/v1/overview/history", {"seconds": "60"}).json()
+        points = viewer.get("/api/v1/overview/history", {"seconds": "60"}).json()["points"]
         inside = [p for p in points if started + 0.5 <= p["t"] <= ended - 0.5]
         return inside if inside and all(p["enqueue"] > 0 for p in inside) else None
 
     inside = mesh.wait(busy, "the history to show the enqueue rate while sending")
     for point in inside:
         assert 5 <= point["enqueue"] <= 100, point  # about 20 messages per second were sent
-    points = viewer.get("/api/v1/overview/history", {"seconds": "60"}).json()
+    body = viewer.get("/api/v1/overview/history", {"seconds": "60"}).json()
+    assert body["source"] == "snapshots" and body["resolution"] is None, body  # no pipeline runs here
+    points = body["points"]
     assert points and set(points[0]) == {"t", "enqueue", "ack", "forward", "redistribute"}
     times = [p["t"] for p in points]
     assert times == sorted(times) and times[0] >= time.time() - 62, times[:3]
-    short = viewer.get("/api/v1/overview/history", {"seconds": "1"}).json()
+    short = viewer.get("/api/v1/overview/history", {"seconds": "1"}).json()["points"]
     assert len(short) < len(points)

@@ -5,6 +5,7 @@ endpoints the API has and against what the API really answers."""
 from __future__ import annotations
 
 import json
+import time
 
 import jsonschema
 import pytest
@@ -20,7 +21,7 @@ ENDPOINTS = {
     "links": {"get"}, "queues": {"get"}, "queues/{name}": {"get", "delete"}, "queues/{name}/history": {"get"},
     "queues/{name}/purge": {"post"}, "queues/{name}/move": {"post"}, "queues/{name}/browse": {"post"},
     "queues/{name}/send": {"post"}, "connections": {"get"}, "connections/{connection}": {"delete"},
-    "events": {"get"},
+    "events": {"get"}, "pipeline": {"get"},
 }
 _METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 
@@ -132,3 +133,36 @@ def test_a_page_of_queues_matches_the_schema(mesh, viewer, document):
     page = mesh.wait(lambda: (p := viewer.get(P + "queues", {"name": queue}).json())["items"] and p,
                      "the queue in the list")
     _valid(document, "QueueRow", page, many=True)
+
+
+def _response_validator(document: dict, path: str) -> jsonschema.Draft202012Validator:
+    schema = document["paths"][P + path]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    return jsonschema.Draft202012Validator({**schema, "components": document["components"]})
+
+
+def test_the_pipeline_and_the_charts_match_the_schema(mesh, viewer, document):
+    import redis
+
+    from tests.console.pipeline_support import LATENCY, clear, write_status, write_windows
+
+    client = redis.Redis.from_url(mesh.redis.url)
+    history = _response_validator(document, "overview/history")
+    try:
+        clear(client)
+        _valid(document, "Pipeline", viewer.get(P + "pipeline").json())  # no status
+        snapshots = viewer.get(P + "overview/history", {"seconds": "60"}).json()
+        assert snapshots["source"] == "snapshots" and not list(history.iter_errors(snapshots))
+        now = time.time()
+        write_windows(client, "10s", now - 300, now, latency=LATENCY)
+        write_status(client)
+        answer = viewer.get(P + "pipeline").json()
+        assert answer["running"]
+        _valid(document, "Pipeline", answer)
+        charted = viewer.get(P + "overview/history", {"seconds": "300"}).json()
+        assert charted["source"] == "pipeline" and not list(history.iter_errors(charted))
+        assert list(history.iter_errors({**charted, "resolution": "5m"}))  # not vacuous
+        with pytest.raises(AssertionError):
+            _valid(document, "Pipeline", {**answer, "running": "yes"})
+    finally:
+        clear(client)
+        client.close()

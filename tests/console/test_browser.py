@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,15 @@ class ConsoleProcesses:
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE),
         ]
 
+    def listening(self) -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+        except OSError:
+            if self.processes[0].poll() is not None:
+                raise AssertionError(f"daphne exited: {self.processes[0].stderr.read().decode()[-2000:]}") from None
+            return False
+        return True
+
     def stop(self) -> None:
         for process in self.processes:
             if process.poll() is None:
@@ -66,6 +76,7 @@ def console(mesh, tmp_path_factory):
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/test.sh installs Debian's chromium")
     processes = ConsoleProcesses(mesh, tmp_path_factory.mktemp("console-data"))
+    mesh.wait(processes.listening, "daphne to listen", timeout=30)  # slower than ~1 s on a busy machine
     yield processes
     processes.stop()
 
@@ -101,9 +112,9 @@ def page(browser, console, tmp_path):
     assert not errors, errors
 
 
-def shot(page, name: str, tmp_path: Path) -> None:
+def shot(page, name: str, tmp_path: Path, full_page: bool = False) -> None:
     path = tmp_path / f"{name}.png"
-    page.screenshot(path=str(path))
+    page.screenshot(path=str(path), full_page=full_page)
     keep = os.environ.get("MESHGATE_SCREENSHOTS")
     if keep:
         shutil.copy(path, Path(keep) / path.name)

@@ -63,3 +63,39 @@ def test_local_mesh_links_three_nodes_with_their_own_redis_and_stops_cleanly(tmp
     assert match, output
     with pytest.raises(OSError):  # its redis-server stopped with it
         socket.create_connection((HOST, int(match.group(1))), timeout=1).close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_local_mesh_runs_the_pipeline_beside_the_nodes_and_says_when_it_is_up(tmp_path):
+    import threading
+
+    import msgspec
+    import redis
+
+    from model.rollups import PipelineStatus, status_key
+
+    base = _free_base()
+    process = subprocess.Popen([sys.executable, "-m", "meshgate", "local-mesh", "--nodes", "1", "--no-console",
+                                "--base-port", str(base), "--data", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 240
+        while not any("pipeline running" in line for line in lines):
+            assert process.poll() is None and time.monotonic() < deadline, "".join(lines)
+            time.sleep(0.2)
+        url = re.search(r"writes to (redis://\S+)", "".join(lines)).group(1)
+        with redis.Redis.from_url(url) as client:
+            status = msgspec.json.decode(client.get(status_key("meshgate")), type=PipelineStatus)
+        assert status.entries > 0 and status.master == "local[2]"
+        assert (tmp_path / "pipeline" / "checkpoint" / "offsets").is_dir()
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+        reader.join(timeout=5)
+    output = "".join(lines)
+    assert process.returncode == 0, output
+    assert "pipeline: starting on local Spark" in output and "exited with status" not in output, output

@@ -18,8 +18,9 @@ MALFORMED = [
                                                                 '"node": {"id": "a", "started_at": 1}}'}),
     ("snapshots", {"node": "a", "data": b"\xff\xfe\x00binary"}),
     ("snapshots", {"node": "a"}),  # no data at all
-    ("snapshots", {"node": "a", "seq": 4, "schema": 1, "data": '{"seq": 4, "taken_at": 5, "node": '
-                                                                '{"id": "a", "started_at": 1}, "queues": [{"depth": 1}]}'}),
+    ("snapshots", {"node": "a", "seq": 4, "schema": 1,
+                   "data": '{"seq": 4, "taken_at": 5, "node": {"id": "a", "started_at": 1}, '
+                           '"queues": [{"depth": 1}]}'}),
     ("events", {"node": "a", "kind": "link_up", "schema": 1, "data": "{"}),
     ("events", {"node": "a", "schema": 1, "data": '{"kind": "link_up", "time": 5}'}),  # no kind field
     ("events", {"node": "a", "kind": "link_up", "schema": 1, "data": '{"kind": "link_up"}'}),  # no time
@@ -115,3 +116,12 @@ def test_a_node_start_the_pipeline_joins_late_is_a_baseline_not_a_spike(spark, c
     assert problems == [], "\n".join(problems)
     window = queue(client, 10, base + 20, "orders")
     assert window.total.enqueued == 9 * 3  # ticks 21..29: the 20,007 before them are the baseline
+
+
+def test_a_one_off_run_that_cannot_reach_redis_fails_with_a_message(pipeline_process, tmp_path):
+    from meshgate.redis_server import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    run = pipeline_process(url, "--once", "--checkpoint", str(tmp_path / "checkpoint"))
+    assert run.wait() == 1, run.log()
+    assert "meshgate pipeline: failed:" in run.log() and "Connection refused" in run.log(), run.log()

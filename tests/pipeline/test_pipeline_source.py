@@ -40,7 +40,8 @@ def test_a_batch_read_gives_every_entry_once_split_into_partitions(spark, client
 def test_offsets_start_after_an_id_and_end_at_one_inclusive(spark, client, redis_server):
     ids = fill(client, "s:a", 100)
     other = fill(client, "s:b", 10)
-    rows = reader(spark, redis_server, streams="s:a", fields="n", startingOffsets=ids[9], endingOffsets=ids[19]).collect()
+    rows = reader(spark, redis_server, streams="s:a", fields="n", startingOffsets=ids[9],
+                  endingOffsets=ids[19]).collect()
     assert sorted(int(r.n) for r in rows) == list(range(10, 20))
     by_stream = reader(spark, redis_server, streams="s:a,s:b", fields="n",
                        startingOffsets=json.dumps({"s:a": ids[97]})).collect()
