@@ -68,7 +68,7 @@ class RollupBatches:
             log.info("batch %d already applied; skipped", batch)
             return
         settings = self.rollups.settings
-        parsed = transform.parse(entries, settings.snapshots, settings.events, self.rollups.offsets,
+        parsed = transform.partials(entries, settings.snapshots, settings.events, self.rollups.offsets,
                                  self.rollups.watermark).persist()
         try:
             summary = [row.asDict(recursive=True) for row in transform.batch_summary(parsed).collect()]

@@ -5,7 +5,7 @@ On a cluster the executors' Python workers run the data source's readers (and
 the export's functions), so they import ``pipeline`` and ``model``: the session
 ships them, zipped from where this process imports them, as a Python file of the
 application (``addPyFile``, before the data source is registered). The workers
-only need Python and the third-party packages (pyarrow, redis, msgspec); see
+only need Python and the third-party packages (pyarrow, pandas, redis, msgspec); see
 deploy/spark/README.md."""
 
 from __future__ import annotations

@@ -1,21 +1,30 @@
-"""The Spark half of the rollups: parse the stream entries against the model,
-explode each snapshot's partial queues and reduce them to one row per partial
-queue, node start and 10-second window (``queue_windows``), and count events per
-node, kind and window (``event_windows``). What runs here runs on the executors,
-so it scales with the cluster; the driver gets rows per window, not per entry."""
+"""The Spark half of the rollups. The executors decode each Arrow batch of stream
+entries and reduce it to partial rows (``pipeline.decode``, through
+``mapInArrow``); Spark merges the partial rows of every batch into one row per
+stream (``batch_summary``), node start (``boot_starts``), partial queue and
+10-second window (``queue_windows``) and event window, node and kind
+(``event_windows``). What runs here runs on the executors, so it scales with the
+cluster; the driver gets rows per window, not per entry."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from model.mesh import PartialQueue, Snapshot
 from model.rollups import COUNTERS
-from pipeline.schema import defaults, spark_type
+from pipeline.decode import WINDOW_SECONDS, reduce_arrow
 
-WINDOW_SECONDS = 10  # the finest resolution; coarser windows are sums of these
+__all__ = ["WINDOW_SECONDS", "ENTRY_FIELDS", "partials", "batch_summary", "queue_windows", "boot_starts",
+           "event_windows"]
+
 ENTRY_FIELDS = "node,kind,data"  # the entry fields the job reads (snapshots: node, seq, schema, data)
-_QUEUE_FIELDS = ("name", "depth", "in_flight", "consumers", *COUNTERS, "latency", "latency_sum_ms")
-_SNAPSHOT_KEEP = {"seq": None, "taken_at": None, "node": {"id", "started_at"}, "queues": set(_QUEUE_FIELDS)}
+_COUNTS = ", ".join(f"{name}: bigint" for name in COUNTERS)
+_COUNTERS_TYPE = f"struct<{_COUNTS}, latency: array<bigint>, latency_sum_ms: double>"
+PARTIALS_SCHEMA = (
+    "part string, stream string, entries bigint, malformed bigint, late_count bigint, max_time double, "
+    "last_ms bigint, last_seq bigint, node string, boot double, queue string, window bigint, first_seq bigint, "
+    f"first {_COUNTERS_TYPE}, last {_COUNTERS_TYPE}, late boolean, depth_max bigint, "
+    "now struct<depth: bigint, consumers: bigint, in_flight: bigint, at: double>, kind string, count bigint"
+)
 
 
 def _functions() -> Any:
@@ -24,86 +33,42 @@ def _functions() -> Any:
     return F
 
 
-def parse(entries: Any, snapshots: str, events: str, applied: dict[str, str], watermark: float) -> Any:
-    """Each new entry once, with ``kind`` one of snapshot / event / malformed, its
-    event time, and ``late`` when its window closed before this batch."""
-    F = _functions()
-    snapshot_type = spark_type(Snapshot, _SNAPSHOT_KEEP)
-    from pyspark.sql import types as T
+def partials(entries: Any, snapshots: str, events: str, applied: dict[str, str], watermark: float) -> Any:
+    """The partial rows of the new entries (those after ``applied``, per stream), with
+    ``part`` one of summary / boot / event / queue; ``late`` marks what falls in a
+    window closed before ``watermark``."""
+    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema  # noqa: F401  (executors need pyarrow)
+    from pyspark.sql.types import _parse_datatype_string
 
-    event_type = T.StructType([T.StructField("time", T.DoubleType())])
-    id_ms = F.split(F.col("id"), "-").getItem(0).cast("long")
-    id_seq = F.split(F.col("id"), "-").getItem(1).cast("long")
-    fresh = F.lit(True)
-    for stream, after in applied.items():
-        ms, _, seq = after.partition("-")
-        older = (id_ms < int(ms)) | ((id_ms == int(ms)) & (id_seq <= int(seq or 0)))
-        fresh = fresh & ~((F.col("stream") == stream) & older)
-    rows = entries.where(fresh).select(
-        "stream", "id", id_ms.alias("id_ms"), id_seq.alias("id_seq"), "node",
-        F.col("kind").alias("event_kind"),
-        F.when(F.col("stream") == snapshots, F.from_json("data", snapshot_type)).alias("s"),
-        F.when(F.col("stream") == events, F.from_json("data", event_type)).alias("e"),
-    )
-    s, e = F.col("s"), F.col("e")
-    good_snapshot = (s.isNotNull() & s["node"]["id"].isNotNull() & s["node"]["started_at"].isNotNull()
-                     & s["seq"].isNotNull() & s["taken_at"].isNotNull()
-                     & F.coalesce(F.forall(F.coalesce(s["queues"], F.array()), lambda q: q["name"].isNotNull()),
-                                  F.lit(False)))
-    good_event = e.isNotNull() & e["time"].isNotNull() & F.col("event_kind").isNotNull() & F.col("node").isNotNull()
-    kind = (F.when((F.col("stream") == snapshots) & good_snapshot, "snapshot")
-            .when((F.col("stream") == events) & good_event, "event").otherwise("malformed"))
-    time = F.when(kind == "snapshot", s["taken_at"]).when(kind == "event", e["time"])
-    window = F.floor(time / WINDOW_SECONDS) * WINDOW_SECONDS
-    return rows.select(
-        "*", kind.alias("kind"), time.alias("time"), window.alias("window"),
-        (window + WINDOW_SECONDS <= F.lit(watermark)).alias("late"),
+    arrow_schema = to_arrow_schema(_parse_datatype_string(PARTIALS_SCHEMA))
+    applied = dict(applied)
+
+    def reduce(batches: Any) -> Any:
+        return reduce_arrow(batches, snapshots, events, applied, watermark, arrow_schema)
+
+    return entries.select("stream", "id", "node", "kind", "data").mapInArrow(reduce, PARTIALS_SCHEMA)
+
+
+def batch_summary(parts: Any) -> Any:
+    """One row per stream: entries, malformed, late, the newest event time (capped by
+    the time Redis added the entry) and the last entry id."""
+    F = _functions()
+    return parts.where(F.col("part") == "summary").groupBy("stream").agg(
+        F.sum("entries").alias("entries"), F.sum("malformed").alias("malformed"),
+        F.sum("late_count").alias("late"), F.max("max_time").alias("max_time"),
+        F.max(F.struct(F.col("last_ms").alias("id_ms"), F.col("last_seq").alias("id_seq"))).alias("last_id"),
     )
 
 
-def batch_summary(parsed: Any) -> Any:
-    """One row per stream: entries, malformed, late, the newest event time (capped
-    by the time Redis added the entry, so a node's fast clock cannot push the
-    watermark) and the last entry id."""
+def queue_windows(parts: Any) -> Any:
+    """One row per (node, boot, queue, window): the first and last snapshot's counters
+    in the window, the latest depth / consumers / in-flight, the deepest depth.
+    Partial queues that never did anything are left out."""
     F = _functions()
-    good = F.col("kind") != "malformed"
-    return parsed.groupBy("stream").agg(
-        F.count(F.lit(1)).alias("entries"),
-        F.sum(F.when(~good, 1).otherwise(0)).alias("malformed"),
-        F.sum(F.when(good & F.col("late"), 1).otherwise(0)).alias("late"),
-        F.max(F.when(good, F.least(F.col("time"), F.col("id_ms") / 1000.0))).alias("max_time"),
-        F.max(F.struct("id_ms", "id_seq")).alias("last_id"),
-    )
-
-
-def queue_windows(parsed: Any) -> Any:
-    """One row per (node, boot, queue, window): the first and last snapshot's
-    counters in the window, the latest depth / consumers / in-flight, the deepest
-    depth. Partial queues that never did anything are left out."""
-    F = _functions()
-    fill = defaults(PartialQueue)
-    q = F.col("q")
-
-    def field(name: str) -> Any:
-        default = fill.get(name)
-        if isinstance(default, list):
-            return F.coalesce(q[name], F.array().cast("array<long>")).alias(name)
-        if default is None:
-            return q[name].alias(name)
-        return F.coalesce(q[name], F.lit(default)).alias(name)
-
-    exploded = parsed.where(F.col("kind") == "snapshot").select(
-        F.col("s")["node"]["id"].alias("node"), F.col("s")["node"]["started_at"].alias("boot"),
-        F.col("s")["seq"].alias("seq"), F.col("time").alias("at"), "window", "late",
-        F.explode(F.col("s")["queues"]).alias("q"),
-    ).select("node", "boot", "seq", "at", "window", "late", *(field(name) for name in _QUEUE_FIELDS))
-    counters = F.struct(*COUNTERS, "latency", "latency_sum_ms")
-    grouped = exploded.groupBy("node", "boot", F.col("name").alias("queue"), "window").agg(
-        F.min("seq").alias("first_seq"), F.max("seq").alias("last_seq"), F.max("late").alias("late"),
-        F.min_by(counters, "seq").alias("first"),
-        F.max_by(counters, "seq").alias("last"),
-        F.max("depth").alias("depth_max"),
-        F.max_by(F.struct("depth", "consumers", "in_flight", "at"), "seq").alias("now"),
+    grouped = parts.where(F.col("part") == "queue").groupBy("node", "boot", "queue", "window").agg(
+        F.min("first_seq").alias("first_seq"), F.max("last_seq").alias("last_seq"), F.max("late").alias("late"),
+        F.min_by("first", "first_seq").alias("first"), F.max_by("last", "last_seq").alias("last"),
+        F.max("depth_max").alias("depth_max"), F.max_by("now", "last_seq").alias("now"),
     )
     active = F.col("depth_max") > 0
     for name in ("consumers", "in_flight"):
@@ -113,17 +78,15 @@ def queue_windows(parsed: Any) -> Any:
     return grouped.where(active)
 
 
-def boot_starts(parsed: Any) -> Any:
+def boot_starts(parts: Any) -> Any:
     """The first snapshot (``seq``) of each node start in the batch: a partial queue
     first reported after it was created after it, and counts from zero."""
     F = _functions()
-    return (parsed.where(F.col("kind") == "snapshot")
-            .groupBy(F.col("s")["node"]["id"].alias("node"), F.col("s")["node"]["started_at"].alias("boot"))
-            .agg(F.min(F.col("s")["seq"]).alias("first_seq")))
+    return parts.where(F.col("part") == "boot").groupBy("node", "boot").agg(F.min("first_seq").alias("first_seq"))
 
 
-def event_windows(parsed: Any) -> Any:
+def event_windows(parts: Any) -> Any:
     """Events on time, counted per window, node and kind."""
     F = _functions()
-    return (parsed.where((F.col("kind") == "event") & ~F.col("late"))
-            .groupBy("window", "node", F.col("event_kind").alias("kind")).count())
+    return (parts.where(F.col("part") == "event").groupBy("window", "node", "kind")
+            .agg(F.sum("count").alias("count")))
