@@ -9,9 +9,9 @@ then, on one ``local[2]`` Spark session:
 1. **XRANGE**: redis-py reading the backlog paged like the reader (``pageSize``
    5,000), one connection, and two at once (one per stream half): the limit.
 2. **batch reader**: ``spark.read.format("redis_streams")`` over the backlog, a
-   ``count()`` and the job's own parse and reduction (``transform.partials``, then
-   ``batch_summary``, ``queue_windows``, ``boot_starts``, ``event_windows``
-   collected to the driver), with ``arrow`` true and false. Target ≥ 100,000/s.
+   ``count()`` and the job's own decoding and reduction (``transform.partials``,
+   then ``merged``, collected to the driver as the job does), with ``arrow`` true
+   and false. Target ≥ 100,000/s.
 3. **streaming job, backlog**: the job (``pipeline.job.start_query``,
    ``availableNow``) applying the whole backlog to fresh rollups: entries/s from
    the ``PipelineStatus``, and where each micro-batch's time went (Spark's
@@ -264,14 +264,9 @@ def batch_reader(spark: Any, url: str, prefix: str, arrow: bool, full: bool) -> 
                .option("arrow", "true" if arrow else "false").load())
     if not full:
         return entries.count()
-    parsed = transform.partials(entries, f"{prefix}:snapshots", f"{prefix}:events", {}, 0.0).persist()
-    try:
-        summary = transform.batch_summary(parsed).collect()
-        transform.queue_windows(parsed).toArrow()
-        transform.boot_starts(parsed).collect()
-        transform.event_windows(parsed).collect()
-    finally:
-        parsed.unpersist()
+    rows = transform.split(transform.merged(transform.partials(
+        entries, f"{prefix}:snapshots", f"{prefix}:events", {}, 0.0)).toArrow().to_pylist())
+    summary = rows["summary"]
     return sum(row["entries"] for row in summary)
 
 

@@ -26,7 +26,8 @@ def export(spark: Any, redis_url: str, prefix: str, directory: str, starting: st
     entries = (spark.read.format("redis_streams").option("url", redis_url)
                .option("streams", f"{prefix}:snapshots,{prefix}:events").option("fields", transform.ENTRY_FIELDS)
                .option("startingOffsets", starting).option("endingOffsets", ending).load())
-    parsed = transform.partials(entries, f"{prefix}:snapshots", f"{prefix}:events", {}, 0.0).persist()
+    parsed = transform.merged(transform.partials(entries, f"{prefix}:snapshots", f"{prefix}:events", {},
+                                                 0.0)).persist()
     try:
         starts = transform.boot_starts(parsed).withColumnRenamed("first_seq", "boot_first")
         groups = transform.queue_windows(parsed).join(starts, ["node", "boot"])

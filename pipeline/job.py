@@ -68,17 +68,12 @@ class RollupBatches:
             log.info("batch %d already applied; skipped", batch)
             return
         settings = self.rollups.settings
-        parsed = transform.partials(entries, settings.snapshots, settings.events, self.rollups.offsets,
-                                 self.rollups.watermark).persist()
-        try:
-            summary = [row.asDict(recursive=True) for row in transform.batch_summary(parsed).collect()]
-            if not any(row["entries"] for row in summary):
-                return
-            groups = transform.queue_windows(parsed).toArrow().to_pylist()
-            boots = [row.asDict() for row in transform.boot_starts(parsed).collect()]
-            events = [row.asDict() for row in transform.event_windows(parsed).collect()]
-        finally:
-            parsed.unpersist()
+        parts = transform.partials(entries, settings.snapshots, settings.events, self.rollups.offsets,
+                                   self.rollups.watermark)
+        rows = transform.split(transform.merged(parts).toArrow().to_pylist())
+        summary, groups, boots, events = rows["summary"], rows["queue"], rows["boot"], rows["event"]
+        if not any(row["entries"] for row in summary):
+            return
         status = self.rollups.apply(pipeline, batch, summary, boots, groups, events, began)
         self.batches += 1
         log.debug("batch %d: %d entries, %d malformed, %d late in %.2f s", batch, status.batch_entries,

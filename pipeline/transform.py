@@ -1,9 +1,9 @@
 """The Spark half of the rollups. The executors decode each Arrow batch of stream
 entries and reduce it to partial rows (``pipeline.decode``, through
-``mapInArrow``); Spark merges the partial rows of every batch into one row per
-stream (``batch_summary``), node start (``boot_starts``), partial queue and
-10-second window (``queue_windows``) and event window, node and kind
-(``event_windows``). What runs here runs on the executors, so it scales with the
+``mapInArrow``); Spark merges the partial rows of every batch in one aggregation
+(``merged``) into one row per stream (``batch_summary``), node start
+(``boot_starts``), partial queue and 10-second window (``queue_windows``) and
+event window, node and kind (``event_windows``). What runs here runs on the executors, so it scales with the
 cluster; the driver gets rows per window, not per entry."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Any
 from model.rollups import COUNTERS
 from pipeline.decode import WINDOW_SECONDS, reduce_arrow
 
-__all__ = ["WINDOW_SECONDS", "ENTRY_FIELDS", "partials", "batch_summary", "queue_windows", "boot_starts",
-           "event_windows"]
+__all__ = ["WINDOW_SECONDS", "ENTRY_FIELDS", "partials", "merged", "split", "batch_summary", "queue_windows",
+           "boot_starts", "event_windows"]
 
 ENTRY_FIELDS = "node,kind,data"  # the entry fields the job reads (snapshots: node, seq, schema, data)
 _COUNTS = ", ".join(f"{name}: bigint" for name in COUNTERS)
@@ -49,44 +49,73 @@ def partials(entries: Any, snapshots: str, events: str, applied: dict[str, str],
     return entries.select("stream", "id", "node", "kind", "data").mapInArrow(reduce, PARTIALS_SCHEMA)
 
 
-def batch_summary(parts: Any) -> Any:
-    """One row per stream: entries, malformed, late, the newest event time (capped by
-    the time Redis added the entry) and the last entry id."""
+def merged(parts: Any) -> Any:
+    """Every kind of partial row merged in one aggregation (one shuffle, one pass over
+    the entries): grouped by ``part`` and the keys of its kind (the other keys are
+    null), with each kind's merge. Partial queues that never did anything are left
+    out. ``batch_summary`` and the rest select their kind from it; the job splits one
+    collected result by ``part``."""
     F = _functions()
-    return parts.where(F.col("part") == "summary").groupBy("stream").agg(
+    grouped = parts.groupBy("part", "stream", "node", "boot", "queue", "window", "kind").agg(
         F.sum("entries").alias("entries"), F.sum("malformed").alias("malformed"),
-        F.sum("late_count").alias("late"), F.max("max_time").alias("max_time"),
+        F.sum("late_count").alias("late_count"), F.max("max_time").alias("max_time"),
         F.max(F.struct(F.col("last_ms").alias("id_ms"), F.col("last_seq").alias("id_seq"))).alias("last_id"),
-    )
-
-
-def queue_windows(parts: Any) -> Any:
-    """One row per (node, boot, queue, window): the first and last snapshot's counters
-    in the window, the latest depth / consumers / in-flight, the deepest depth.
-    Partial queues that never did anything are left out."""
-    F = _functions()
-    grouped = parts.where(F.col("part") == "queue").groupBy("node", "boot", "queue", "window").agg(
         F.min("first_seq").alias("first_seq"), F.max("last_seq").alias("last_seq"), F.max("late").alias("late"),
         F.min_by("first", "first_seq").alias("first"), F.max_by("last", "last_seq").alias("last"),
         F.max("depth_max").alias("depth_max"), F.max_by("now", "last_seq").alias("now"),
+        F.sum("count").alias("count"),
     )
     active = F.col("depth_max") > 0
     for name in ("consumers", "in_flight"):
         active = active | (F.col("now")[name] > 0)
     for name in COUNTERS:
         active = active | (F.col("last")[name] > 0)
-    return grouped.where(active)
+    return grouped.where((F.col("part") != "queue") | active)
 
 
-def boot_starts(parts: Any) -> Any:
+SUMMARY_COLUMNS = ("stream", "entries", "malformed", "late", "max_time", "last_id")
+WINDOW_COLUMNS = ("node", "boot", "queue", "window", "first_seq", "last_seq", "late", "first", "last", "depth_max",
+                  "now")
+BOOT_COLUMNS = ("node", "boot", "first_seq")
+EVENT_COLUMNS = ("window", "node", "kind", "count")
+
+
+def split(rows: list[dict]) -> dict[str, list[dict]]:
+    """Collected ``merged`` rows by kind, each with its kind's columns only:
+    ``{"summary": …, "queue": …, "boot": …, "event": …}``."""
+    columns = {"summary": SUMMARY_COLUMNS, "queue": WINDOW_COLUMNS, "boot": BOOT_COLUMNS, "event": EVENT_COLUMNS}
+    result: dict[str, list[dict]] = {part: [] for part in columns}
+    for row in rows:
+        part = row["part"]
+        if part == "summary":
+            row["late"] = row["late_count"]
+        result[part].append({name: row[name] for name in columns[part]})
+    return result
+
+
+def batch_summary(merged_rows: Any) -> Any:
+    """One row per stream: entries, malformed, late, the newest event time (capped by
+    the time Redis added the entry) and the last entry id."""
+    F = _functions()
+    return merged_rows.where(F.col("part") == "summary").select(
+        "stream", "entries", "malformed", F.col("late_count").alias("late"), "max_time", "last_id")
+
+
+def queue_windows(merged_rows: Any) -> Any:
+    """One row per (node, boot, queue, window): the first and last snapshot's counters
+    in the window, the latest depth / consumers / in-flight, the deepest depth."""
+    F = _functions()
+    return merged_rows.where(F.col("part") == "queue").select(*WINDOW_COLUMNS)
+
+
+def boot_starts(merged_rows: Any) -> Any:
     """The first snapshot (``seq``) of each node start in the batch: a partial queue
     first reported after it was created after it, and counts from zero."""
     F = _functions()
-    return parts.where(F.col("part") == "boot").groupBy("node", "boot").agg(F.min("first_seq").alias("first_seq"))
+    return merged_rows.where(F.col("part") == "boot").select(*BOOT_COLUMNS)
 
 
-def event_windows(parts: Any) -> Any:
+def event_windows(merged_rows: Any) -> Any:
     """Events on time, counted per window, node and kind."""
     F = _functions()
-    return (parts.where(F.col("part") == "event").groupBy("window", "node", "kind")
-            .agg(F.sum("count").alias("count")))
+    return merged_rows.where(F.col("part") == "event").select(*EVENT_COLUMNS)
