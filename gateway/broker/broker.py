@@ -9,7 +9,7 @@ from typing import Callable, Protocol
 
 from gateway.broker.errors import BrokerError
 from gateway.broker.events import EventSink, NullEvents
-from gateway.broker.message import QUEUE, TOPIC, Message
+from gateway.broker.message import QUEUE, TOPIC, Message, SelectorHeaders
 from gateway.broker.queue import ACK_MODES, CLIENT_INDIVIDUAL, Queue, Subscription
 from gateway.broker.session import DeliverySink, Session
 from gateway.store.base import Store
@@ -221,10 +221,9 @@ class Broker:
             if bindings is None:
                 bindings = self._match_bindings(address)
             first = True
-            headers = message.headers
             path = message.path
             for binding in bindings:
-                if binding.selector is not None and not binding.selector(headers):
+                if binding.selector is not None and not binding.selector(SelectorHeaders(message)):
                     continue
                 if binding.peer is not None and (binding.peer in path or
                                                  (binding.active is None and not message.persistent)):

@@ -12,6 +12,25 @@ DEFAULT_PRIORITY = 4
 MESSAGE_OVERHEAD = 400
 
 
+class SelectorHeaders:
+    """What a selector reads of a message: its headers, and the two a protocol
+    carries beside them — ``message-id`` (JMSMessageID) and ``destination``
+    (JMSDestination, as ``/queue/NAME`` or ``/topic/NAME``)."""
+
+    __slots__ = ("_message",)
+
+    def __init__(self, message: Message) -> None:
+        self._message = message
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        message = self._message
+        if key == "message-id":
+            return message.id
+        if key == "destination":
+            return f"/{message.kind}/{message.address}"
+        return message.headers.get(key, default)
+
+
 class Message:
     """One message in one queue. Fan-out makes per-queue copies that share the
     immutable parts (headers, body, encodings) and keep their own delivery count."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
-from gateway.broker.message import Message
+from gateway.broker.message import Message, SelectorHeaders
 from model.latency import TOP as _LATENCY_TOP
 from model.latency import empty_histogram
 
@@ -153,7 +153,7 @@ class Queue:
         if turn == 0:
             return False
         sub = self.remotes[turn - 1]
-        if not sub.ready() or (sub.selector is not None and not sub.selector(message.headers)):
+        if not sub.ready() or (sub.selector is not None and not sub.selector(SelectorHeaders(message))):
             return False
         self._levels[message.priority].pop()
         self._count -= 1
@@ -276,7 +276,9 @@ class Queue:
         for priority in range(self._high, -1, -1):
             level = self._levels[priority]
             for position, message in enumerate(level):
-                if (peer in message.path and not revisit) or (selector is not None and not selector(message.headers)):
+                if peer in message.path and not revisit:
+                    continue
+                if selector is not None and not selector(SelectorHeaders(message)):
                     continue
                 del level[position]
                 self._count -= 1
@@ -321,7 +323,7 @@ class Queue:
         for priority in range(self._high, -1, -1):
             level = self._levels[priority]
             for position, message in enumerate(level):
-                if selector(message.headers):
+                if selector(SelectorHeaders(message)):
                     del level[position]
                     self._count -= 1
                     return message

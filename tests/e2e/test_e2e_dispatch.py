@@ -309,6 +309,44 @@ def test_selector_on_priority_header(broker, connect):
     assert [m.body for m in urgent.listener.wait_for_body("fence")] == ["urgent", "fence"]
 
 
+def jms_cases(destination: str) -> list[tuple[str, dict, dict]]:
+    """(selector, headers of a message it matches, headers of one it does not) per JMS
+    header the selector knows (docs/stomp.md lists them)."""
+    return [
+        (f"JMSDestination = '{destination}'", {}, None),  # every message here is on it
+        ("JMSMessageID IS NOT NULL", {}, None),
+        ("JMSPriority = 7", {"priority": "7"}, {"priority": "3"}),
+        ("JMSCorrelationID = 'order-1'", {"correlation-id": "order-1"}, {"correlation-id": "order-2"}),
+        ("JMSType = 'invoice'", {"type": "invoice"}, {"type": "receipt"}),
+        ("JMSTimestamp > 1000", {"timestamp": "2000"}, {"timestamp": "500"}),
+        ("JMSExpiration = 0", {}, {"expires": str(int(time.time() * 1000) + 3_600_000)}),
+        ("JMSDeliveryMode = 'PERSISTENT'", {"persistent": "true"}, {}),
+        ("JMSReplyTo = '/queue/answers'", {"reply-to": "/queue/answers"}, {"reply-to": "/queue/other"}),
+    ]
+
+
+@pytest.mark.parametrize("kind", ["queue", "topic"])
+def test_selectors_on_every_jms_header(broker, connect, kind):
+    for index in range(len(jms_cases(""))):
+        destination = f"/{kind}/" + unique("jms")
+        selector, matching, other = jms_cases(destination)[index]
+        picky = connect(broker)
+        picky.subscribe(destination, headers={"selector": selector})
+        producer = connect(broker)
+        if other is not None:
+            producer.send(destination, "other", headers=other, receipt=True)
+        producer.send(destination, "match", headers=matching, receipt=True)
+        fence = {**matching, "persistent": "true"} if "PERSISTENT" in selector else matching
+        producer.send(destination, "fence", headers=fence, receipt=True)
+        received = [m.body for m in picky.listener.wait_for_body("fence")]
+        assert received == ["match", "fence"], (selector, received)
+        # the JMS headers the selector read are the ones the MESSAGE carries
+        message = picky.listener.messages[0]
+        assert message.headers["destination"] == destination and message.headers["message-id"]
+        picky.disconnect()
+        producer.disconnect()
+
+
 def test_invalid_selector_is_an_error(broker, connect):
     client = connect(broker)
     client.conn.subscribe(queue(), id="s", headers={"selector": "color = = 'red'", "receipt": "sel"})
