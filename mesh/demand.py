@@ -62,15 +62,16 @@ class Demand:
         peers = self.mesh.peers
         for peer_id, peer in peers.items():
             records = list(local)
-            if not self.config.allow_direct_connections_only:
-                for other_id, other in peers.items():
-                    if other_id == peer_id:
+            # Demand crosses every link there is (allow_direct_connections_only limits
+            # whom a node dials, not what its links carry): else an explicit chain strands.
+            for other_id, other in peers.items():
+                if other_id == peer_id:
+                    continue
+                for record in other.demand:
+                    path = record["path"]
+                    if peer_id in path or node_id in path or len(path) >= max_hops:
                         continue
-                    for record in other.demand:
-                        path = record["path"]
-                        if peer_id in path or node_id in path or len(path) >= max_hops:
-                            continue
-                        records.append({**record, "path": [*path, node_id]})
+                    records.append({**record, "path": [*path, node_id]})
             if records != peer.advertised:  # unchanged demand is not news: no ping-pong between nodes
                 peer.advertised = records
                 peer.link.send_control(FrameType.DEMAND, records)

@@ -279,10 +279,18 @@ class Node:
             self.reactor, discovery.group, discovery.interface, announcement,
             config.mesh.cluster_password.encode(), discovery.broadcast_period_ms / 1000.0,
             discovery.refresh_timeout_ms / 1000.0,
-            on_found=lambda peer: self.mesh.add_connector(peer.link),
+            on_found=self._discovered,
             on_lost=lambda peer: self.mesh.remove_connector(peer.link),
         )
         return self.discovery.start()
+
+    def _discovered(self, peer) -> None:
+        """Dial a node discovery found, unless this node links only to its ``static``
+        peers (others may still dial it; every link carries demand both ways)."""
+        if self.config.mesh.allow_direct_connections_only:
+            log.debug("mesh: found %s by discovery; not dialled (allow_direct_connections_only)", peer.name)
+            return
+        self.mesh.add_connector(peer.link)
 
     def _fatal(self, reason: str) -> None:
         """The mesh found this node must not run (a copied data dir): stop, exit non-zero."""

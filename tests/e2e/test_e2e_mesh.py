@@ -109,6 +109,26 @@ def test_chain_max_hops_1_does_not_reach_the_far_end(mesh):
     assert left == sent, f"A should still hold all {N} messages; a late consumer on A got {len(left)}: {left[:10]}"
 
 
+@pytest.mark.parametrize("layout", ["chain", "ring", "hub"])
+def test_explicit_topologies_with_direct_connections_only_deliver_everything(mesh, layout):
+    """allow_direct_connections_only limits whom a node dials, not what crosses its
+    links: demand and messages still travel the whole explicit topology."""
+    n, edges, hops, source, target = {
+        "chain": (3, "chain", 2, 0, 2),  # a -> b -> c, the consumer at the far end
+        "ring": (4, "ring", 3, 0, 2),  # the consumer opposite the producer
+        "hub": (4, [(1, 0), (2, 0), (3, 0)], 2, 1, 3),  # spokes dial the hub; spoke to spoke
+    }[layout]
+    nodes = mesh(n, edges, max_hops=hops, extra="allow_direct_connections_only = true")
+    q = "/queue/" + unique("direct-" + layout)
+    consumer = nodes[target].client()
+    consumer.subscribe(q)
+    sent = send_many(nodes[source].client(), q, [f"d{i}" for i in range(51)])
+    got = bodies_of(consumer.listener.wait_for(len(sent), timeout=20))
+    assert sorted(got) == sorted(sent) and not dupes(got), f"dupes {dupes(got)}"
+    consumer.disconnect()
+    assert drain(nodes[source], q) == []
+
+
 # ---------------------------------------------------------------------------------------
 # 4. Ring of four, max_hops 3
 # ---------------------------------------------------------------------------------------
