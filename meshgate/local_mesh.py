@@ -37,11 +37,15 @@ class _Processes:
             return
         if optional:
             self.optional.add(name)
+        # A session of its own: a Ctrl-C reaches only the local mesh, which stops each
+        # process once (two signals made a node stop its reactor twice).
         if log is not None:
             with open(log, "ab") as output:
-                process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT)
+                process = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT,
+                                           start_new_session=True)
         else:
-            process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL if quiet else None)
+            process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL if quiet else None,
+                                       start_new_session=True)
         self.running.append((name, process))
 
     def stop(self) -> None:
@@ -122,6 +126,8 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
           flush=True)
     for i, port in enumerate(stomp_ports):
         print(f"  node{i + 1}: stomp://127.0.0.1:{port}  (mesh link 127.0.0.1:{port + 3})", flush=True)
+    print("  access: anonymous, any client may connect (the local default, on 127.0.0.1 only); to require "
+          "logins add [security.users] to the nodes' configs: docs/configuration.md", flush=True)
     if redis_url:
         print(f"  metrics: every node writes to {redis_url} (streams meshgate:snapshots, meshgate:events)",
               flush=True)

@@ -135,7 +135,12 @@ class Node:
         if recovered:
             log.info("recovered %d persistent messages", recovered)
         if config.anonymous:
-            log.warning("no users configured: any client may connect without credentials")
+            binds = [config.stomp.bind] + ([config.stomp.tls.bind] if config.stomp.tls is not None else [])
+            exposed = [host for host, _ in binds if not _loopback(host)]
+            # Anonymous on loopback is the documented local default; reachable from elsewhere it is a risk.
+            log.log(logging.WARNING if exposed else logging.INFO,
+                    "no users configured: any client may connect without credentials%s",
+                    f" (listening on {', '.join(exposed)})" if exposed else " (loopback only)")
         stomp = config.stomp
         settings = StompSettings(
             max_frame_size=stomp.max_frame_size,
@@ -320,3 +325,14 @@ def _raise_fd_limit() -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _loopback(host: str) -> bool:
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
