@@ -32,8 +32,16 @@ ensure_venv() {  # extras, e.g. "test"
     local digest
     digest="$(cat "$ROOT/pyproject.toml" "$ROOT/requirements/constraints.txt" | sha256sum | cut -c1-16)"
     if [ "$(cat "$stamp" 2>/dev/null)" != "$digest" ]; then
-        "$VENV/bin/python" -m pip install -q --upgrade pip
-        "$VENV/bin/python" -m pip install -q -c "$ROOT/requirements/constraints.txt" -e "$ROOT[$extras]"
+        # pip's own chatter goes to a log; its tail is shown only if it fails.
+        local log="$VENV/pip-install.log"
+        echo "bootstrap: installing Python packages ($extras) into .venv; pip's output: $log"
+        if ! { "$VENV/bin/python" -m pip install -q --upgrade pip &&
+               "$VENV/bin/python" -m pip install -q -c "$ROOT/requirements/constraints.txt" -e "$ROOT[$extras]"; } \
+                >"$log" 2>&1; then
+            tail -n 30 "$log" >&2
+            echo "bootstrap: pip install failed; the whole output is in $log" >&2
+            exit 1
+        fi
         echo "$digest" > "$stamp"
     fi
 }
