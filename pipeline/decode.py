@@ -22,6 +22,7 @@ from msgspec import inspect
 
 from model.mesh import PartialQueue
 from model.rollups import COUNTERS
+from pipeline.source import id_key
 
 WINDOW_SECONDS = 10  # the finest resolution; coarser windows are sums of these
 GAUGES = ("depth", "in_flight", "consumers")
@@ -45,7 +46,6 @@ def _projection(name: str, source: type[msgspec.Struct], names: Iterable[str], r
             fields.append((field.encode_name, annotation, msgspec.field(default_factory=field.default_factory)))
         else:
             fields.append((field.encode_name, annotation, field.default))
-    fields.sort(key=lambda f: len(f) > 2)  # required first
     return msgspec.defstruct(name, fields, kw_only=True)
 
 
@@ -73,11 +73,6 @@ _snapshot = msgspec.json.Decoder(_Snapshot).decode
 _event = msgspec.json.Decoder(_Event).decode
 
 
-def _id(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def reduce_batch(columns: dict[str, list], snapshots: str, events: str, applied: dict[str, tuple[int, int]],
                  watermark: float) -> list[dict]:
     """The partial rows of one batch of entries (``columns``: the source's ``stream``,
@@ -90,7 +85,7 @@ def reduce_batch(columns: dict[str, list], snapshots: str, events: str, applied:
     queues: dict[tuple, dict] = {}
     for stream, entry_id, node, kind, data in zip(columns["stream"], columns["id"], columns["node"],
                                                    columns["kind"], columns["data"], strict=True):
-        position = _id(entry_id)
+        position = id_key(entry_id)
         after = applied.get(stream)
         if after is not None and position <= after:
             continue
@@ -176,7 +171,7 @@ def reduce_arrow(batches: Iterator[Any], snapshots: str, events: str, applied: d
     """``mapInArrow``'s function: each Arrow batch of entries to a batch of partial rows."""
     import pyarrow as pa
 
-    after = {stream: _id(entry_id) for stream, entry_id in applied.items()}
+    after = {stream: id_key(entry_id) for stream, entry_id in applied.items()}
     for batch in batches:
         columns = {name: batch.column(name).to_pylist() for name in ("stream", "id", "node", "kind", "data")}
         rows = reduce_batch(columns, snapshots, events, after, watermark)

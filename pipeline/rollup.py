@@ -42,7 +42,7 @@ from model.rollups import (
 
 STATE_TTL_S = 7 * 24 * 3600  # a partial queue's last counters, kept for a node that comes back
 DEFAULT_RETENTION_S = {"10s": 6 * 3600, "1m": 7 * 24 * 3600}
-_PREFIX = len("queue:")
+_PREFIX = len(queue_field(""))  # a queue field is the prefix, then the name
 _FIRST_SEEN = "\x00first-seen"  # the state field holding the first seq seen of a node start
 
 
@@ -132,8 +132,8 @@ class Rollups:
 
     def apply(self, pipeline: str, batch: int, summary: list[dict], boots: list[dict], groups: list[dict],
               events: list[dict], began: float | None = None) -> PipelineStatus:
-        """Apply one micro-batch: ``summary`` (transform.batch_summary rows), ``boots``
-        (boot_starts), ``groups`` (queue_windows) and ``events`` (event_windows)."""
+        """Apply one micro-batch: the ``summary``, ``boot``, ``queue`` (``groups``) and
+        ``event`` rows of ``transform.split``."""
         began = time.time() if began is None else began
         groups = sorted(groups, key=lambda g: (g["node"], g["boot"], g["queue"], g["window"]))
         self._load_states({(g["node"], g["boot"], g["queue"]) for g in groups},

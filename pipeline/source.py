@@ -157,25 +157,23 @@ def _later(a: str, b: str) -> str:
 
 
 def _ranges(options: _Options, start: dict[str, str], end: dict[str, str]) -> list[StreamRange]:
-    client = options.client()
-    cut = client.register_script(_CUTS)
     ranges: list[StreamRange] = []
-    for key in options.streams:
-        after, until = start.get(key, NOTHING), end.get(key, NOTHING)
-        if id_key(until) <= id_key(after):
-            continue
-        cuts = [c.decode() for c in cut(keys=[key], args=[after, until, options.per_partition])]
-        bounds = [after, *cuts, until]
-        ranges.extend(StreamRange(key, a, b) for a, b in zip(bounds, bounds[1:], strict=False))
-    client.close()
+    with options.client() as client:
+        cut = client.register_script(_CUTS)
+        for key in options.streams:
+            after, until = start.get(key, NOTHING), end.get(key, NOTHING)
+            if id_key(until) <= id_key(after):
+                continue
+            cuts = [c.decode() for c in cut(keys=[key], args=[after, until, options.per_partition])]
+            bounds = [after, *cuts, until]
+            ranges.extend(StreamRange(key, a, b) for a, b in zip(bounds, bounds[1:], strict=False))
     return ranges
 
 
 def _read(options: _Options, part: InputPartition) -> Iterator[Any]:
     if not isinstance(part, StreamRange):
         return  # Spark's stand-in for "no partitions": nothing to read
-    client = options.client()
-    try:
+    with options.client() as client:
         cursor = part.after
         while True:
             page = client.xrange(part.stream, f"({cursor}", part.until, count=options.page)
@@ -185,8 +183,15 @@ def _read(options: _Options, part: InputPartition) -> Iterator[Any]:
             if len(page) < options.page:
                 return
             cursor = page[-1][0].decode()
-    finally:
-        client.close()
+
+
+def _rows(options: _Options, part: InputPartition) -> Iterator[Any]:
+    """What a reader's ``read`` yields: Arrow record batches, or the tuples one by one."""
+    if options.arrow:
+        yield from _read(options, part)
+    else:
+        for rows in _read(options, part):
+            yield from rows
 
 
 def _text(values: list[bytes | None]) -> Any:
@@ -258,18 +263,13 @@ class _BatchReader(DataSourceReader):
         self.options = _Options(options)
 
     def partitions(self) -> list[StreamRange]:
-        client = self.options.client()
-        start = self.options.offsets(self.options.starting, client)
-        end = self.options.offsets(self.options.ending, client)
-        client.close()
+        with self.options.client() as client:
+            start = self.options.offsets(self.options.starting, client)
+            end = self.options.offsets(self.options.ending, client)
         return _ranges(self.options, start, end)
 
     def read(self, partition: StreamRange) -> Iterator[Any]:
-        if self.options.arrow:
-            yield from _read(self.options, partition)
-        else:
-            for rows in _read(self.options, partition):
-                yield from rows
+        return _rows(self.options, partition)
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -278,11 +278,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.target: dict[str, str] | None = None  # availableNow: read up to here and no further
 
     def initialOffset(self) -> dict:
-        client = self.options.client()
-        try:
+        with self.options.client() as client:
             return self.options.offsets(self.options.starting, client)
-        finally:
-            client.close()
 
     def getDefaultReadLimit(self) -> Any:
         from pyspark.sql.streaming.datasource import ReadMaxRows
@@ -290,23 +287,17 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(self.options.max_entries) if self.options.max_entries else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        client = self.options.client()
-        try:
+        with self.options.client() as client:
             self.target = self.options.offsets("latest", client)
-        finally:
-            client.close()
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
-        client = self.options.client()
-        try:
+        with self.options.client() as client:
             caps = self.target or {}
             max_rows = getattr(limit, "max_rows", None)
             if max_rows is None:
                 return {key: _later(start.get(key, NOTHING),
                                     caps.get(key) or _last_id(client, key)) for key in self.options.streams}
             return self._limited(client, start, caps, max_rows)
-        finally:
-            client.close()
 
     def _limited(self, client: Any, start: dict, caps: dict, max_rows: int) -> dict:
         nth = client.register_script(_NTH)
@@ -328,20 +319,13 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _ranges(self.options, start, end)
 
     def read(self, partition: StreamRange) -> Iterator[Any]:
-        if self.options.arrow:
-            yield from _read(self.options, partition)
-        else:
-            for rows in _read(self.options, partition):
-                yield from rows
+        return _rows(self.options, partition)
 
     def commit(self, end: dict) -> None:
         if not self.options.progress_key or not end:
             return
-        client = self.options.client()
-        try:
+        with self.options.client() as client:
             client.hset(self.options.progress_key, mapping=end)
-        finally:
-            client.close()
 
 
 def fair_shares(available: dict[str, int], limit: int) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """The Spark half of the rollups. The executors decode each Arrow batch of stream
 entries and reduce it to partial rows (``pipeline.decode``, through
 ``mapInArrow``); Spark merges the partial rows of every batch in one aggregation
-(``merged``) into one row per stream (``batch_summary``), node start
+(``merged``) into one row per stream (the batch's summary), node start
 (``boot_starts``), partial queue and 10-second window (``queue_windows``) and
 event window, node and kind (``event_windows``). What runs here runs on the executors, so it scales with the
 cluster; the driver gets rows per window, not per entry."""
@@ -13,7 +13,7 @@ from typing import Any
 from model.rollups import COUNTERS
 from pipeline.decode import WINDOW_SECONDS, reduce_arrow
 
-__all__ = ["WINDOW_SECONDS", "ENTRY_FIELDS", "partials", "merged", "split", "batch_summary", "queue_windows",
+__all__ = ["WINDOW_SECONDS", "ENTRY_FIELDS", "partials", "merged", "split", "queue_windows",
            "boot_starts", "event_windows"]
 
 ENTRY_FIELDS = "node,kind,data"  # the entry fields the job reads (snapshots: node, seq, schema, data)
@@ -37,7 +37,7 @@ def partials(entries: Any, snapshots: str, events: str, applied: dict[str, str],
     """The partial rows of the new entries (those after ``applied``, per stream), with
     ``part`` one of summary / boot / event / queue; ``late`` marks what falls in a
     window closed before ``watermark``."""
-    from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema  # noqa: F401  (executors need pyarrow)
+    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_string
 
     arrow_schema = to_arrow_schema(_parse_datatype_string(PARTIALS_SCHEMA))
@@ -54,7 +54,7 @@ def merged(parts: Any) -> Any:
     the entries): grouped by ``part`` and the keys of its kind (the other keys are
     null), with each kind's merge. Partial queues that never did anything are left
     out. ``batch_summary`` and the rest select their kind from it; the job splits one
-    collected result by ``part``."""
+    collected result by ``part`` (``split``)."""
     F = _functions()
     grouped = parts.groupBy("part", "stream", "node", "boot", "queue", "window", "kind").agg(
         F.sum("entries").alias("entries"), F.sum("malformed").alias("malformed"),
@@ -91,14 +91,6 @@ def split(rows: list[dict]) -> dict[str, list[dict]]:
             row["late"] = row["late_count"]
         result[part].append({name: row[name] for name in columns[part]})
     return result
-
-
-def batch_summary(merged_rows: Any) -> Any:
-    """One row per stream: entries, malformed, late, the newest event time (capped by
-    the time Redis added the entry) and the last entry id."""
-    F = _functions()
-    return merged_rows.where(F.col("part") == "summary").select(
-        "stream", "entries", "malformed", F.col("late_count").alias("late"), "max_time", "last_id")
 
 
 def queue_windows(merged_rows: Any) -> Any:

@@ -579,17 +579,15 @@
     };
   }
 
-  // A list the API filters, sorts and pages (queues, connections): its state lives in the
-  // URL, answers to older requests are dropped, and it goes back to page 1 when the list
-  // shrank under the page shown. `render(answer)` draws an answer; `change({...})` moves.
-  function pagedList({ path, what, state, defaults, filter, pageSize, box, render }) {
+  // A list the API pages, its state in the URL: `load()` asks for the page `query()` says,
+  // drops answers to older requests, and goes back to page 1 when the list shrank under
+  // the page shown; `render(answer)` draws an answer; `change({...})` moves (then `changed()`).
+  function pagedLoader({ path, what, state, defaults, box, query, render, changed }) {
     let asked = 0;
     async function load() {
       const mine = ++asked;
       try {
-        const answer = await api(path, { query: {
-          name: state.name, sort: state.sort, sort_reverse: state.reverse, page: state.page, page_size: state.size,
-        } });
+        const answer = await api(path, { query: query() });
         if (mine !== asked) return;
         problem(null);
         render(answer);
@@ -605,18 +603,27 @@
     function change(changes) {
       Object.assign(state, changes);
       writeQuery(state, defaults);
+      if (changed) changed();
       load();
     }
+    return { load, change };
+  }
+
+  // A list the API filters by name, sorts and pages (queues, connections).
+  function pagedList({ path, what, state, defaults, filter, pageSize, box, render }) {
+    const list = pagedLoader({ path, what, state, defaults, box, render, query: () => ({
+      name: state.name, sort: state.sort, sort_reverse: state.reverse, page: state.page, page_size: state.size,
+    }) });
     filter.value = state.name;
     pageSize.value = String(state.size);
-    filter.addEventListener("input", debounce(() => change({ name: filter.value.trim(), page: 1 }), 250));
-    pageSize.addEventListener("change", () => change({ size: Number(pageSize.value), page: 1 }));
-    return { load, change };
+    filter.addEventListener("input", debounce(() => list.change({ name: filter.value.trim(), page: 1 }), 250));
+    pageSize.addEventListener("change", () => list.change({ size: Number(pageSize.value), page: 1 }));
+    return list;
   }
 
   window.MG = {
     admin: body.dataset.admin === "true", api, ApiError, live, fmt, percentile, el, problem, explain, loadFailed, debounce,
     throttle, badge, stat, sortRows, table, tableRow, pager, dialog, failureText, readQuery, writeQuery, rateChart,
-    lineChart, historyCharts, pagedList,
+    lineChart, historyCharts, pagedLoader, pagedList,
   };
 })();

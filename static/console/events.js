@@ -107,25 +107,15 @@
       }, kind)));
   }
 
-  let asked = 0;  // answers to older requests are dropped
-  async function load() {
-    const mine = ++asked;
-    try {
-      const answer = await MG.api("events", { query: { kind: state.kind, node: state.node, q: state.q, page: state.page, page_size: state.size } });
-      if (mine !== asked) return;
-      MG.problem(null);
+  const { load, change } = MG.pagedLoader({
+    path: "events", what: "read the events", state, defaults: DEFAULTS, box, changed: renderKinds,
+    query: () => ({ kind: state.kind, node: state.node, q: state.q, page: state.page, page_size: state.size }),
+    render: (answer) => {
       unseen = 0;
       renderNews();
       render(answer);
-    } catch (error) {
-      if (mine !== asked) return;
-      if (error.status === 404 && state.page > 1) {
-        change({ page: 1 });
-        return;
-      }
-      MG.loadFailed("read the events", error, box);
-    }
-  }
+    },
+  });
 
   async function loadNodes() {
     try {
@@ -138,13 +128,6 @@
     } catch (error) {
       MG.loadFailed("list the nodes", error);
     }
-  }
-
-  function change(changes) {
-    Object.assign(state, changes);
-    MG.writeQuery(state, DEFAULTS);
-    renderKinds();
-    load();
   }
 
   function arrived(event) {

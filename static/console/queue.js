@@ -196,17 +196,20 @@
   }
 
   // -- admin: purge, move, delete ---------------------------------------------------------------
-  function purgeDialog() {
-    const scope = nodeOptions(el("select"), queueNodes(), { all: "every node (" + fmt.n(row.depth) + " waiting)", value: "*" });
+  // A dialog choosing the node(s) an action applies to; `sentence(scope)` says what it will do.
+  function scopeDialog(label, all, sentence) {
+    const scope = nodeOptions(el("select"), queueNodes(), { all, value: "*" });
     const text = el("p");
-    const describe = () => {
-      text.textContent = "Drops every message waiting in " + name + " " + where(scope.value) + " (" +
-        fmt.n(waitingOn(scope.value)) + " at the last look). Messages delivered and not yet acknowledged, or in " +
-        "doubt, stay. This cannot be undone.";
-    };
+    const describe = () => { text.textContent = sentence(scope.value); };
     scope.addEventListener("change", describe);
     describe();
-    return { state: { scope }, body: [el("label", null, "Purge on", scope), text] };
+    return { state: { scope }, body: [el("label", null, label, scope), text] };
+  }
+
+  function purgeDialog() {
+    return scopeDialog("Purge on", "every node (" + fmt.n(row.depth) + " waiting)", (scope) =>
+      "Drops every message waiting in " + name + " " + where(scope) + " (" + fmt.n(waitingOn(scope)) +
+      " at the last look). Messages delivered and not yet acknowledged, or in doubt, stay. This cannot be undone.");
   }
 
   function moveDialog() {
@@ -241,16 +244,10 @@
   }
 
   function deleteDialog() {
-    const scope = nodeOptions(el("select"), queueNodes(), { all: "every node", value: "*" });
-    const text = el("p");
-    const describe = () => {
-      text.textContent = "Deletes the queue " + name + " " + where(scope.value) + " and drops the " +
-        fmt.n(waitingOn(scope.value)) + " messages waiting there. A node refuses while the queue has consumers or " +
-        "messages in doubt on it. The queue is made again when used.";
-    };
-    scope.addEventListener("change", describe);
-    describe();
-    return { state: { scope }, body: [el("label", null, "Delete on", scope), text] };
+    return scopeDialog("Delete on", "every node", (scope) =>
+      "Deletes the queue " + name + " " + where(scope) + " and drops the " + fmt.n(waitingOn(scope)) +
+      " messages waiting there. A node refuses while the queue has consumers or messages in doubt on it. " +
+      "The queue is made again when used.");
   }
 
   function wireActions() {
