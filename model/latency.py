@@ -9,6 +9,9 @@ capped: recording costs one increment."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from itertools import zip_longest
+
 BUCKETS = 32
 TOP = BUCKETS - 1
 
@@ -36,17 +39,27 @@ def percentile_ms(counts: list[int], quantile: float) -> float | None:
     """The latency below which ``quantile`` (0–1) of the counted messages fall, in
     milliseconds, within a factor of two (the bucket's upper bound; the open top
     bucket answers its lower bound). None when nothing was counted."""
+    return percentiles_ms(counts, (quantile,))[0]
+
+
+def percentiles_ms(counts: list[int], quantiles: Sequence[float]) -> list[float | None]:
+    """``percentile_ms`` of each of ``quantiles`` (ascending), in one pass."""
     total = sum(counts)
     if not total:
-        return None
-    rank = quantile * total
+        return [None] * len(quantiles)
+    ranks = [quantile * total for quantile in quantiles]
+    found: list[float | None] = []
     seen = 0
     for index, count in enumerate(counts):
+        if not count:
+            continue
         seen += count
-        if count and seen >= rank:
+        while len(found) < len(ranks) and seen >= ranks[len(found)]:
             low, high = bounds_us(index)
-            return (low if high == float("inf") else high) / 1000.0
-    return None
+            found.append((low if high == float("inf") else high) / 1000.0)
+        if len(found) == len(ranks):
+            return found
+    return found + [None] * (len(ranks) - len(found))
 
 
 def trimmed(histogram: list[int]) -> list[int]:
@@ -63,8 +76,6 @@ def padded(histogram: list[int]) -> list[int]:
 
 
 def merge(*histograms: list[int]) -> list[int]:
-    merged = empty_histogram()
-    for histogram in histograms:
-        for index, count in enumerate(histogram[:BUCKETS]):
-            merged[index] += count
-    return merged
+    """The bucket-by-bucket sum, all ``BUCKETS`` buckets."""
+    merged = list(map(sum, zip_longest(*(histogram[:BUCKETS] for histogram in histograms), fillvalue=0)))
+    return merged + [0] * (BUCKETS - len(merged))

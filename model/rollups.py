@@ -93,9 +93,7 @@ class PipelineStatus(msgspec.Struct, kw_only=True):
 def with_percentiles(counts: Counts) -> Counts:
     """``counts`` with p50/p95/p99 filled in from its histogram."""
     if counts.latency:
-        counts.p50_ms = latency.percentile_ms(counts.latency, 0.50)
-        counts.p95_ms = latency.percentile_ms(counts.latency, 0.95)
-        counts.p99_ms = latency.percentile_ms(counts.latency, 0.99)
+        counts.p50_ms, counts.p95_ms, counts.p99_ms = latency.percentiles_ms(counts.latency, (0.50, 0.95, 0.99))
     return counts
 
 

@@ -1,11 +1,11 @@
 """The executors' half of a micro-batch, in plain Python: decode the stream entries
-with msgspec and reduce each Arrow batch of them to a few partial rows — per
-stream (entries, malformed, late, newest time and id), per node start (its first
-snapshot), per event window, node and kind (a count), and per partial queue,
-node start and 10-second window (the first and last counters, the deepest depth,
-the latest gauges). Spark then merges the partial rows of all batches
-(``transform``): a few thousand rows a batch instead of one per partial queue
-per snapshot, and no JSON parsing in the JVM.
+with msgspec and reduce each page of them to partial rows — per stream and window
+(entries, malformed, newest time and id), per node start (its first snapshot),
+per event window, node and kind (a count), and per partial queue, node start and
+10-second window (the first and last counters, the deepest depth, the latest
+gauges). ``pipeline.partials`` runs this inside the data source's read, so the
+entries never cross into the JVM; Spark merges the partial rows of all pages
+(``transform``).
 
 Decoding uses the model's own field names, types and defaults (a projection of
 ``model.mesh.Snapshot`` to what the rollups use); an entry that does not decode
@@ -14,7 +14,7 @@ to it is malformed."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -73,29 +73,38 @@ _snapshot = msgspec.json.Decoder(_Snapshot).decode
 _event = msgspec.json.Decoder(_Event).decode
 
 
-def reduce_batch(columns: dict[str, list], snapshots: str, events: str, applied: dict[str, tuple[int, int]],
-                 watermark: float) -> list[dict]:
-    """The partial rows of one batch of entries (``columns``: the source's ``stream``,
-    ``id``, ``node``, ``kind``, ``data`` as lists), each with ``part`` one of
-    summary / boot / event / queue. Entries at or before ``applied[stream]`` are
-    skipped (already applied); ``late``: their window closed before ``watermark``."""
-    summary: dict[str, dict] = {}
+def partials_schema() -> Any:
+    """The rows ``reduce_entries`` gives, as Spark sees them: a ``StructType``, which
+    (unlike a DDL string) a Python worker can turn into Arrow without a JVM."""
+    from pyspark.sql.types import ArrayType, DoubleType, LongType, StringType, StructField, StructType
+
+    def struct(*fields: tuple[str, Any]) -> StructType:
+        return StructType([StructField(name, kind) for name, kind in fields])
+
+    counters = struct(*((name, LongType()) for name in COUNTERS), ("latency", ArrayType(LongType())),
+                      ("latency_sum_ms", DoubleType()))
+    now = struct(("depth", LongType()), ("consumers", LongType()), ("in_flight", LongType()), ("at", DoubleType()))
+    return struct(
+        ("part", StringType()), ("stream", StringType()), ("entries", LongType()), ("malformed", LongType()),
+        ("max_time", DoubleType()), ("last_ms", LongType()), ("last_seq", LongType()), ("node", StringType()),
+        ("boot", DoubleType()), ("queue", StringType()), ("window", LongType()), ("first_seq", LongType()),
+        ("first", counters), ("last", counters), ("depth_max", LongType()),
+        ("now", now), ("kind", StringType()), ("count", LongType()),
+    )
+
+
+def reduce_entries(entries: Iterable[tuple], snapshots: str, events: str) -> list[dict]:
+    """The partial rows of some entries (``stream``, ``id``, ``node``, ``kind``,
+    ``data`` tuples: str, or None where the entry lacks the field; ``data`` str
+    or bytes), each with ``part`` one
+    of summary / boot / event / queue. Whether a window is late is for the driver
+    to say: it alone knows the watermark, and every row carries its window."""
+    summary: dict[tuple, dict] = {}
     boots: dict[tuple, int] = {}
     counted: dict[tuple, int] = {}
     queues: dict[tuple, dict] = {}
-    for stream, entry_id, node, kind, data in zip(columns["stream"], columns["id"], columns["node"],
-                                                   columns["kind"], columns["data"], strict=True):
+    for stream, entry_id, node, kind, data in entries:
         position = id_key(entry_id)
-        after = applied.get(stream)
-        if after is not None and position <= after:
-            continue
-        totals = summary.get(stream)
-        if totals is None:
-            totals = summary[stream] = {"part": "summary", "stream": stream, "entries": 0, "malformed": 0,
-                                        "late_count": 0, "max_time": None, "last_ms": 0, "last_seq": 0}
-        totals["entries"] += 1
-        if position > (totals["last_ms"], totals["last_seq"]):
-            totals["last_ms"], totals["last_seq"] = position
         snapshot = event = None
         try:
             if stream == snapshots and data is not None:
@@ -105,32 +114,40 @@ def reduce_batch(columns: dict[str, list], snapshots: str, events: str, applied:
         except (msgspec.DecodeError, msgspec.ValidationError):
             pass
         if snapshot is None and event is None:
-            totals["malformed"] += 1
+            _count(summary, stream, None, position, None)["malformed"] += 1
             continue
         time = snapshot.taken_at if snapshot is not None else event.time
         window = math.floor(time / WINDOW_SECONDS) * WINDOW_SECONDS
-        late = window + WINDOW_SECONDS <= watermark
-        totals["late_count"] += late
-        capped = min(time, position[0] / 1000.0)  # a node's fast clock cannot push the watermark
-        if totals["max_time"] is None or capped > totals["max_time"]:
-            totals["max_time"] = capped
+        _count(summary, stream, window, position, min(time, position[0] / 1000.0))  # a fast clock is capped
         if event is not None:
-            if not late:
-                key = (window, node, kind)
-                counted[key] = counted.get(key, 0) + 1
+            counted[(window, node, kind)] = counted.get((window, node, kind), 0) + 1
             continue
         boot_key = (snapshot.node.id, snapshot.node.started_at)
         seq = snapshot.seq
         if boots.get(boot_key, seq + 1) > seq:
             boots[boot_key] = seq
         for partial in snapshot.queues:
-            _add(queues, (*boot_key, partial.name, window), seq, time, late, partial)
+            _add(queues, (*boot_key, partial.name, window), seq, time, partial)
     rows = list(summary.values())
     rows.extend({"part": "boot", "node": node, "boot": boot, "first_seq": seq} for (node, boot), seq in boots.items())
     rows.extend({"part": "event", "window": window, "node": node, "kind": kind, "count": count}
                 for (window, node, kind), count in counted.items())
     rows.extend(_row(key, group) for key, group in queues.items())
     return rows
+
+
+def _count(summary: dict, stream: str, window: int | None, position: tuple[int, int], time: float | None) -> dict:
+    """The entry counted in its stream's and window's summary row (window None: malformed)."""
+    totals = summary.get((stream, window))
+    if totals is None:
+        totals = summary[(stream, window)] = {"part": "summary", "stream": stream, "window": window, "entries": 0,
+                                              "malformed": 0, "max_time": None, "last_ms": 0, "last_seq": 0}
+    totals["entries"] += 1
+    if position > (totals["last_ms"], totals["last_seq"]):
+        totals["last_ms"], totals["last_seq"] = position
+    if time is not None and (totals["max_time"] is None or time > totals["max_time"]):
+        totals["max_time"] = time
+    return totals
 
 
 def _counters(partial: Any) -> dict:
@@ -140,40 +157,25 @@ def _counters(partial: Any) -> dict:
     return values
 
 
-def _add(queues: dict, key: tuple, seq: int, time: float, late: bool, partial: Any) -> None:
+def _add(queues: dict, key: tuple, seq: int, time: float, partial: Any) -> None:
     """Keep the first and last snapshot's partial queue of the group (turned into
-    rows once, in ``_row``), the deepest depth and whether any was late."""
+    rows once, in ``_row``) and the deepest depth."""
     group = queues.get(key)
     if group is None:
-        queues[key] = [seq, partial, seq, partial, time, late, partial.depth]
+        queues[key] = [seq, partial, seq, partial, time, partial.depth]
         return
     if seq < group[0]:
         group[0], group[1] = seq, partial
     if seq > group[2]:
         group[2], group[3], group[4] = seq, partial, time
-    if late:
-        group[5] = True
-    if partial.depth > group[6]:
-        group[6] = partial.depth
+    if partial.depth > group[5]:
+        group[5] = partial.depth
 
 
 def _row(key: tuple, group: list) -> dict:
     node, boot, name, window = key
-    first_seq, first, last_seq, last, time, late, depth_max = group
+    first_seq, first, last_seq, last, time, depth_max = group
     return {"part": "queue", "node": node, "boot": boot, "queue": name, "window": window,
             "first_seq": first_seq, "first": _counters(first), "last_seq": last_seq, "last": _counters(last),
-            "late": late, "depth_max": depth_max,
+            "depth_max": depth_max,
             "now": {"depth": last.depth, "consumers": last.consumers, "in_flight": last.in_flight, "at": time}}
-
-
-def reduce_arrow(batches: Iterator[Any], snapshots: str, events: str, applied: dict[str, str],
-                 watermark: float, schema: Any) -> Iterator[Any]:
-    """``mapInArrow``'s function: each Arrow batch of entries to a batch of partial rows."""
-    import pyarrow as pa
-
-    after = {stream: id_key(entry_id) for stream, entry_id in applied.items()}
-    for batch in batches:
-        columns = {name: batch.column(name).to_pylist() for name in ("stream", "id", "node", "kind", "data")}
-        rows = reduce_batch(columns, snapshots, events, after, watermark)
-        if rows:
-            yield pa.RecordBatch.from_pylist(rows, schema=schema)

@@ -23,11 +23,9 @@ def export(spark: Any, redis_url: str, prefix: str, directory: str, starting: st
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    entries = (spark.read.format("redis_streams").option("url", redis_url)
-               .option("streams", f"{prefix}:snapshots,{prefix}:events").option("fields", transform.ENTRY_FIELDS)
-               .option("startingOffsets", starting).option("endingOffsets", ending).load())
-    parsed = transform.merged(transform.partials(entries, f"{prefix}:snapshots", f"{prefix}:events", {},
-                                                 0.0)).persist()
+    parts = (spark.read.format("meshgate_partials").option("url", redis_url).option("prefix", prefix)
+             .option("startingOffsets", starting).option("endingOffsets", ending).load())
+    parsed = transform.merged(parts).persist()
     try:
         starts = transform.boot_starts(parsed).withColumnRenamed("first_seq", "boot_first")
         groups = transform.queue_windows(parsed).join(starts, ["node", "boot"])

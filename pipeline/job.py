@@ -1,5 +1,6 @@
 """``meshgate pipeline``: the streaming job. Spark reads the snapshots and events
-streams through ``redis_streams``; each micro-batch is reduced on Spark
+streams through ``meshgate_partials`` (``redis_streams`` decoding and reducing
+as it reads); each micro-batch's partial rows are merged on Spark
 (``transform``) and applied on the driver (``rollup``) in one Redis transaction.
 
 The query restarts itself from its checkpoint when it fails (Redis gone, a task
@@ -59,7 +60,7 @@ class RollupBatches:
         self.last_error: str | None = None
         self._exit_after = os.environ.get(EXIT_AFTER_BATCH)
 
-    def __call__(self, entries: Any, batch: int) -> None:
+    def __call__(self, parts: Any, batch: int) -> None:
         began = time.time()
         pipeline = self._query_id()
         if self.rollups.status is None:
@@ -67,10 +68,7 @@ class RollupBatches:
         if self.rollups.applied(pipeline, batch):
             log.info("batch %d already applied; skipped", batch)
             return
-        settings = self.rollups.settings
-        parts = transform.partials(entries, settings.snapshots, settings.events, self.rollups.offsets,
-                                   self.rollups.watermark)
-        rows = transform.split(transform.merged(parts).toArrow().to_pylist())
+        rows = transform.split(transform.merged(parts).toArrow().to_pylist(), self.rollups.watermark)
         summary, groups, boots, events = rows["summary"], rows["queue"], rows["boot"], rows["event"]
         if not any(row["entries"] for row in summary):
             return
@@ -93,15 +91,14 @@ def start_query(spark: Any, options: JobOptions, batches: RollupBatches) -> Any:
     else from where the rollups in Redis left off, else from ``options.starting``."""
     status = batches.rollups.load()
     starting = json.dumps(status.offsets) if status and status.offsets else options.starting
-    entries = (spark.readStream.format("redis_streams")
-               .option("url", options.redis_url)
-               .option("streams", f"{options.prefix}:snapshots,{options.prefix}:events")
-               .option("fields", transform.ENTRY_FIELDS)
-               .option("startingOffsets", starting)
-               .option("maxEntriesPerTrigger", str(options.max_entries))
-               .option("progressKey", f"{options.prefix}:pipeline:progress")
-               .load())
-    writer = entries.writeStream.queryName(QUERY_NAME).foreachBatch(batches).option(
+    parts = (spark.readStream.format("meshgate_partials")
+             .option("url", options.redis_url)
+             .option("prefix", options.prefix)
+             .option("startingOffsets", starting)
+             .option("maxEntriesPerTrigger", str(options.max_entries))
+             .option("progressKey", f"{options.prefix}:pipeline:progress")
+             .load())
+    writer = parts.writeStream.queryName(QUERY_NAME).foreachBatch(batches).option(
         "checkpointLocation", options.checkpoint)
     writer = writer.trigger(availableNow=True) if options.available_now else writer.trigger(
         processingTime=f"{options.trigger_s} seconds")

@@ -4,10 +4,11 @@ windows and write everything to Redis in one transaction.
 
 Exactly once: the transaction that writes a batch's windows also writes the last
 entry id applied per stream, the counters seen last per partial queue, the
-watermark and the batch id. A replayed batch finds its entries already applied
-(they are filtered out by id) and its batch id recorded, so nothing counts twice,
-however the job died. Everything this class keeps in memory is a cache of what
-is in Redis: a new instance carries on where the last transaction left off.
+watermark and the batch id. A replayed batch finds its batch id recorded, and
+its entries already applied are not read again (``meshgate_partials`` starts
+after the recorded ids), so nothing counts twice, however the job died.
+Everything this class keeps in memory is a cache of what is in Redis: a new
+instance carries on where the last transaction left off.
 
 Counters are cumulative per node start (``boot``, the node's ``started_at``): a
 window's count is the last value in it minus the last value before it. A partial
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from itertools import zip_longest
+from operator import attrgetter, itemgetter
 from typing import Any
 
 import msgspec
@@ -118,10 +121,6 @@ class Rollups:
         return self.status
 
     @property
-    def offsets(self) -> dict[str, str]:
-        return dict(self.status.offsets) if self.status else {}
-
-    @property
     def watermark(self) -> float:
         return self.status.watermark if self.status else 0.0
 
@@ -135,7 +134,7 @@ class Rollups:
         """Apply one micro-batch: the ``summary``, ``boot``, ``queue`` (``groups``) and
         ``event`` rows of ``transform.split``."""
         began = time.time() if began is None else began
-        groups = sorted(groups, key=lambda g: (g["node"], g["boot"], g["queue"], g["window"]))
+        groups = sorted(groups, key=_group_order)  # a partial queue's windows in order: each counts from the last
         self._load_states({(g["node"], g["boot"], g["queue"]) for g in groups},
                           {(b["node"], b["boot"]) for b in boots})
         new_boots = {}
@@ -180,28 +179,30 @@ class Rollups:
         self._states[key] = changed[key] = new_state
         if group["late"]:
             return  # its window closed: counted nowhere, but the next window counts from here
-        delta = {name: max(0, now - before) for name, now, before in zip(COUNTERS, now_counters, base_counters,
-                                                                         strict=True)}
-        latency_delta = [max(0, a - b) for a, b in zip(latency.padded(last["latency"]), latency.padded(base_latency),
-                                                       strict=True)]
+        delta = [(name, now - before) for name, now, before in zip(COUNTERS, now_counters, base_counters, strict=True)
+                 if now > before]
+        latency_delta = [a - b if a > b else 0 for a, b in zip_longest(last["latency"], base_latency, fillvalue=0)]
+        acked = any(latency_delta)
         sum_delta = max(0.0, last["latency_sum_ms"] - base_sum)
-        now = group["now"]
+        now, queue, node = group["now"], group["queue"], group["node"]
         for name, seconds in RESOLUTIONS.items():
             window = self._windows[(name, _align(group["window"], seconds))]
-            partial = window.queues.setdefault(group["queue"], {}).setdefault(group["node"], Counts())
-            for counter, amount in delta.items():
-                if amount:
-                    setattr(partial, counter, getattr(partial, counter) + amount)
+            partial = window.queues.setdefault(queue, {}).get(node)
+            if partial is None:
+                partial = window.queues[queue][node] = Counts()
+            for counter, amount in delta:
+                setattr(partial, counter, getattr(partial, counter) + amount)
             partial.published = max(0, partial.enqueued - partial.forwarded_in - partial.redistributed_in)
-            partial.depth_max = max(partial.depth_max, group["depth_max"])
+            if group["depth_max"] > partial.depth_max:
+                partial.depth_max = group["depth_max"]
             if now["at"] >= partial.at:
                 partial.depth_last, partial.consumers = now["depth"], now["consumers"]
                 partial.in_flight, partial.at = now["in_flight"], now["at"]
-            if any(latency_delta):
-                partial.latency = latency.trimmed(latency.merge(partial.latency, latency_delta))
+            if acked:
+                partial.latency = latency.trimmed([a + b for a, b in zip_longest(partial.latency, latency_delta,
+                                                                                 fillvalue=0)])
                 partial.latency_sum_ms += sum_delta
-                with_percentiles(partial)
-            window.dirty.add(group["queue"])
+            window.dirty.add(queue)
             window.touched = True
 
     def _next_status(self, pipeline: str, batch: int, summary: list[dict], began: float) -> PipelineStatus:
@@ -301,6 +302,8 @@ class Rollups:
 
     def _queue_window(self, window: Window, queue: str) -> QueueWindow:
         nodes = window.queues[queue]
+        for partial in nodes.values():
+            with_percentiles(partial)  # here, once a batch, not at every change
         return QueueWindow(queue=queue, start=window.start, seconds=window.seconds, total=_sum(nodes.values()),
                            nodes=nodes)
 
@@ -323,17 +326,19 @@ def _align(t: float, seconds: int) -> float:
 
 
 _ADDED = ("published", *COUNTERS, "depth_last", "depth_max", "consumers", "in_flight", "latency_sum_ms")
+_added = attrgetter(*_ADDED)
+_group_order = itemgetter("node", "boot", "queue", "window")
 
 
 def _sum(parts: Any) -> Counts:
+    parts = list(parts)
     total = Counts()
-    histograms = []
-    for part in parts:
-        for name in _ADDED:
-            setattr(total, name, getattr(total, name) + getattr(part, name))
-        if part.latency:
-            histograms.append(part.latency)
-        total.at = max(total.at, part.at)
+    if not parts:
+        return total
+    for name, value in zip(_ADDED, map(sum, zip(*map(_added, parts), strict=True)), strict=True):
+        setattr(total, name, value)
+    histograms = [part.latency for part in parts if part.latency]
     if histograms:
         total.latency = latency.trimmed(latency.merge(*histograms))
+    total.at = max(total.at, *(part.at for part in parts))
     return with_percentiles(total)

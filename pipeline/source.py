@@ -6,7 +6,8 @@ Offsets are entry ids, one per stream key, as JSON (``{"meshgate:events":
 stateless XRANGEs between two offsets, paged, so any range can be read again
 (Spark replays a micro-batch after a crash; nothing is consumed or deleted).
 Large ranges are split into partitions of about ``entriesPerPartition`` entries,
-cut at entry ids Redis finds with a script (the entries stay in Redis).
+cut at ids estimated from the stream's length and time span (counting exactly
+would read every entry one more time).
 
 Options (names are case-insensitive):
 
@@ -19,8 +20,8 @@ Options (names are case-insensitive):
 - ``endingOffsets`` (batch only): ``latest`` (default), an id or JSON; inclusive
 - ``maxEntriesPerTrigger`` (streaming): entries per micro-batch at most, shared fairly
   between the streams
-- ``entriesPerPartition``: entries per Spark task (default 50,000)
-- ``pageSize``: entries per XRANGE (default 5,000)
+- ``entriesPerPartition``: entries per Spark task, about (default 50,000)
+- ``pageSize``: entries per XRANGE, and per Arrow batch (default 1,000)
 - ``progressKey`` (streaming): a hash where ``commit()`` records the last id read of each
   stream, for whoever watches the job's progress
 - ``arrow``: ``true`` (default) yields Arrow record batches, ``false`` tuples
@@ -35,6 +36,7 @@ method, never kept."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -45,32 +47,15 @@ NAME = "redis_streams"
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 NOTHING = "0-0"  # the offset before a stream's first entry
 
-# The count of entries after ARGV[1] up to ARGV[2] (inclusive, or "+"), at most
-# ARGV[3], and the id of the last of them: only the count and one id leave Redis.
-_NTH = """
-local cursor, last, count, limit = '(' .. ARGV[1], false, 0, tonumber(ARGV[3])
-while count < limit do
-  local page = redis.call('XRANGE', KEYS[1], cursor, ARGV[2], 'COUNT', math.min(limit - count, 10000))
-  if #page == 0 then break end
-  count = count + #page
-  last = page[#page][1]
-  cursor = '(' .. last
-end
-return {count, last}
+# How many entries follow ARGV[1] up to ARGV[2] (inclusive, or "+"), at most
+# ARGV[3], and the last one's id: only the count and one id leave Redis. Called a
+# page at a time, so that Redis, which runs a script to its end, is never held long.
+_PAGE_END = """
+local page = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], ARGV[2], 'COUNT', ARGV[3])
+if #page == 0 then return {0, false} end
+return {#page, page[#page][1]}
 """
-# The ids that cut (ARGV[1], ARGV[2]] into pieces of ARGV[3] entries.
-_CUTS = """
-local cursor, cuts, step = '(' .. ARGV[1], {}, tonumber(ARGV[3])
-while true do
-  local page = redis.call('XRANGE', KEYS[1], cursor, ARGV[2], 'COUNT', step)
-  if #page < step then break end
-  local last = page[#page][1]
-  if last == ARGV[2] then break end
-  cuts[#cuts + 1] = last
-  cursor = '(' .. last
-end
-return cuts
-"""
+_SCAN_PAGE = 2000
 
 
 def register(spark: Any) -> None:
@@ -91,15 +76,15 @@ class StreamRange(InputPartition):
         self.stream, self.after, self.until = stream, after, until
 
 
-class _Options:
+class Options:
     """The options, read once: Spark passes a case-insensitive map."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], streams: str | None = None) -> None:
         def get(name: str, default: str | None = None) -> str | None:
             value = options.get(name)
             return default if value is None else value
 
-        streams = get("streams")
+        streams = streams or get("streams")
         if not streams:
             raise ValueError("redis_streams: the 'streams' option is required (stream keys, comma-separated)")
         self.url = get("url", DEFAULT_URL)
@@ -110,7 +95,7 @@ class _Options:
         self.ending = get("endingOffsets", "latest")
         self.max_entries = _positive(get("maxEntriesPerTrigger"), "maxEntriesPerTrigger")
         self.per_partition = _positive(get("entriesPerPartition", "50000"), "entriesPerPartition")
-        self.page = _positive(get("pageSize", "5000"), "pageSize")
+        self.page = _positive(get("pageSize", "1000"), "pageSize")
         self.progress_key = get("progressKey")
         self.arrow = (get("arrow", "true") or "true").lower() != "false"
 
@@ -152,40 +137,91 @@ def _last_id(client: Any, key: str) -> str:
     return newest[0][0].decode() if newest else NOTHING
 
 
-def _later(a: str, b: str) -> str:
+def later(a: str, b: str) -> str:
     return a if id_key(a) >= id_key(b) else b
 
 
-def _ranges(options: _Options, start: dict[str, str], end: dict[str, str]) -> list[StreamRange]:
-    ranges: list[StreamRange] = []
+def ranges(options: Options, start: dict[str, str], end: dict[str, str]) -> list[StreamRange]:
+    found: list[StreamRange] = []
     with options.client() as client:
-        cut = client.register_script(_CUTS)
         for key in options.streams:
             after, until = start.get(key, NOTHING), end.get(key, NOTHING)
             if id_key(until) <= id_key(after):
                 continue
-            cuts = [c.decode() for c in cut(keys=[key], args=[after, until, options.per_partition])]
-            bounds = [after, *cuts, until]
-            ranges.extend(StreamRange(key, a, b) for a, b in zip(bounds, bounds[1:], strict=False))
-    return ranges
+            bounds = [after, *_cuts(client, key, after, until, options.per_partition), until]
+            found.extend(StreamRange(key, a, b) for a, b in zip(bounds, bounds[1:], strict=False))
+    return found
 
 
-def _read(options: _Options, part: InputPartition) -> Iterator[Any]:
+def _cuts(client: Any, key: str, after: str, until: str, per_partition: int) -> list[str]:
+    """Ids that cut (after, until] into pieces of about ``per_partition`` entries,
+    estimated from the stream's length and the times of its first and last entries:
+    counting the entries exactly would read them all once more. A burst makes some
+    pieces larger than others; every entry is still read once."""
+    pipe = client.pipeline(transaction=False)
+    pipe.xlen(key)
+    pipe.xrange(key, "-", "+", count=1)
+    pipe.xrevrange(key, "+", "-", count=1)
+    length, oldest, newest = pipe.execute()
+    if not length:
+        return []
+    first_ms, last_ms = id_key(oldest[0][0].decode())[0], id_key(newest[0][0].decode())[0]
+    low, high = max(id_key(after)[0], first_ms), min(id_key(until)[0], last_ms)
+    if high <= low:
+        return []
+    estimate = length * (high - low) / (last_ms - first_ms)  # last_ms > first_ms, as high > low
+    pieces = min(math.ceil(estimate / per_partition), high - low)  # at most one cut a millisecond
+    # "ms-0" ends a piece with the entries of ms's sequence 0; the next starts after it.
+    return [f"{low + (high - low) * piece // pieces}-0" for piece in range(1, pieces)]
+
+
+def pages(options: Options, part: InputPartition) -> Iterator[list]:
+    """The partition's entries a page (``pageSize`` entries) at a time, as Redis
+    sends them: ``[id, [field, value, …]]`` (redis-py's dict per entry cost more
+    than the read itself)."""
     if not isinstance(part, StreamRange):
         return  # Spark's stand-in for "no partitions": nothing to read
     with options.client() as client:
+        client.set_response_callback("XRANGE", _as_sent)
         cursor = part.after
         while True:
             page = client.xrange(part.stream, f"({cursor}", part.until, count=options.page)
             if not page:
                 return
-            yield (_record_batch if options.arrow else _tuples)(options, part.stream, page)
+            yield page
             if len(page) < options.page:
                 return
             cursor = page[-1][0].decode()
 
 
-def _rows(options: _Options, part: InputPartition) -> Iterator[Any]:
+def _read(options: Options, part: InputPartition) -> Iterator[Any]:
+    for page in pages(options, part):
+        yield (_record_batch if options.arrow else _tuples)(options, part.stream, page)
+
+
+def _as_sent(response: Any, **_: Any) -> Any:
+    return response
+
+
+def values(flats: list[list[bytes]], name: bytes) -> list[bytes | None]:
+    """Field ``name``'s value in each entry (``flats``: field, value, field, value…),
+    None where an entry lacks it. A stream's entries are written alike, so the
+    position the field has in the first entry is tried first."""
+    first = flats[0]
+    at = next((i for i in range(0, len(first) - 1, 2) if first[i] == name), None)
+    if at is None:
+        return [_find(flat, name) for flat in flats]
+    return [flat[at + 1] if len(flat) > at + 1 and flat[at] == name else _find(flat, name) for flat in flats]
+
+
+def _find(flat: list[bytes], name: bytes) -> bytes | None:
+    for i in range(0, len(flat) - 1, 2):
+        if flat[i] == name:
+            return flat[i + 1]
+    return None
+
+
+def _rows(options: Options, part: InputPartition) -> Iterator[Any]:
     """What a reader's ``read`` yields: Arrow record batches, or the tuples one by one."""
     if options.arrow:
         yield from _read(options, part)
@@ -203,7 +239,7 @@ def _text(values: list[bytes | None]) -> Any:
         return pa.array([None if v is None else v.decode("utf-8", "replace") for v in values], type=pa.string())
 
 
-def _record_batch(options: _Options, stream: str, page: list) -> Any:
+def _record_batch(options: Options, stream: str, page: list) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -215,32 +251,32 @@ def _record_batch(options: _Options, stream: str, page: list) -> Any:
     ]
     names = ["stream", "id", "time"]
     if options.fields is None:
-        pairs = [[(k.decode("utf-8", "replace"), v.decode("utf-8", "replace")) for k, v in fields.items()]
-                 for _, fields in page]
+        pairs = [[(flat[i].decode("utf-8", "replace"), flat[i + 1].decode("utf-8", "replace"))
+                  for i in range(0, len(flat) - 1, 2)] for _, flat in page]
         columns.append(pa.array(pairs, type=pa.map_(pa.string(), pa.string())))
         names.append("fields")
     else:
+        flats = [flat for _, flat in page]
         for name in options.fields:
-            wanted = name.encode()
-            columns.append(_text([fields.get(wanted) for _, fields in page]))
+            columns.append(_text(values(flats, name.encode())))
             names.append(name)
     return pa.RecordBatch.from_arrays(columns, names=names)
 
 
-def _tuples(options: _Options, stream: str, page: list) -> Iterator[tuple]:
+def _tuples(options: Options, stream: str, page: list) -> Iterator[tuple]:
     import datetime
 
     def text(value: bytes | None) -> str | None:
         return None if value is None else value.decode("utf-8", "replace")
 
     utc = datetime.UTC
-    for raw_id, fields in page:
+    for raw_id, flat in page:
         entry_id = raw_id.decode()
         time = datetime.datetime.fromtimestamp(id_key(entry_id)[0] / 1000, utc)
         if options.fields is None:
-            yield stream, entry_id, time, {text(k): text(v) for k, v in fields.items()}
+            yield stream, entry_id, time, {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
         else:
-            yield (stream, entry_id, time, *(text(fields.get(name.encode())) for name in options.fields))
+            yield (stream, entry_id, time, *(text(_find(flat, name.encode())) for name in options.fields))
 
 
 class RedisStreamsDataSource(DataSource):
@@ -249,32 +285,32 @@ class RedisStreamsDataSource(DataSource):
         return NAME
 
     def schema(self) -> str:
-        return _Options(self.options).schema()
+        return Options(self.options).schema()
 
     def reader(self, schema: Any) -> DataSourceReader:
-        return _BatchReader(self.options)
+        return BatchReader(Options(self.options))
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
-        return _StreamReader(self.options)
+        return StreamReader(Options(self.options))
 
 
-class _BatchReader(DataSourceReader):
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.options = _Options(options)
+class BatchReader(DataSourceReader):
+    def __init__(self, options: Options) -> None:
+        self.options = options
 
     def partitions(self) -> list[StreamRange]:
         with self.options.client() as client:
             start = self.options.offsets(self.options.starting, client)
             end = self.options.offsets(self.options.ending, client)
-        return _ranges(self.options, start, end)
+        return ranges(self.options, start, end)
 
     def read(self, partition: StreamRange) -> Iterator[Any]:
         return _rows(self.options, partition)
 
 
-class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    def __init__(self, options: Mapping[str, str]) -> None:
-        self.options = _Options(options)
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, options: Options) -> None:
+        self.options = options
         self.target: dict[str, str] | None = None  # availableNow: read up to here and no further
 
     def initialOffset(self) -> dict:
@@ -295,17 +331,19 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             caps = self.target or {}
             max_rows = getattr(limit, "max_rows", None)
             if max_rows is None:
-                return {key: _later(start.get(key, NOTHING),
+                return {key: later(start.get(key, NOTHING),
                                     caps.get(key) or _last_id(client, key)) for key in self.options.streams}
             return self._limited(client, start, caps, max_rows)
 
     def _limited(self, client: Any, start: dict, caps: dict, max_rows: int) -> dict:
-        nth = client.register_script(_NTH)
+        pipe = client.pipeline(transaction=False)
+        for key in self.options.streams:
+            pipe.xlen(key)
+        if sum(pipe.execute()) <= max_rows:  # everything the streams hold fits: nothing to count
+            return self.latestOffset(start, ReadAllAvailable())
 
         def ahead(key: str, count: int) -> tuple[int, str]:
-            after = start.get(key, NOTHING)
-            found, last = nth(keys=[key], args=[after, caps.get(key, "+"), count])
-            return int(found), last.decode() if last else after
+            return _ahead(client, key, start.get(key, NOTHING), caps.get(key, "+"), count)
 
         available = {key: ahead(key, max_rows) for key in self.options.streams}
         shares = fair_shares({key: count for key, (count, _) in available.items()}, max_rows)
@@ -316,7 +354,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return end
 
     def partitions(self, start: dict, end: dict) -> list[StreamRange]:
-        return _ranges(self.options, start, end)
+        return ranges(self.options, start, end)
 
     def read(self, partition: StreamRange) -> Iterator[Any]:
         return _rows(self.options, partition)
@@ -326,6 +364,22 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         with self.options.client() as client:
             client.hset(self.options.progress_key, mapping=end)
+
+
+def _ahead(client: Any, key: str, after: str, until: str, count: int) -> tuple[int, str]:
+    """How many entries follow ``after`` up to ``until``, at most ``count``, and the
+    id of the last of them (``after`` when there are none)."""
+    page_end = client.register_script(_PAGE_END)
+    found, last = 0, after
+    while found < count:
+        size = min(count - found, _SCAN_PAGE)
+        counted, page_last = page_end(keys=[key], args=[last, until, size])
+        if not counted:
+            break
+        found, last = found + int(counted), page_last.decode()
+        if counted < size:
+            break
+    return found, last
 
 
 def fair_shares(available: dict[str, int], limit: int) -> dict[str, int]:

@@ -29,14 +29,14 @@ _code_zip: str | None = None
 
 
 def session(master: str = DEFAULT_MASTER, app: str = "meshgate-pipeline", conf: dict[str, str] | None = None) -> Any:
-    """The session, with the ``redis_streams`` data source registered. Under
+    """The session, with the ``redis_streams`` and ``meshgate_partials`` data sources registered. Under
     ``spark-submit`` (master already set) ``master`` is left to the submitter."""
     # Workers must run this interpreter (it has pyarrow and redis), not a bare python3.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    from pipeline.source import register
+    from pipeline import partials, source
 
     builder = SparkSession.builder.appName(app)
     if "spark.master" in (conf or {}):
@@ -66,7 +66,8 @@ def session(master: str = DEFAULT_MASTER, app: str = "meshgate-pipeline", conf: 
             context.addPyFile(code)  # before register(): the data source carries the includes it was made with
     if context._python_includes:
         _streaming_includes(context._python_includes)
-    register(spark)
+    source.register(spark)
+    partials.register(spark)
     return spark
 
 

@@ -5,7 +5,7 @@ generated traffic. The rollups must equal what the traffic did, and the master
 must have run the application (so a job that quietly ran on local Spark fails).
 
 The executors' Python is a venv that has the third-party packages (pyarrow,
-pandas, redis, msgspec) but not Meshgate, as on a worker machine: the code they import
+redis, msgspec) but not Meshgate, as on a worker machine: the code they import
 is the zip the session ships (pipeline/spark.py)."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def standalone(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def worker_python(tmp_path_factory) -> str:
-    """A Python for the executors with pyarrow, pandas, redis and msgspec (this venv's
+    """A Python for the executors with pyarrow, redis and msgspec (this venv's
     site-packages, added as a plain path, so its editable-install hook does not
     run) but not Meshgate's packages."""
     root = tmp_path_factory.mktemp("worker-venv")
@@ -143,7 +143,7 @@ def worker_python(tmp_path_factory) -> str:
     purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                              check=True, capture_output=True, text=True).stdout.strip()
     (Path(purelib) / "third_party.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    check = ("import importlib.util, pyarrow, pandas, redis, msgspec; "
+    check = ("import importlib.util, pyarrow, redis, msgspec; "
              "print([p for p in ('pipeline', 'model', 'meshgate') if importlib.util.find_spec(p)])")
     found = subprocess.run([str(python), "-c", check], check=True, capture_output=True, text=True, cwd=root).stdout
     assert found.strip() == "[]", f"the executors' Python sees Meshgate already: {found}"

@@ -11,10 +11,12 @@ import pytest
 from pipeline.source import fair_shares
 
 
-def fill(client, key: str, count: int, start: int = 0) -> list[str]:
+def fill(client, key: str, count: int, start: int = 0, every_ms: int | None = None) -> list[str]:
+    """``count`` entries; ``every_ms`` apart in id time (from 2023-11-14) if given, else as Redis stamps them."""
     pipe = client.pipeline(transaction=False)
     for i in range(start, start + count):
-        pipe.xadd(key, {"n": str(i), "kind": "even" if i % 2 == 0 else "odd"})
+        entry_id = "*" if every_ms is None else f"{1_700_000_000_000 + i * every_ms}-0"
+        pipe.xadd(key, {"n": str(i), "kind": "even" if i % 2 == 0 else "odd"}, id=entry_id)
     return [entry_id.decode() for entry_id in pipe.execute()]
 
 
@@ -26,8 +28,9 @@ def reader(spark, redis_server, **options):
 
 
 def test_a_batch_read_gives_every_entry_once_split_into_partitions(spark, client, redis_server):
-    a_ids = fill(client, "s:a", 5000)
-    b_ids = fill(client, "s:b", 1200)
+    a_ids = fill(client, "s:a", 5000, every_ms=1)
+    b_ids = fill(client, "s:b", 1200, every_ms=7)
+    burst = fill(client, "s:c", 3000)  # in a few milliseconds: cut where the milliseconds allow
     frame = reader(spark, redis_server, streams="s:a,s:b", fields="n,kind", entriesPerPartition="1000")
     assert frame.rdd.getNumPartitions() == 5 + 2
     rows = frame.collect()
@@ -35,6 +38,8 @@ def test_a_batch_read_gives_every_entry_once_split_into_partitions(spark, client
     first = min((r for r in rows if r.stream == "s:a"), key=lambda r: int(r.n))
     assert (first.id, first.n, first.kind) == (a_ids[0], "0", "even")
     assert abs(first.time.timestamp() * 1000 - int(a_ids[0].split("-")[0])) < 1
+    bursts = reader(spark, redis_server, streams="s:c", fields="n", entriesPerPartition="1000")
+    assert sorted(r.id for r in bursts.collect()) == sorted(burst)
 
 
 def test_offsets_start_after_an_id_and_end_at_one_inclusive(spark, client, redis_server):

@@ -12,7 +12,7 @@ from twisted.internet.testing import MemoryReactorClock
 
 from gateway.broker.broker import Broker
 from gateway.store.memory import MemoryStore
-from model.latency import BUCKETS, TOP, bounds_us, bucket_of, empty_histogram, merge, percentile_ms
+from model.latency import BUCKETS, TOP, bounds_us, bucket_of, empty_histogram, merge, percentile_ms, percentiles_ms
 
 
 @pytest.mark.parametrize("microseconds, bucket", [
@@ -128,6 +128,24 @@ def test_percentile_property(latencies, quantile):
     true_ms = true_percentile(latencies, quantile) / 1000.0
     answer = percentile_ms(histogram_of(latencies), quantile)
     assert true_ms < answer <= 2 * true_ms
+
+
+@given(st.lists(st.integers(min_value=0, max_value=50), max_size=BUCKETS),
+       st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=5))
+def test_percentiles_in_one_pass_equal_each_asked_alone(counts, quantiles):
+    quantiles = sorted(quantiles)
+    assert percentiles_ms(counts, quantiles) == [percentile_ms_alone(counts, q) for q in quantiles]
+
+
+def percentile_ms_alone(counts, quantile):
+    """The definition, one quantile at a time: the first bucket whose running count reaches the rank."""
+    total, seen = sum(counts), 0
+    for index, count in enumerate(counts):
+        seen += count
+        if count and seen >= quantile * total:
+            low, high = bounds_us(index)
+            return (low if high == float("inf") else high) / 1000.0
+    return None
 
 
 def test_merge_adds_bucket_by_bucket():
