@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 PROTOCOL_VERSION = 2  # 2: messages carry their accept time
 
 
+SELF_LINK = "a link to this node itself"  # a refusal: a discovery listed this node's own address
+
 def _proof(password: str, nonce: str, node_id: str) -> str:
     return hmac.new(password.encode(), (nonce + node_id).encode(), hashlib.sha256).hexdigest()
 
@@ -49,17 +51,20 @@ class LinkProtocol(Protocol):
         self._health = None
         self._pending: list[bytes] = []  # encoded messages, written together at the end of this reactor turn
         self.down_reason = ""  # why the link went, when this side knows better than "connection lost"
+        self.connector = None  # the Connector that dialled it (dialled links)
 
     # -- lifecycle ----------------------------------------------------------------------
 
     def connectionMade(self) -> None:
         mesh = self.mesh
         self.last_received = mesh.reactor.seconds()
+        mesh.own_nonces.add(self.nonce)
         self.send_control(FrameType.HELLO, mesh.hello(self.nonce))
         self._health = mesh.reactor.callLater(mesh.config.check_period_ms / 1000.0, self._check)
 
     def connectionLost(self, reason: Failure = None) -> None:
         self.closing = True
+        self.mesh.own_nonces.discard(self.nonce)
         if self._health is not None and self._health.active():
             self._health.cancel()
         if self.established:
@@ -184,6 +189,11 @@ class LinkProtocol(Protocol):
         self.peer = hello
         self.peer_id = hello["node_id"]
         problem = self.mesh.check_peer(hello)
+        if problem == SELF_LINK:
+            if self.dialled:
+                self.mesh.dialled_itself(self)
+            self.refuse(problem, expected=True)
+            return
         if problem:
             self.refuse(problem)
             return
@@ -217,7 +227,9 @@ class LinkClientFactory(ClientFactory):
         self.connector_state = connector
 
     def buildProtocol(self, addr) -> LinkProtocol:
-        return LinkProtocol(self.mesh, dialled=True)
+        link = LinkProtocol(self.mesh, dialled=True)
+        link.connector = self.connector_state
+        return link
 
     def clientConnectionFailed(self, connector, reason: Failure) -> None:
         self.connector_state.failed()

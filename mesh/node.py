@@ -29,7 +29,7 @@ from mesh.codec import FrameType
 from mesh.custody import Custody
 from mesh.demand import Demand
 from mesh.dialling import Connector
-from mesh.link import PROTOCOL_VERSION, LinkProtocol, LinkServerFactory
+from mesh.link import PROTOCOL_VERSION, SELF_LINK, LinkProtocol, LinkServerFactory
 from mesh.peer import LINK_WINDOW, Forwarder, Peer, entry_name
 from mesh.router import Router
 from mesh.topology import Topology
@@ -54,6 +54,9 @@ class MeshNode:
         self.peers: dict[str, Peer] = {}
         self.store = broker.store
         self.connectors: list[Connector] = []
+        self.discovered: dict[tuple[str, int], set[str]] = {}  # address -> the discoveries that list it
+        self.own_nonces: set[str] = set()  # of this node's open links: a HELLO with one came from itself
+        self.own_addresses: set[tuple[str, int]] = set()  # addresses found to reach this very node
         self.port = None
         self.link_address: tuple[str, int] = config.bind
         self._gossip_loop = None
@@ -95,7 +98,9 @@ class MeshNode:
         return endpoints.TCP4ServerEndpoint(self.reactor, port, interface=host).listen(LinkServerFactory(self))
 
     def add_connector(self, address: tuple[str, int]) -> None:
-        if tuple(address) == tuple(self.link_address) or any(c.address == tuple(address) for c in self.connectors):
+        address = tuple(address)
+        if address == tuple(self.link_address) or address in self.own_addresses or any(
+                c.address == address for c in self.connectors):
             return
         connector = Connector(self, tuple(address))
         self.connectors.append(connector)
@@ -105,6 +110,40 @@ class MeshNode:
         for connector in [c for c in self.connectors if c.address == tuple(address)]:
             connector.stop()
             self.connectors.remove(connector)
+
+    def found(self, address: tuple[str, int], source: str) -> None:
+        """A discovery (``source``: multicast, dns) lists a node's link address: dial it,
+        unless this node dials only its ``static`` peers (others may still dial it;
+        every link carries demand both ways)."""
+        address = tuple(address)
+        self.discovered.setdefault(address, set()).add(source)
+        if self.config.allow_direct_connections_only:
+            log.debug("mesh: found %s:%d by %s; not dialled (allow_direct_connections_only)", *address, source)
+            return
+        self.add_connector(address)
+
+    def lost(self, address: tuple[str, int], source: str) -> None:
+        """A discovery no longer lists the address: stop dialling it once none does and
+        it is not a ``static`` peer. A live link to it stays until it goes by itself."""
+        address = tuple(address)
+        sources = self.discovered.get(address, set())
+        sources.discard(source)
+        if sources:
+            return
+        self.discovered.pop(address, None)
+        if address not in self.config.static:
+            self.remove_connector(address)
+
+    def dialled_itself(self, link: LinkProtocol) -> None:
+        """A link this node opened reached this node (a discovery lists its own address):
+        never dial that address again."""
+        connector = getattr(link, "connector", None)
+        if connector is None:
+            return
+        if connector.address not in self.own_addresses:
+            log.info("mesh: %s:%d is this node's own link address; not dialled", *connector.address)
+        self.own_addresses.add(connector.address)
+        self.remove_connector(connector.address)
 
     def hold_recovered(self) -> None:
         self.custody.hold_recovered()
@@ -227,6 +266,8 @@ class MeshNode:
     def check_peer(self, hello: dict) -> str | None:
         if hello["node_id"] != self.node_id:
             return None
+        if hello.get("nonce") in self.own_nonces:
+            return SELF_LINK
         if hello.get("started", 0) < self.started_at:
             # We are the newcomer: the other node had this identity first.
             self.on_fatal(

@@ -93,7 +93,8 @@ class Node:
         self.ports: list = []
         self._sweeper: task.LoopingCall | None = None
         self.mesh = None
-        self.discovery = None
+        self.discovery = None  # multicast
+        self.dns_discovery = None
         self.started_at = time.time()
         self.fatal: str | None = None
         self.events: EventLog | None = None
@@ -250,6 +251,8 @@ class Node:
         self.events.flush()
         if self.metrics is not None:
             self.metrics.stop()
+        if self.dns_discovery is not None:
+            self.dns_discovery.stop()
         if self.discovery is not None:
             yield self.discovery.stop()
         if self.mesh is not None:
@@ -275,27 +278,31 @@ class Node:
 
     def _start_discovery(self, config: NodeConfig):
         from mesh.discovery import Announcement, DiscoveryService
+        from mesh.dns_discovery import DnsDiscovery, resolver_for
 
-        discovery = config.mesh.discovery
+        discovery, mesh = config.mesh.discovery, self.mesh
+        if discovery.dns is not None:
+            name, port = discovery.dns
+            self.dns_discovery = DnsDiscovery(
+                self.reactor, name, port, resolver_for(discovery.dns_servers, self.reactor),
+                discovery.refresh_timeout_ms / 1000.0,
+                on_found=lambda address: mesh.found(address, "dns"),
+                on_lost=lambda address: mesh.lost(address, "dns"),
+            )
+            self.dns_discovery.start()
+        if discovery.group is None:
+            return None
         stomp = self.addresses()[0]
-        announcement = Announcement(self.identity["id"], config.name, self.mesh.link_address, (stomp[1], stomp[2]),
+        announcement = Announcement(self.identity["id"], config.name, mesh.link_address, (stomp[1], stomp[2]),
                                     config.mesh.group_name)
         self.discovery = DiscoveryService(
             self.reactor, discovery.group, discovery.interface, announcement,
             config.mesh.cluster_password.encode(), discovery.broadcast_period_ms / 1000.0,
             discovery.refresh_timeout_ms / 1000.0,
-            on_found=self._discovered,
-            on_lost=lambda peer: self.mesh.remove_connector(peer.link),
+            on_found=lambda peer: mesh.found(peer.link, "multicast"),
+            on_lost=lambda peer: mesh.lost(peer.link, "multicast"),
         )
         return self.discovery.start()
-
-    def _discovered(self, peer) -> None:
-        """Dial a node discovery found, unless this node links only to its ``static``
-        peers (others may still dial it; every link carries demand both ways)."""
-        if self.config.mesh.allow_direct_connections_only:
-            log.debug("mesh: found %s by discovery; not dialled (allow_direct_connections_only)", peer.name)
-            return
-        self.mesh.add_connector(peer.link)
 
     def _fatal(self, reason: str) -> None:
         """The mesh found this node must not run (a copied data dir): stop, exit non-zero."""

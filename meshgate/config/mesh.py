@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -59,6 +60,34 @@ def _multicast_group(value: Any, key: str) -> tuple[str, int]:
     return host, port
 
 
+_DNS_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9])?"
+_DNS_NAME = rf"(?=.{{1,253}}$){_DNS_LABEL}(?:\.{_DNS_LABEL})*\.?"
+
+
+def _dns_name(value: Any, key: str) -> tuple[str, int | None]:
+    """``"NAME:PORT"`` (NAME's A records at PORT, and its SRV records) or ``"NAME"``
+    (SRV records only) -> (name, port or None)."""
+    hint = 'expected "NAME:PORT" (or "NAME" for SRV records only), e.g. "meshgate.mesh.svc.cluster.local:61616"'
+    text = _string()(value, key)
+    name, colon, port = text.rpartition(":") if ":" in text else (text, "", "")
+    if colon and not port.isdigit():
+        raise ConfigError(key, f"{hint}, got {value!r}")
+    if not re.fullmatch(_DNS_NAME, name):
+        raise ConfigError(key, f"{name!r} is not a DNS name; {hint}")
+    number = int(port) if colon else None
+    if number is not None and not 0 < number < 65536:
+        raise ConfigError(key, f"the port must be 1 to 65535, got {port}")
+    return name.rstrip("."), number
+
+
+def _servers(value: Any, key: str) -> tuple[tuple[str, int], ...]:
+    """An array of "HOST:PORT" DNS servers."""
+    if not isinstance(value, list):
+        raise ConfigError(key, f'expected an array of "HOST:PORT" strings such as ["10.0.0.2:53"], '
+                               f"got {_describe(value)}")
+    return tuple(parse_address(item, f"{key}[{i}]") for i, item in enumerate(value))
+
+
 def _ipv4(value: Any, key: str) -> str:
     try:
         address = ipaddress.IPv4Address(_string()(value, key))
@@ -98,13 +127,20 @@ def _address_filters(value: Any, key: str) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class DiscoveryConfig:
     # Only ever found at [mesh.discovery]; hence the literal keys in errors below.
-    group: tuple[str, int] = _key(parse=_multicast_group)
+    group: tuple[str, int] | None = _key(None, _multicast_group)
     interface: str = _key("127.0.0.1", _ipv4)
     broadcast_period_ms: int = _key(2000, _integer(1))
     refresh_timeout_ms: int = _key(10_000, _integer(1))
+    dns: tuple[str, int | None] | None = _key(None, _dns_name)
+    dns_servers: tuple[tuple[str, int], ...] = _key((), _servers)  # empty: the system's resolver
 
     def __post_init__(self) -> None:
-        if self.refresh_timeout_ms <= self.broadcast_period_ms:
+        if self.group is None and self.dns is None:
+            raise ConfigError(
+                "mesh.discovery",
+                'needs group (multicast, "udp://GROUP:PORT") or dns ("NAME:PORT"), or both',
+            )
+        if self.group is not None and self.refresh_timeout_ms <= self.broadcast_period_ms:
             raise ConfigError(
                 "mesh.discovery.refresh_timeout_ms",
                 f"must be greater than mesh.discovery.broadcast_period_ms ({self.broadcast_period_ms}), "

@@ -244,10 +244,40 @@ def test_multicast_group_validation(tmp_path: Path, group: str, words: str) -> N
     assert words in exc.problem
 
 
-def test_discovery_group_is_required(tmp_path: Path) -> None:
+def test_discovery_needs_a_group_or_dns(tmp_path: Path) -> None:
     exc = mesh_error(tmp_path, "[mesh.discovery]\nbroadcast_period_ms = 100\n")
-    assert exc.key == "mesh.discovery.group"
-    assert "required" in exc.problem
+    assert exc.key == "mesh.discovery"
+    assert "group" in exc.problem and "dns" in exc.problem
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("meshgate.mesh.svc.cluster.local:61616", ("meshgate.mesh.svc.cluster.local", 61616)),
+    ("nodes.example.:7000", ("nodes.example", 7000)),
+    ("mesh", ("mesh", None)),  # SRV records only
+])
+def test_dns_discovery_takes_a_name_and_a_port_or_a_name_alone(tmp_path: Path, value: str, expected: tuple) -> None:
+    m = mesh(tmp_path, f'[mesh.discovery]\ndns = "{value}"\ndns_servers = ["127.0.0.1:5353"]\n')
+    assert m.discovery.dns == expected and m.discovery.group is None
+    assert m.discovery.dns_servers == (("127.0.0.1", 5353),)
+
+
+@pytest.mark.parametrize(("value", "words"), [
+    ("mesh:http", "NAME:PORT"),
+    ("bad name:61616", "not a DNS name"),
+    ("-mesh:61616", "not a DNS name"),
+    ("mesh:0", "1 to 65535"),
+    ("mesh:70000", "1 to 65535"),
+    ("", "must not be empty"),
+])
+def test_dns_discovery_names_are_checked(tmp_path: Path, value: str, words: str) -> None:
+    exc = mesh_error(tmp_path, f'[mesh.discovery]\ndns = "{value}"\n')
+    assert exc.key == "mesh.discovery.dns"
+    assert words in exc.problem
+
+
+def test_dns_discovery_alone_needs_no_broadcast_settings(tmp_path: Path) -> None:
+    m = mesh(tmp_path, '[mesh.discovery]\ndns = "mesh:61616"\nbroadcast_period_ms = 20000\n')
+    assert m.discovery.dns == ("mesh", 61616)
 
 
 @pytest.mark.parametrize("interface", ["eth0", "10.0.0", "::1", "239.1.1.1", ""])
