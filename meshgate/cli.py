@@ -156,8 +156,9 @@ def _broker(args: argparse.Namespace) -> int:
         for scheme, host, port in node.addresses():
             print(f"meshgate node {config.name} ({node.identity['id']}) listening on {scheme}://{host}:{port}",
                   flush=True)
+        _, host, port = node.addresses()[0]
         print(f"connect with any STOMP client, e.g. python -c \"import stomp; c = stomp.Connection([('{host}', "
-              f"{node.addresses()[0][2]})]); c.connect(wait=True)\"", flush=True)
+              f"{port})]); c.connect(wait=True)\"", flush=True)
 
     def failed(failure) -> None:
         if failure.check(NodeStartError):

@@ -117,6 +117,7 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
         metrics = f'\n[metrics]\nredis_url = "{redis_url}"\n' if redis_url else ""
         config.write_text(
             f'name = "{name}"\ndata_dir = "{data / name}"\n\n[stomp]\nbind = "127.0.0.1:{port}"\n\n'
+            f'[stomp.websocket]\nbind = "127.0.0.1:{port + 1}"\n\n'
             f'[mesh]\nbind = "127.0.0.1:{port + 3}"\ncluster_password = "{password}"\n\n'
             f'[mesh.discovery]\ngroup = "{group}"\ninterface = "127.0.0.1"\n' + metrics
         )
@@ -125,7 +126,8 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
     print(f"meshgate local mesh: {nodes} nodes finding each other on {group} (127.0.0.1), data under {data}",
           flush=True)
     for i, port in enumerate(stomp_ports):
-        print(f"  node{i + 1}: stomp://127.0.0.1:{port}  (mesh link 127.0.0.1:{port + 3})", flush=True)
+        print(f"  node{i + 1}: stomp://127.0.0.1:{port}, ws://127.0.0.1:{port + 1}/ws  "
+              f"(mesh link 127.0.0.1:{port + 3})", flush=True)
     print("  access: anonymous, any client may connect (the local default, on 127.0.0.1 only); to require "
           "logins add [security.users] to the nodes' configs: docs/configuration.md", flush=True)
     if redis_url:

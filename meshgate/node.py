@@ -136,8 +136,7 @@ class Node:
         if recovered:
             log.info("recovered %d persistent messages", recovered)
         if config.anonymous:
-            binds = [config.stomp.bind] + ([config.stomp.tls.bind] if config.stomp.tls is not None else [])
-            exposed = [host for host, _ in binds if not _loopback(host)]
+            exposed = [host for _, (host, _) in config.stomp.binds() if not _loopback(host)]
             # Anonymous on loopback is the documented local default; reachable from elsewhere it is a risk.
             log.log(logging.WARNING if exposed else logging.INFO,
                     "no users configured: any client may connect without credentials%s",
@@ -163,11 +162,16 @@ class Node:
             threadpool=self.reactor.getThreadPool(),
         )
         self._start_management(authorizer)  # before the listeners: its address is reserved from the first SEND
-        host, port = stomp.bind
-        endpoint = endpoints.TCP4ServerEndpoint(self.reactor, port, backlog=1024, interface=host)
-        self.ports.append((yield endpoint.listen(self.stomp_factory)))
+        self.ports.append(("stomp", (yield self._listen(stomp.bind, self.stomp_factory))))
         if stomp.tls is not None:
-            self.ports.append((yield self._listen_tls(stomp.tls)))
+            self.ports.append(("stomp+ssl", (yield self._listen_tls(stomp.tls, self.stomp_factory))))
+        if stomp.websocket is not None:
+            from gateway.stomp.websocket import WebSocketSettings, WebSocketStompFactory
+
+            websocket = WebSocketStompFactory(self.stomp_factory, WebSocketSettings(stomp.websocket.allowed_origins))
+            self.ports.append(("ws", (yield self._listen(stomp.websocket.bind, websocket))))
+            if stomp.websocket.tls is not None:
+                self.ports.append(("wss", (yield self._listen_tls(stomp.websocket.tls, websocket))))
         if self.mesh is not None:
             self.mesh.stomp_address = (self.addresses()[0][1], self.addresses()[0][2])
             yield self.mesh.start()
@@ -207,7 +211,8 @@ class Node:
     def model_addresses(self) -> Addresses:
         listeners = {scheme: address_text(host, port) for scheme, host, port in self.addresses()}
         link = address_text(*self.mesh.link_address) if self.mesh is not None else None
-        return Addresses(stomp=listeners.get("stomp"), stomp_tls=listeners.get("stomp+ssl"), link=link)
+        return Addresses(stomp=listeners.get("stomp"), stomp_tls=listeners.get("stomp+ssl"), link=link,
+                         websocket=listeners.get("ws"), websocket_tls=listeners.get("wss"))
 
     def scale_down_and_stop(self) -> None:
         """An administrator asked this node to hand everything over and go."""
@@ -215,7 +220,11 @@ class Node:
         self.scale_down_requested = True
         self.reactor.stop()
 
-    def _listen_tls(self, tls):
+    def _listen(self, bind: tuple[str, int], factory):
+        host, port = bind
+        return endpoints.TCP4ServerEndpoint(self.reactor, port, backlog=1024, interface=host).listen(factory)
+
+    def _listen_tls(self, tls, factory):
         from twisted.internet import ssl
 
         key = ssl.PrivateCertificate.loadPEM(
@@ -226,21 +235,17 @@ class Node:
         context = key.options(*authorities)
         host, port = tls.bind
         endpoint = endpoints.SSL4ServerEndpoint(self.reactor, port, context, backlog=1024, interface=host)
-        return endpoint.listen(self.stomp_factory)
+        return endpoint.listen(factory)
 
     def addresses(self) -> list[tuple[str, str, int]]:
-        result = []
-        for index, port in enumerate(self.ports):
-            address = port.getHost()
-            result.append(("stomp+ssl" if index else "stomp", address.host, address.port))
-        return result
+        return [(scheme, port.getHost().host, port.getHost().port) for scheme, port in self.ports]
 
     @defer.inlineCallbacks
     def stop(self):
         """Stop accepting, close clients, let in-flight store writes finish."""
         if self._sweeper is not None and self._sweeper.running:
             self._sweeper.stop()
-        for port in self.ports:
+        for _, port in self.ports:
             yield port.stopListening()
         self.ports = []
         if self.stomp_factory is not None:

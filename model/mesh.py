@@ -27,6 +27,8 @@ class Addresses(_Model, kw_only=True):
     stomp: str | None = None  # "host:port" of the STOMP listener
     stomp_tls: str | None = None
     link: str | None = None  # the mesh link listener
+    websocket: str | None = None  # STOMP over WebSocket (ws://)
+    websocket_tls: str | None = None  # (wss://)
 
 
 class MetricsStatus(_Model, kw_only=True):

@@ -43,6 +43,27 @@ class TlsConfig:
     ca_certificate: str | None = _key(None, _path(must_exist=True))
 
 
+def _origins(value, key: str) -> tuple[str, ...]:
+    """``["*"]`` or web origins such as ``"https://app.example.com"``."""
+    if not isinstance(value, list):
+        raise ConfigError(key, f'expected an array of origins such as ["https://app.example.com"] or ["*"], '
+                               f"got {value!r}")
+    origins = []
+    for i, item in enumerate(value):
+        origin = _string()(item, f"{key}[{i}]")
+        if origin != "*" and (not origin.startswith(("http://", "https://")) or origin.rstrip("/").count("/") > 2):
+            raise ConfigError(f"{key}[{i}]", f'an origin is "scheme://host[:port]" (no path) or "*", got {origin!r}')
+        origins.append(origin.rstrip("/"))
+    return tuple(origins)
+
+
+@dataclass(frozen=True)
+class WebSocketConfig:
+    bind: tuple[str, int] = _key(parse=parse_address)
+    allowed_origins: tuple[str, ...] = _key(("*",), _origins)
+    tls: TlsConfig | None = field(default=None, metadata=_parse(_table(TlsConfig)))
+
+
 @dataclass(frozen=True)
 class StompConfig:
     bind: tuple[str, int] = _key(("127.0.0.1", 61613), parse_address)
@@ -54,13 +75,25 @@ class StompConfig:
     heartbeat_grace: float = _key(1.5, _number(1.0))
     max_connections: int = _key(100_000, _integer(1))
     tls: TlsConfig | None = field(default=None, metadata=_parse(_table(TlsConfig)))
+    websocket: WebSocketConfig | None = field(default=None, metadata=_parse(_table(WebSocketConfig)))
 
     def __post_init__(self) -> None:
-        if self.tls is not None and self.tls.bind == self.bind and self.bind[1] != 0:
-            raise ConfigError(
-                "stomp.tls.bind",
-                f"same address as stomp.bind ({self.bind[0]}:{self.bind[1]})",
-            )
+        binds = self.binds()
+        for index, (key, bind) in enumerate(binds):
+            for other, taken in binds[:index]:
+                if bind == taken and bind[1] != 0:
+                    raise ConfigError(key, f"same address as {other} ({bind[0]}:{bind[1]})")
+
+    def binds(self) -> list[tuple[str, tuple[str, int]]]:
+        """(key, address) of every client listener configured."""
+        found = [("stomp.bind", self.bind)]
+        if self.tls is not None:
+            found.append(("stomp.tls.bind", self.tls.bind))
+        if self.websocket is not None:
+            found.append(("stomp.websocket.bind", self.websocket.bind))
+            if self.websocket.tls is not None:
+                found.append(("stomp.websocket.tls.bind", self.websocket.tls.bind))
+        return found
 
 
 @dataclass(frozen=True)
@@ -140,10 +173,7 @@ class NodeConfig:
         if not self.data_dir:
             object.__setattr__(self, "data_dir", f"./data/{self.name}")
         if self.mesh is not None:
-            clients = [("stomp.bind", self.stomp.bind)]
-            if self.stomp.tls is not None:
-                clients.append(("stomp.tls.bind", self.stomp.tls.bind))
-            for key, address in clients:
+            for key, address in self.stomp.binds():
                 if _same_listener(self.mesh.bind, address):
                     raise ConfigError(
                         "mesh.bind",

@@ -118,3 +118,27 @@ def test_mutual_tls_requires_a_client_certificate(broker_factory, connect, tmp_p
     for extra in ({}, {"cert_file": str(rogue_cert), "key_file": str(rogue_key)}):
         with pytest.raises((ConnectRefused, OSError, ssl.SSLError)):
             connect(broker, "1.2", tls={"ca_certs": str(ca_path), **extra}, timeout=5)
+
+
+def test_stomp_over_websocket_over_tls(broker_factory, tmp_path):
+    import websocket  # websocket-client, which stomp.py's WebSocket transport uses
+
+    _, _, cert, key = _issue(tmp_path, "server", "localhost")
+    config = (f'[stomp.websocket]\nbind = "127.0.0.1:0"\n[stomp.websocket.tls]\nbind = "127.0.0.1:0"\n'
+              f'certificate = "{cert}"\nprivate_key = "{key}"\n')
+    broker = broker_factory(config=config)
+    match = broker.output.wait_for(r"listening on wss://(\S+):(\d+)\s*$", timeout=10)
+    assert match is not None, broker.describe()
+    connection = websocket.create_connection(f"wss://127.0.0.1:{match.group(2)}/ws", timeout=10,
+                                             sslopt={"ca_certs": str(cert)}, subprotocols=["v12.stomp"])
+    try:
+        assert connection.subprotocol == "v12.stomp"
+        destination = "/queue/" + unique("wss")
+        connection.send("CONNECT\naccept-version:1.2\nhost:x\n\n\0")
+        assert connection.recv().startswith("CONNECTED\nversion:1.2")
+        connection.send(f"SUBSCRIBE\nid:s\ndestination:{destination}\n\n\0"
+                        f"SEND\ndestination:{destination}\n\nover wss\0")
+        message = connection.recv()
+        assert message.startswith("MESSAGE\n") and message.endswith("\n\nover wss\0")
+    finally:
+        connection.close()

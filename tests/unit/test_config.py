@@ -485,3 +485,41 @@ def test_parse_override_feeds_load_config() -> None:
 def test_parse_override_needs_equals() -> None:
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_override("stomp.bind")
+
+
+# --- STOMP over WebSocket ---------------------------------------------------
+
+
+def test_websocket_listener_is_off_by_default_and_takes_a_bind_and_origins(tmp_path: Path) -> None:
+    assert load(tmp_path, "").stomp.websocket is None
+    config = load(tmp_path, """
+        [stomp.websocket]
+        bind = "127.0.0.1:15674"
+        allowed_origins = ["https://app.example.com/", "http://localhost:8080"]
+        """)
+    assert config.stomp.websocket.bind == ("127.0.0.1", 15674)
+    assert config.stomp.websocket.allowed_origins == ("https://app.example.com", "http://localhost:8080")
+    assert load(tmp_path, '[stomp.websocket]\nbind = "127.0.0.1:0"\n').stomp.websocket.allowed_origins == ("*",)
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('[stomp.websocket]\nallowed_origins = ["*"]', "stomp.websocket.bind: required key"),
+    ('[stomp.websocket]\nbind = "127.0.0.1:1"\nallowed_origins = "*"', "allowed_origins: expected an array"),
+    ('[stomp.websocket]\nbind = "127.0.0.1:1"\nallowed_origins = ["app.example.com"]', "allowed_origins[0]: an origin"),
+    ('[stomp.websocket]\nbind = "127.0.0.1:1"\nallowed_origins = ["https://a.example/path"]', "no path"),
+    ('[stomp]\nbind = "127.0.0.1:7000"\n[stomp.websocket]\nbind = "127.0.0.1:7000"',
+     "stomp.websocket.bind: same address as stomp.bind"),
+])
+def test_websocket_settings_are_checked(tmp_path: Path, text: str, message: str) -> None:
+    assert message in error(tmp_path, text)
+
+
+def test_the_mesh_may_not_share_the_websocket_port(tmp_path: Path) -> None:
+    message = error(tmp_path, """
+        [stomp.websocket]
+        bind = "127.0.0.1:7001"
+        [mesh]
+        bind = "127.0.0.1:7001"
+        insecure_cluster = true
+        """)
+    assert message.startswith("mesh.bind: same port as stomp.websocket.bind")

@@ -1,0 +1,199 @@
+"""STOMP over WebSocket (RFC 6455), as browsers and RabbitMQ's Web-STOMP, ActiveMQ's
+``ws://`` connector and Artemis speak it.
+
+wsproto (the sans-I/O WebSocket of h11's authors) does the handshake and the
+framing; this module only adapts. After the handshake a ``StompProtocol`` from the
+node's STOMP factory runs unchanged over a transport whose ``write`` sends one
+WebSocket message: STOMP writes a frame (or a heart-beat EOL) per call, so each
+goes out as a message of its own, as text when it is UTF-8, else binary. What
+arrives is fed to STOMP's stream parser whatever the message boundaries, so a
+frame split over several messages, or several frames in one, is read alike.
+
+Subprotocols ``v12.stomp``, ``v11.stomp`` and ``v10.stomp`` (the client's CONNECT
+still negotiates the version); a client that offers none is accepted, one that
+offers only others is refused (400). Any path is accepted. ``allowed_origins``
+(``*`` by default) limits which web origins a browser may connect from; a
+request without an ``Origin`` header (not a browser) is not limited by it."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from twisted.internet.protocol import Protocol, ServerFactory
+from twisted.python.failure import Failure
+from wsproto import ConnectionState, ConnectionType, WSConnection
+from wsproto.events import (
+    AcceptConnection,
+    BytesMessage,
+    CloseConnection,
+    Event,
+    Ping,
+    RejectConnection,
+    RejectData,
+    Request,
+    TextMessage,
+)
+from wsproto.utilities import RemoteProtocolError
+
+log = logging.getLogger(__name__)
+
+SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")  # in order of preference
+NORMAL_CLOSE, PROTOCOL_ERROR = 1000, 1002
+
+
+@dataclass(frozen=True)
+class WebSocketSettings:
+    allowed_origins: tuple[str, ...] = ("*",)
+
+    def allows(self, origin: str | None) -> bool:
+        return origin is None or "*" in self.allowed_origins or origin in self.allowed_origins
+
+
+class WebSocketStompProtocol(Protocol):
+    """One WebSocket connection carrying one STOMP connection."""
+
+    def __init__(self, stomp_factory: ServerFactory, settings: WebSocketSettings) -> None:
+        self.stomp_factory = stomp_factory
+        self.settings = settings
+        self.ws = WSConnection(ConnectionType.SERVER)
+        self.stomp: Protocol | None = None
+        self.subprotocol: str | None = None
+
+    # -- bytes in: wsproto's events, one handler each ---------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        try:
+            self.ws.receive_data(data)
+            for event in self.ws.events():
+                handler = getattr(self, "event_" + type(event).__name__, None)
+                if handler is not None:
+                    handler(event)
+        except RemoteProtocolError as error:
+            self._protocol_error(error)
+
+    def event_Request(self, request: Request) -> None:
+        origin = _header(request.extra_headers, b"origin")
+        if not self.settings.allows(origin):
+            self._reject(403, f"origin {origin} is not in stomp.websocket.allowed_origins")
+            return
+        if request.subprotocols:
+            chosen = next((name for name in SUBPROTOCOLS if name in request.subprotocols), None)
+            if chosen is None:
+                self._reject(400, f"no STOMP subprotocol offered ({', '.join(request.subprotocols)}); "
+                                  f"this server speaks {', '.join(SUBPROTOCOLS)}")
+                return
+            self.subprotocol = chosen
+        self.transport.write(self.ws.send(AcceptConnection(subprotocol=self.subprotocol)))
+        self.stomp = self.stomp_factory.buildProtocol(self.transport.getPeer())
+        self.stomp.makeConnection(_MessageTransport(self))
+
+    def event_TextMessage(self, message: TextMessage) -> None:
+        if self.stomp is not None:
+            self.stomp.dataReceived(message.data.encode())
+
+    def event_BytesMessage(self, message: BytesMessage) -> None:
+        if self.stomp is not None:
+            self.stomp.dataReceived(bytes(message.data))
+
+    def event_Ping(self, ping: Ping) -> None:
+        self.transport.write(self.ws.send(ping.response()))
+
+    def event_CloseConnection(self, close: CloseConnection) -> None:
+        if self.ws.state is ConnectionState.REMOTE_CLOSING:
+            self.transport.write(self.ws.send(close.response()))
+        self.transport.loseConnection()
+
+    def connectionLost(self, reason: Failure = None) -> None:
+        stomp, self.stomp = self.stomp, None
+        if stomp is not None:
+            stomp.connectionLost(reason)
+
+    # -- bytes out --------------------------------------------------------------------------
+
+    def send_message(self, data: bytes) -> None:
+        if self.ws.state is not ConnectionState.OPEN:
+            return
+        try:
+            message: Event = TextMessage(data=data.decode())
+        except UnicodeDecodeError:  # a binary body: browsers get an ArrayBuffer
+            message = BytesMessage(data=data)
+        self.transport.write(self.ws.send(message))
+
+    def close(self, code: int = NORMAL_CLOSE, reason: str | None = None) -> None:
+        if self.ws.state is ConnectionState.OPEN:
+            self.transport.write(self.ws.send(CloseConnection(code=code, reason=reason)))
+        self.transport.loseConnection()
+
+    def _reject(self, status: int, reason: str) -> None:
+        log.info("websocket from %s refused: %s", self.transport.getPeer(), reason)
+        body = reason.encode()
+        self.transport.write(self.ws.send(RejectConnection(
+            status_code=status, headers=[(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(body))],
+            has_body=True)))
+        self.transport.write(self.ws.send(RejectData(data=body)))
+        self.transport.loseConnection()
+
+    def _protocol_error(self, error: RemoteProtocolError) -> None:
+        if self.ws.state is ConnectionState.CONNECTING:  # not a WebSocket handshake at all
+            self._reject(400, f"not a WebSocket request: {error}")
+            return
+        self.close(PROTOCOL_ERROR, str(error)[:100])
+
+
+class _MessageTransport:
+    """What the STOMP protocol sees as its transport: each write one WebSocket
+    message; flow control, addresses and closing go to the TCP connection."""
+
+    def __init__(self, websocket: WebSocketStompProtocol) -> None:
+        self.websocket = websocket
+        self.tcp = websocket.transport
+
+    def write(self, data: bytes) -> None:
+        self.websocket.send_message(data)
+
+    def writeSequence(self, data: list[bytes]) -> None:
+        self.write(b"".join(data))
+
+    def loseConnection(self) -> None:
+        self.websocket.close()
+
+    def abortConnection(self) -> None:
+        self.tcp.abortConnection()
+
+    def getPeer(self) -> Any:
+        return self.tcp.getPeer()
+
+    def getHost(self) -> Any:
+        return self.tcp.getHost()
+
+    def registerProducer(self, producer: Any, streaming: bool) -> None:
+        self.tcp.registerProducer(producer, streaming)
+
+    def unregisterProducer(self) -> None:
+        self.tcp.unregisterProducer()
+
+    def pauseProducing(self) -> None:
+        self.tcp.pauseProducing()
+
+    def resumeProducing(self) -> None:
+        self.tcp.resumeProducing()
+
+
+class WebSocketStompFactory(ServerFactory):
+    def __init__(self, stomp_factory: ServerFactory, settings: WebSocketSettings) -> None:
+        self.stomp_factory = stomp_factory
+        self.settings = settings
+
+    def buildProtocol(self, addr: Any) -> WebSocketStompProtocol:
+        protocol = WebSocketStompProtocol(self.stomp_factory, self.settings)
+        protocol.factory = self
+        return protocol
+
+
+def _header(headers: Any, name: bytes) -> str | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
