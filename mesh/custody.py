@@ -168,7 +168,10 @@ class Custody:
 
     def link_up(self, peer_id: str, link: LinkProtocol) -> None:
         """Remember the peer durably, list its markers, ask about what is in doubt."""
-        if peer_id not in self.known_peers:
+        record = self.known_peers.get(peer_id)
+        if record is None or "last_linked" in record.headers:  # linked now: no "last linked" time holds
+            if record is not None:
+                self.store.remove(PEER_RECORD, record)
             record = self.known_peers[peer_id] = Message(peer_id, QUEUE, "", {}, b"", True)
             self.store.add(PEER_RECORD, record)
         link.send_control(FrameType.MARKERS, sorted(self.markers.get(peer_id, {})))
@@ -194,6 +197,22 @@ class Custody:
             self._doubt_about(stored, {peer_id})
         if recent:
             self._doubt_about(recent, {asked(peer_id)})
+
+    def last_linked(self, peer_id: str) -> float:
+        """When this node last had a link with the peer, as its durable record says
+        (0: unknown, or linked when this node stopped)."""
+        record = self.known_peers.get(peer_id)
+        return float(record.headers.get("last_linked", 0)) if record is not None else 0.0
+
+    def unlinked(self, peer_id: str, now: float) -> None:
+        """The link with the peer went: record when, so peer retention counts from
+        there across restarts of this node."""
+        record = self.known_peers.get(peer_id)
+        if record is None:
+            return
+        self.store.remove(PEER_RECORD, record)
+        record = self.known_peers[peer_id] = Message(peer_id, QUEUE, "", {"last_linked": repr(now)}, b"", True)
+        self.store.add(PEER_RECORD, record)
 
     def stop_counting_on(self, node_id: str) -> None:
         """The node is gone for good: it will not resend, nor hold anything of ours."""

@@ -33,7 +33,7 @@ from mesh.link import PROTOCOL_VERSION, SELF_LINK, LinkProtocol, LinkServerFacto
 from mesh.peer import LINK_WINDOW, Forwarder, Peer, entry_name
 from mesh.router import Router
 from mesh.topology import Topology
-from model.events import LinkDown, LinkUp, Redistribution, ScaleDown
+from model.events import LinkDown, LinkUp, NodeLeft, Redistribution, ScaleDown
 from model.mesh import Addresses, Node, NodeSummary, QueueSummary, address_text
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,7 @@ class MeshNode:
         self.port = None
         self.link_address: tuple[str, int] = config.bind
         self._gossip_loop = None
+        self._retention_loop = None
         # STRICT: each new message goes round-robin to this node or a node with the
         # queue, consumers or not; a backlog never moves.
         broker.strict_routing = config.message_load_balancing == "STRICT"
@@ -90,6 +91,11 @@ class MeshNode:
         self._gossip_loop = task.LoopingCall(self.topology.gossip)
         self._gossip_loop.clock = self.reactor
         self._gossip_loop.start(self.config.check_period_ms / 1000.0)
+        retention = self.config.peer_retention_s
+        if retention:
+            self._retention_loop = task.LoopingCall(self.forget_departed)
+            self._retention_loop.clock = self.reactor
+            self._retention_loop.start(max(1.0, min(retention / 10, 3600.0)), now=False)
         return self
 
     def _listen(self, host: str, port: int):
@@ -233,8 +239,9 @@ class MeshNode:
 
     @defer.inlineCallbacks
     def stop(self):
-        if self._gossip_loop is not None and self._gossip_loop.running:
-            self._gossip_loop.stop()
+        for loop in (self._gossip_loop, self._retention_loop):
+            if loop is not None and loop.running:
+                loop.stop()
         self.router.fail_all("this node is stopping")
         for connector in self.connectors:
             connector.stop()
@@ -320,6 +327,7 @@ class MeshNode:
         self.events.emit(LinkDown(peer=link.peer_id, peer_name=link.peer_name,
                                   reason=link.down_reason or "connection lost"))
         self._drop_peer(link.peer_id)
+        self.custody.unlinked(link.peer_id, self.reactor.seconds())
         self.demand.schedule_advertise()
         self.topology.gossip()
 
@@ -453,6 +461,31 @@ class MeshNode:
         self._forget_received(node_id, str(uuid.uuid4()), None)
         return None
 
+    def forget_departed(self) -> list[str]:
+        """Forget, as ``meshgate forget`` would, every node this node has linked with
+        that no node has heard of for ``peer_retention_s``: what is kept for it (a
+        topic backlog, markers, waits) would otherwise grow or wait forever. The
+        clock runs from when the last link with it went (kept in the store, so a
+        restart does not reset it), or from this node's start when it was linked
+        as this node stopped."""
+        retention, now = self.config.peer_retention_s, self.reactor.seconds()
+        forgotten = []
+        for peer_id in list(self.custody.known_peers):
+            ago = self.topology.heard_ago(peer_id)
+            if peer_id in self.peers or (ago is not None and ago < retention):
+                continue
+            since = max(self.custody.last_linked(peer_id) or self.started_at, self.link_down_since.get(peer_id, 0.0))
+            if now - since < retention:
+                continue
+            departed = self.topology.departed.get(peer_id)
+            name = departed.node.name if departed is not None else peer_id
+            reason = f"not heard of for {_duration(now - since)} (mesh.peer_retention_s); forgotten"
+            log.warning("mesh: node %s %s, with what was kept for it", name, reason)
+            self.events.emit(NodeLeft(subject=peer_id, name=name, reason=reason))
+            self._forget_received(peer_id, str(uuid.uuid4()), None)
+            forgotten.append(peer_id)
+        return forgotten
+
     def forget_received(self, link: LinkProtocol, request: dict) -> None:
         self._forget_received(request["node"], request["id"], link.peer_id)
 
@@ -484,6 +517,14 @@ class MeshNode:
         return Node(id=self.node_id, name=self.name, version=__version__, group_name=self.config.group_name,
                     started_at=self.started_at, last_seen=self.reactor.seconds(),
                     addresses=Addresses(stomp=stomp, link=link))
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.0f} hours"
+    return f"{seconds:.0f} s"
 
 
 def _address_of(link: LinkProtocol) -> tuple[str, int]:

@@ -185,6 +185,7 @@ class MeshConfig:
     in_doubt_timeout_ms: int = _key(30_000, _integer(0))
     scale_down: bool = _key(False, _boolean)
     group_name: str = _key("", _string(*_NODE_NAME, empty=True))
+    peer_retention_s: int = _key(7 * 24 * 3600, _integer(0))  # 0: only `meshgate forget` forgets
 
     def __post_init__(self) -> None:
         if self.network_ttl is not None:

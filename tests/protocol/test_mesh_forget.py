@@ -97,3 +97,86 @@ def test_a_dead_node_drops_out_of_the_view_and_is_not_handed_back():
         (a if second % 2 else b).mesh.topology.gossip()
         mesh.settle()
     assert c.mesh.node_id not in a.mesh.topology.entries and c.mesh.node_id not in b.mesh.topology.entries
+
+
+WEEK = 7 * 24 * 3600
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events = []
+
+    def emit(self, event) -> None:
+        self.events.append(event)
+
+    def count(self, event, n: int = 1) -> None:
+        pass
+
+
+def recording(*nodes) -> None:
+    for node in nodes:
+        node.mesh.events = Recorder()
+
+
+def forgotten_events(node) -> list:
+    return [e for e in node.mesh.events.events if type(e).__name__ == "NodeLeft" and "peer_retention_s" in e.reason]
+
+
+def test_a_peer_not_heard_of_for_peer_retention_is_forgotten_with_its_topic_backlog():
+    mesh = MeshHarness()
+    a, c = mesh.node("a"), mesh.node("c")
+    recording(a)
+    to_c = mesh.link(a, c)
+    c.consumer("news", kind=TOPIC)
+    mesh.settle()
+    lose(mesh, to_c, a, c)
+    c_id = c.mesh.node_id
+    a.send("news", b"for c", kind=TOPIC)  # kept on a for c's subscriber: the backlog that would grow
+    assert ("link/" + c_id) in a.broker.bindings and a.stored
+    mesh.clock.advance(WEEK - 60)
+    assert a.mesh.forget_departed() == []  # a day short of nothing: still waited for
+    mesh.clock.advance(61)
+    assert a.mesh.forget_departed() == [c_id]
+    assert c_id not in a.mesh.custody.known_peers and ("P:", c_id) not in a.broker.store.messages
+    assert ("link/" + c_id) not in a.broker.bindings and a.stored == []
+    (event,) = forgotten_events(a)
+    assert event.subject == c_id and "7 days" in event.reason
+
+
+def test_peer_retention_counts_from_the_last_link_across_a_restart_and_a_live_peer_is_kept():
+    mesh = MeshHarness(peer_retention_s=3600)
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    to_b, to_c = mesh.link(a, b), mesh.link(a, c)
+    mesh.clock.advance(1800)
+    lose(mesh, to_c, a, c)
+    lose(mesh, to_b, a, b)
+    mesh.clock.advance(1800)
+    a.restart()  # the record says when the link went: the clock does not start again
+    recording(a)
+    to_b = mesh.link(a, b)
+    mesh.clock.advance(1900)
+    # b links with a again (and so is heard of); c was last linked 1 h 3 min ago.
+    assert a.mesh.forget_departed() == [c.mesh.node_id]
+    assert b.mesh.node_id in a.mesh.custody.known_peers
+    mesh.clock.advance(7200)
+    assert a.mesh.forget_departed() == []  # b is linked: never forgotten
+
+
+def test_a_node_that_stopped_while_linked_counts_from_its_restart_not_an_older_link():
+    mesh = MeshHarness(peer_retention_s=3600)
+    a, c = mesh.node("a"), mesh.node("c")
+    mesh.clock.advance(100)
+    lose(mesh, mesh.link(a, c), a, c)
+    assert a.mesh.custody.last_linked(c.mesh.node_id) == 100  # the old link went at t=100
+    mesh.clock.advance(3000)
+    to_c = mesh.link(a, c)
+    assert a.mesh.custody.last_linked(c.mesh.node_id) == 0  # linked again: the old time no longer holds
+    mesh.clock.advance(3000)
+    a.mesh.custody.unlinked = lambda *_: None  # a dies while linked: it writes nothing more
+    mesh.cut(to_c)
+    a.mesh.link_down_since.clear()
+    a.restart()
+    mesh.clock.advance(3000)
+    assert a.mesh.forget_departed() == []  # 3000 s since a's restart, not 6000 since the old link
+    mesh.clock.advance(700)
+    assert a.mesh.forget_departed() == [c.mesh.node_id]

@@ -663,3 +663,10 @@ def test_set_style_overrides_parse(tmp_path: Path) -> None:
 def test_override_errors_name_the_key(tmp_path: Path) -> None:
     exc = mesh_error(tmp_path, "", {"mesh.static": ["127.0.0.1:7001", "bad"]})
     assert exc.key == "mesh.static[1]"
+
+
+def test_peer_retention_defaults_to_a_week_and_zero_turns_it_off(tmp_path: Path) -> None:
+    assert mesh(tmp_path, "").peer_retention_s == 7 * 24 * 3600
+    assert mesh(tmp_path, "peer_retention_s = 0\n").peer_retention_s == 0
+    exc = mesh_error(tmp_path, "peer_retention_s = -1\n")
+    assert exc.key == "mesh.peer_retention_s"
