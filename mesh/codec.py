@@ -33,6 +33,7 @@ class FrameType:
     FORGET = 16    # an administrator says a crashed node is gone for good; passed on to every node
     REQUEST = 17   # a management request on its way to a node (mesh.router)
     REPLY = 18     # its answer on the way back
+    CHUNK = 19     # a piece of a large MESSAGE (mesh.large), to peers whose HELLO says "chunks"
 
 
 _HEAD = struct.Struct(">IB")

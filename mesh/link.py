@@ -10,8 +10,10 @@ import os
 from typing import TYPE_CHECKING
 
 from twisted.internet.error import ConnectionDone
+from twisted.internet.interfaces import IPushProducer
 from twisted.internet.protocol import ClientFactory, Protocol, ServerFactory
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from mesh.codec import (
     FrameType,
@@ -22,6 +24,7 @@ from mesh.codec import (
     encode_control,
     encode_frame,
 )
+from mesh.large import ChunkAssembler, ChunkedSender
 
 if TYPE_CHECKING:
     from mesh.node import MeshNode
@@ -36,6 +39,7 @@ def _proof(password: str, nonce: str, node_id: str) -> str:
     return hmac.new(password.encode(), (nonce + node_id).encode(), hashlib.sha256).hexdigest()
 
 
+@implementer(IPushProducer)
 class LinkProtocol(Protocol):
     def __init__(self, mesh: MeshNode, dialled: bool) -> None:
         self.mesh = mesh
@@ -52,6 +56,8 @@ class LinkProtocol(Protocol):
         self._pending: list[bytes] = []  # encoded messages, written together at the end of this reactor turn
         self.down_reason = ""  # why the link went, when this side knows better than "connection lost"
         self.connector = None  # the Connector that dialled it (dialled links)
+        self.large: ChunkedSender | None = None
+        self.assembler = ChunkAssembler()
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -59,12 +65,16 @@ class LinkProtocol(Protocol):
         mesh = self.mesh
         self.last_received = mesh.reactor.seconds()
         mesh.own_nonces.add(self.nonce)
+        self.large = ChunkedSender(mesh.reactor, self.transport.write, self._queue)
+        self.transport.registerProducer(self, True)  # pauses the large messages' pieces while the socket lags
         self.send_control(FrameType.HELLO, mesh.hello(self.nonce))
         self._health = mesh.reactor.callLater(mesh.config.check_period_ms / 1000.0, self._check)
 
     def connectionLost(self, reason: Failure = None) -> None:
         self.closing = True
         self.mesh.own_nonces.discard(self.nonce)
+        if self.large is not None:
+            self.large.stop()
         if self._health is not None and self._health.active():
             self._health.cancel()
         if self.established:
@@ -112,8 +122,16 @@ class LinkProtocol(Protocol):
             self.flush()
         self.transport.write(encode_frame(kind, payload))
 
-    def send_message(self, frame: bytes) -> None:
-        """Queue an encoded message; a dispatch burst goes out as one write."""
+    def send_message(self, frame: bytes, address: str = "") -> None:
+        """Send an encoded message: a large one in pieces (mesh.large), keeping the
+        order of messages for one ``address``."""
+        if self.peer is not None and self.peer.get("chunks") and self.large is not None:
+            self.large.offer(frame, address)
+        else:
+            self._queue(frame)
+
+    def _queue(self, frame: bytes) -> None:
+        """Queue an encoded frame; a dispatch burst goes out as one write."""
         pending = self._pending
         pending.append(frame)
         if len(pending) == 1:
@@ -124,6 +142,19 @@ class LinkProtocol(Protocol):
             data = b"".join(self._pending)
             self._pending = []
             self.transport.write(data)
+
+    # -- IPushProducer: the socket says when its buffer is full ---------------------------
+
+    def pauseProducing(self) -> None:
+        if self.large is not None:
+            self.large.pause()
+
+    def resumeProducing(self) -> None:
+        if self.large is not None and not self.closing:
+            self.large.resume()
+
+    def stopProducing(self) -> None:
+        pass
 
     def dataReceived(self, data: bytes) -> None:
         if self.closing:
@@ -143,6 +174,10 @@ class LinkProtocol(Protocol):
         if kind == FrameType.MESSAGE and self.established:
             message, origin, target, redistributed = decode_message(payload)
             mesh.message_received(self, message, origin, target, redistributed)
+        elif kind == FrameType.CHUNK and self.established:
+            whole = self.assembler.add(payload)
+            if whole is not None:
+                self._handle(FrameType.MESSAGE, whole)
         elif kind == FrameType.STORED and self.established:
             mesh.stored(self, decode_control(payload))
         elif kind == FrameType.RELEASED and self.established:

@@ -268,6 +268,7 @@ class MeshNode:
             "link": list(self.link_address),
             "stomp": list(self.stomp_address),
             "group": self.config.group_name,
+            "chunks": True,  # large messages may come as CHUNK frames (mesh.large)
         }
 
     def check_peer(self, hello: dict) -> str | None:

@@ -63,10 +63,11 @@ class Forwarder:
                 queue.backlog -= 1
                 peer.redistributing.add(message.id)
                 peer.link.send_message(encode_message(message, path[0] if path else self.node_id,
-                                                      (*path, self.node_id), target, redistributed=True))
+                                                      (*path, self.node_id), target, redistributed=True),
+                                       message.address)
                 return
         peer.link.send_message(encode_message(message, path[0] if path else self.node_id,
-                                              (*path, self.node_id), target))
+                                              (*path, self.node_id), target), message.address)
 
 
 def entry_name(target: str, message_id: str) -> str:

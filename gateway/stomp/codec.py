@@ -111,7 +111,7 @@ class FrameParser:
     def __init__(
         self,
         version: str = "1.0",
-        max_frame_size: int = 10 * 1024 * 1024,
+        max_frame_size: int = 100 * 1024 * 1024,
         max_headers: int = 1000,
         max_header_length: int = 10240,
     ) -> None:

@@ -30,7 +30,7 @@ CONNECT_TIMEOUT = 30.0
 
 @dataclass
 class StompSettings:
-    max_frame_size: int = 10 * 1024 * 1024
+    max_frame_size: int = 100 * 1024 * 1024  # ActiveMQ's maxFrameSize
     max_headers: int = 1000
     max_header_length: int = 10240
     heartbeat_send_ms: int = 10000
@@ -55,6 +55,7 @@ class StompProtocol(Protocol):
         self._timers: list = []
         self._reading_paused = False
         self._held: list[Frame] | None = None
+        self._partial = 0  # bytes of a frame still arriving, counted against the broker's memory
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -76,6 +77,7 @@ class StompProtocol(Protocol):
             if timer.active():
                 timer.cancel()
         self._timers.clear()
+        self._count_partial(0)
         self.factory.connections.discard(self)
         if self.handler is not None:
             self.handler.session.close()
@@ -105,8 +107,23 @@ class StompProtocol(Protocol):
             if frames:
                 self.process(frames)
             if not parser.stopped_at_connect or self.closing:
-                return
+                break
             data = b""  # CONNECT negotiated the version: parse what followed it
+        if parser.buffered != self._partial and not self.closing:
+            self._count_partial(parser.buffered)
+
+    def _count_partial(self, buffered: int) -> None:
+        """A large frame counts against the memory limit as it arrives, and a client
+        whose frame arrives while memory is full is not read on (unless its frame
+        is most of what fills it: only reading on can end that)."""
+        broker = self.factory.broker
+        grown, self._partial = buffered - self._partial, buffered
+        if grown > 0:
+            broker.reserve_memory(grown)
+            if broker.memory_full and buffered * 2 < broker.memory_used:
+                self._pause_reading()
+        elif grown < 0:
+            broker.release_memory(-grown)
 
     def process(self, frames: list[Frame]) -> None:
         if self._held is not None:  # still authenticating: keep order, handle later
@@ -135,8 +152,11 @@ class StompProtocol(Protocol):
                 self.receipt(receipt, store.position != before)
             if frame.command == "SEND":
                 sent = True
-        if sent and self.factory.broker.memory_full and not self._reading_paused and not self._fills_memory_itself():
-            # Producer flow control: stop reading this client until memory drains.
+        if sent and self.factory.broker.memory_full and not self._fills_memory_itself():
+            self._pause_reading()  # producer flow control: stop reading this client until memory drains
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused:
             self._reading_paused = True
             self.transport.pauseProducing()
             self.factory.broker.when_memory_available(self._resume_reading)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -148,9 +149,26 @@ class JournalStore:
 
     def _replay(self, number: int, live: dict, last: bool) -> None:
         path = self._path(number)
-        data = path.read_bytes()
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if not size:
+                return
+            # Mapped, not read: only the records' own bytes are copied out, so a
+            # segment holding a 100 MiB message (or many dead ones) is never all in memory.
+            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                pos = self._replay_records(data, size, number, live)
+        if pos < size:
+            if last:
+                # A torn tail from a crash mid-write: nothing after it was ever acknowledged.
+                log.warning("journal %s: truncating %d bytes of torn tail", path.name, size - pos)
+                with open(path, "r+b") as f:
+                    f.truncate(pos)
+            else:
+                log.error("journal %s: corrupt record at offset %d; skipping the rest of the segment", path.name, pos)
+
+    def _replay_records(self, data: mmap.mmap, size: int, number: int, live: dict) -> int:
+        """Apply the segment's records to ``live``; returns where the good records end."""
         pos = 0
-        size = len(data)
         while pos < size:
             if pos + _HEAD.size > size:
                 break
@@ -170,14 +188,7 @@ class JournalStore:
                 message_id = payload[off + klen:off + klen + ilen].decode()
                 live.pop((queue_key, message_id), None)
             pos = start + length
-        if pos < size:
-            if last:
-                # A torn tail from a crash mid-write: nothing after it was ever acknowledged.
-                log.warning("journal %s: truncating %d bytes of torn tail", path.name, size - pos)
-                with open(path, "r+b") as f:
-                    f.truncate(pos)
-            else:
-                log.error("journal %s: corrupt record at offset %d; skipping the rest of the segment", path.name, pos)
+        return pos
 
     @staticmethod
     def _decode_add(payload: bytes, timed: bool) -> tuple[str, Message]:

@@ -67,7 +67,7 @@ class WebSocketConfig:
 @dataclass(frozen=True)
 class StompConfig:
     bind: tuple[str, int] = _key(("127.0.0.1", 61613), parse_address)
-    max_frame_size: int = _key(10 * MiB, parse_size)
+    max_frame_size: int = _key(100 * MiB, parse_size)  # ActiveMQ's maxFrameSize
     max_headers: int = _key(1000, _integer(1))
     max_header_length: int = _key(10240, parse_size)
     heartbeat_send_ms: int = _key(10_000, _integer(0))

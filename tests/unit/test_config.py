@@ -49,7 +49,7 @@ def test_no_file_gives_documented_defaults() -> None:
     assert config.name == socket.gethostname()
     assert config.data_dir == f"./data/{socket.gethostname()}"
     assert config.stomp.bind == ("127.0.0.1", 61613)
-    assert config.stomp.max_frame_size == 10 * MiB
+    assert config.stomp.max_frame_size == 100 * MiB
     assert config.stomp.max_headers == 1000
     assert config.stomp.max_header_length == 10240
     assert config.stomp.heartbeat_send_ms == 10000
