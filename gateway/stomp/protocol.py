@@ -26,6 +26,7 @@ from model.events import AuthenticationFailed
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 30.0
+PIECE = 256 * 1024  # of a large body written at a time (versions.STREAM_AT)
 
 
 @dataclass
@@ -56,6 +57,8 @@ class StompProtocol(Protocol):
         self._reading_paused = False
         self._held: list[Frame] | None = None
         self._partial = 0  # bytes of a frame still arriving, counted against the broker's memory
+        self._stream: deque | None = None  # what waits behind a large body going out in pieces
+        self._socket_full = False
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -258,7 +261,7 @@ class StompProtocol(Protocol):
     def _beat(self) -> None:
         # Ticks come every half interval: a beat (or any frame) in one half
         # excuses the next, so gaps stay within the interval without doubling beats.
-        if self.sent_since_beat:
+        if self.sent_since_beat or self._stream is not None:  # a large body going out is beat enough
             self.sent_since_beat = False
         else:
             self.transport.write(HEARTBEAT)
@@ -274,7 +277,44 @@ class StompProtocol(Protocol):
 
     def write(self, data: bytes) -> None:
         self.sent_since_beat = True
-        self.transport.write(data)
+        if self._stream is not None:
+            self._stream.append(data)  # after the large body being written
+        else:
+            self.transport.write(data)
+
+    def send_large(self, head: bytes, body: bytes) -> None:
+        """A MESSAGE with a large body: the body goes out a piece at a time, each
+        when the socket has taken the last, so a slow consumer holds a reference to
+        the one shared body rather than a copy of it, and nothing else is written
+        (or dispatched to this client) until it is out."""
+        self.sent_since_beat = True
+        if getattr(self.transport, "whole_frames", False):  # WebSocket: one frame per message
+            self.transport.write(b"".join((head, body, b"\0")))
+            return
+        if self._stream is None:
+            self._stream = deque()
+        self._stream.extend((head, memoryview(body), b"\0"))
+        self.handler.session.writable = False
+        self._pump()
+
+    def _pump(self) -> None:
+        stream = self._stream
+        while stream and not self._socket_full:
+            item = stream[0]
+            if isinstance(item, memoryview):
+                piece, rest = item[:PIECE], item[PIECE:]
+                if rest:
+                    stream[0] = rest
+                else:
+                    stream.popleft()
+                item = piece.tobytes()
+            else:
+                stream.popleft()
+            self.transport.write(item)  # may pause us at once: the socket's buffer is full
+        if not stream and stream is self._stream:
+            self._stream = None
+            if not self._socket_full and self.handler is not None and not self.closing:
+                self.handler.session.set_writable(True)
 
     def deliver(self, subscription, message) -> None:
         self.handler.deliver(subscription, message)
@@ -332,11 +372,15 @@ class StompProtocol(Protocol):
     # -- IPushProducer: the transport tells us when its buffer is full ------------------
 
     def pauseProducing(self) -> None:
+        self._socket_full = True
         if self.handler is not None:
             self.handler.session.writable = False
 
     def resumeProducing(self) -> None:
-        if self.handler is not None and not self.closing:
+        self._socket_full = False
+        if self._stream is not None:
+            self._pump()  # it makes the session writable once the body is out
+        elif self.handler is not None and not self.closing:
             self.handler.session.set_writable(True)
 
     def stopProducing(self) -> None:

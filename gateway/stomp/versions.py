@@ -12,6 +12,8 @@ from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import AUTO, CLIENT, CLIENT_INDIVIDUAL, Subscription
 from gateway.stomp.codec import ESCAPES, Frame, escape_header
 
+STREAM_AT = 256 * 1024  # a MESSAGE body this large goes out in pieces, as the socket takes them
+
 if TYPE_CHECKING:
     from gateway.auth import Principal
     from gateway.broker.session import Session
@@ -206,8 +208,12 @@ class Stomp10:
         if message.deliveries > 1 or message.recovered:
             prefix += b"redelivered:true\n"
         protocol = self.protocol
+        body = message.body
+        if len(body) >= STREAM_AT:
+            protocol.send_large(prefix + block, body)
+            return
         protocol.sent_since_beat = True
-        protocol.transport.write(b"".join((prefix, block, message.body, b"\0")))
+        protocol.transport.write(b"".join((prefix, block, body, b"\0")))
 
     def encode_block(self, message: Message) -> bytes:
         version = self.version

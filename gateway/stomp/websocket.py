@@ -146,6 +146,8 @@ class _MessageTransport:
     """What the STOMP protocol sees as its transport: each write one WebSocket
     message; flow control, addresses and closing go to the TCP connection."""
 
+    whole_frames = True  # a large body is not written in pieces: each would be a message of its own
+
     def __init__(self, websocket: WebSocketStompProtocol) -> None:
         self.websocket = websocket
         self.tcp = websocket.transport

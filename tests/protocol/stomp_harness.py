@@ -22,8 +22,9 @@ class Harness:
             self.broker, settings or StompSettings(), Authenticator({}), Authorizer((), enabled=False), self.clock
         )
 
-    def client(self, version: str = "1.2", heart_beat: str = "0,0", **headers: str) -> Client:
-        client = Client(self)
+    def client(self, version: str = "1.2", heart_beat: str = "0,0", transport: StringTransport | None = None,
+               **headers: str) -> Client:
+        client = Client(self, transport)
         connect = {"accept-version": version, "host": "test", "heart-beat": heart_beat, **headers}
         client.send("CONNECT", connect)
         connected = client.frames()
@@ -34,10 +35,10 @@ class Harness:
 
 
 class Client:
-    def __init__(self, harness: Harness) -> None:
+    def __init__(self, harness: Harness, transport: StringTransport | None = None) -> None:
         self.harness = harness
         self.protocol = harness.factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 5555))
-        self.transport = StringTransport()
+        self.transport = transport or StringTransport()
         self.protocol.makeConnection(self.transport)
         self.parser = FrameParser("1.0")
         self.connected: Frame | None = None

@@ -4,6 +4,8 @@ being read, and a client that goes mid-frame gives the memory back."""
 
 from __future__ import annotations
 
+from twisted.internet.testing import StringTransport
+
 from gateway.stomp.codec import encode_frame
 from tests.protocol.stomp_harness import Harness
 
@@ -55,3 +57,80 @@ def test_a_frame_that_alone_fills_memory_is_read_on_so_it_can_finish():
     assert client.transport.producerState == "producing"
     client.raw(frame[3 * MiB // 2:])
     assert len(harness.broker.queues["big"]) == 1
+
+
+LARGE = bytes(range(1, 256)) * (3 * MiB // 255 + 7)  # over 3 MiB (and no NUL): written in pieces
+
+
+class SlowSocket(StringTransport):
+    """A socket whose buffer is full once ``limit`` bytes wait in it, as Twisted's
+    TCP transport says (pauseProducing at once), until the test drains it."""
+
+    def __init__(self, limit: int = 64 * 1024) -> None:
+        super().__init__()
+        self.limit = limit
+        self.waiting = 0
+
+    def write(self, data: bytes) -> None:
+        super().write(data)
+        self.waiting += len(data)
+        if self.waiting > self.limit and self.producerState == "producing":
+            self.producer.pauseProducing()
+            self.producerState = "paused"
+
+    def drain(self) -> None:
+        """The peer read everything so far."""
+        self.waiting = 0
+        if self.producerState == "paused":
+            self.producerState = "producing"
+            self.producer.resumeProducing()
+
+    def drain_all(self, rounds: int = 100) -> None:
+        for _ in range(rounds):
+            self.drain()
+
+
+def test_a_large_body_goes_out_as_the_socket_takes_it_holding_the_shared_body_not_a_copy():
+    harness = Harness()
+    subscribers = [harness.client(transport=SlowSocket()) for _ in range(3)]
+    for subscriber in subscribers:
+        subscriber.send("SUBSCRIBE", {"id": "t", "destination": "/topic/big"})
+    harness.client().send("SEND", {"destination": "/topic/big"}, LARGE)
+    bodies = set()
+    for subscriber in subscribers:
+        assert subscriber.transport.producerState == "paused"
+        assert len(subscriber.transport.value()) < 2 * 256 * 1024  # a head and a piece out, not 3 MiB
+        bodies.update(id(item.obj) for item in subscriber.protocol._stream if isinstance(item, memoryview))
+    assert len(bodies) == 1  # one body, shared by reference by every subscriber
+    for subscriber in subscribers:
+        subscriber.transport.drain_all()
+        (message,) = subscriber.messages()
+        assert message.body == LARGE
+
+
+def test_nothing_goes_between_the_pieces_of_a_large_body_and_what_waited_follows_it_in_order():
+    harness = Harness()
+    consumer = harness.client(transport=SlowSocket())
+    consumer.send("SUBSCRIBE", {"id": "s", "destination": "/queue/q"})
+    producer = harness.client()
+    producer.send("SEND", {"destination": "/queue/q"}, LARGE)
+    producer.send("SEND", {"destination": "/queue/q"}, b"small, sent after")
+    consumer.send("BEGIN", {"transaction": "t", "receipt": "during"})  # its RECEIPT waits behind the body
+    assert b"RECEIPT" not in consumer.transport.value()
+    consumer.transport.drain_all()
+    frames = consumer.frames()
+    assert [(f.command, len(f.body)) for f in frames] == [
+        ("MESSAGE", len(LARGE)), ("RECEIPT", 0), ("MESSAGE", len(b"small, sent after"))]
+    assert frames[0].body == LARGE
+
+
+def test_heart_beats_are_not_written_inside_a_large_body():
+    harness = Harness()
+    consumer = harness.client(heart_beat="0,1000", transport=SlowSocket())
+    consumer.send("SUBSCRIBE", {"id": "s", "destination": "/queue/q"})
+    harness.client().send("SEND", {"destination": "/queue/q"}, LARGE)
+    written = consumer.transport.value()
+    harness.clock.advance(5)  # several heart-beat periods while the socket is full
+    assert consumer.transport.value() == written
+    consumer.transport.drain_all()
+    assert [f.body for f in consumer.frames()] == [LARGE]
