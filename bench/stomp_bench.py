@@ -596,6 +596,8 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("queue-256", "queue", 100_000),
         Scenario("queue-256-persistent", "queue", 100_000, persistent=True, receipts=True),
         Scenario("queue-64k", "queue", 10_000, size=64 * 1024),
+        Scenario("queue-1m", "queue", 1_000, size=1024 * 1024),
+        Scenario("queue-16m", "queue", 64, size=16 * 1024 * 1024),
         Scenario("client-individual", "queue", 100_000, ack="client-individual", prefetch=1000),
         Scenario("topic-fanout", "topic", 10_000, subscribers=10),
         Scenario("idle-connections", "idle", 10_000),
