@@ -18,7 +18,10 @@ once would duplicate it unmarked at the peer."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Iterable
+
+from twisted.python.failure import Failure
 
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import Queue
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from mesh.node import MeshNode
     from mesh.peer import Peer
 
+log = logging.getLogger(__name__)
 _RECENT_WINDOW = 100_000
 _TOPIC_MARKER_GRACE = 60.0  # seconds a released topic marker is kept for copies by other paths
 MARKER = "S:"
@@ -162,7 +166,7 @@ class Custody:
             if current is not None:
                 current.link.send_control(FrameType.RELEASED, keys)
 
-        self.store.when_durable().addCallback(send)
+        self.store.when_durable().addCallbacks(send, not_durable)
 
     # -- links ----------------------------------------------------------------------------
 
@@ -294,6 +298,12 @@ class Custody:
 
     def _recover_peer(self, key: str, record: Message) -> None:
         self.known_peers[record.id] = record
+
+
+def not_durable(failure: Failure) -> None:
+    """The store could not make the records durable: the peer is not told STORED or
+    RELEASED, so it keeps custody (and resends) as after a lost link."""
+    log.warning("mesh: %s; the peer keeps custody", failure.getErrorMessage())
 
 
 def asked(peer_id: str) -> str:

@@ -26,7 +26,7 @@ from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE, Message
 from gateway.broker.queue import CLIENT_INDIVIDUAL, Subscription
 from mesh.codec import FrameType
-from mesh.custody import Custody
+from mesh.custody import Custody, not_durable
 from mesh.demand import Demand
 from mesh.dialling import Connector
 from mesh.link import PROTOCOL_VERSION, SELF_LINK, LinkProtocol, LinkServerFactory
@@ -375,7 +375,7 @@ class MeshNode:
             if self.peers.get(peer_id) is peer:
                 peer.link.send_control(FrameType.STORED, ids)
 
-        self.store.when_durable().addCallback(send)
+        self.store.when_durable().addCallbacks(send, not_durable)
 
     def stored(self, link: LinkProtocol, ids: list[str]) -> None:
         """The peer has custody: forget our copies, then tell it so."""

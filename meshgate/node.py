@@ -18,7 +18,7 @@ from gateway.broker.broker import Broker
 from gateway.selector import compile_selector
 from gateway.stomp.protocol import StompFactory, StompSettings
 from gateway.store.files import write_json_atomically
-from gateway.store.journal import JournalStore
+from gateway.store.journal import JournalStore, StoreError
 from management.actions import LocalActions
 from management.events import EventLog
 from management.service import ManagementService
@@ -263,7 +263,10 @@ class Node:
         if self.mesh is not None:
             yield self.mesh.stop()
         if self.store is not None:
-            yield self.store.close()
+            try:
+                yield self.store.close()
+            except StoreError as error:  # a full or failing disk: say so, exit non-zero
+                self.fatal = f"stopped with the store failing: {error}; the next start recovers what was acknowledged"
         self.data_dir.unlock()
 
 

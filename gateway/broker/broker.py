@@ -4,6 +4,7 @@ deliveries against the store, dead-letters, expires and meters memory."""
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from typing import Callable, Protocol
 
@@ -15,6 +16,8 @@ from gateway.broker.session import DeliverySink, Session
 from gateway.store.base import Store
 from gateway.wildcard import compile_pattern
 from model.events import ConsumerAttached, ConsumerDetached, DeadLetter, Expired
+
+log = logging.getLogger(__name__)
 
 TEMP = "temp"
 _TOPIC_CACHE_LIMIT = 10_000
@@ -158,7 +161,7 @@ class Broker:
         queue = Queue(self, name, "Q:" + name)
         self.queues[name] = queue
         if save:
-            self._save_catalog()
+            self._save_catalog(required=False)  # a queue works without it: recovery finds its messages' queue
         return queue
 
     def create_temp_queue(self, session: Session, name: str) -> Queue:
@@ -182,15 +185,24 @@ class Broker:
         if queue.temporary:
             self.temp_queues.pop(queue.name, None)
         elif self.queues.pop(queue.name, None) is not None:
-            self._save_catalog()
+            self._save_catalog(required=False)
 
-    def _save_catalog(self) -> None:
+    def _save_catalog(self, required: bool = True) -> None:
+        """Write the catalog. When the store cannot (a full disk), the client request
+        that changed it gets a BrokerError naming why (``required``); a change the
+        mesh made is logged: the catalog is written whole at the next change."""
         durable = {
             name: {"topic": b.pattern, "selector": b.selector_text}
             for name, b in self.bindings.items()
             if b.durable and b.peer is None
         }
-        self.store.save_catalog({"queues": sorted(self.queues), "durable": durable, "links": self.link_patterns})
+        try:
+            self.store.save_catalog({"queues": sorted(self.queues), "durable": durable, "links": self.link_patterns})
+        except OSError as error:
+            reason = f"the queue catalog could not be saved ({error.strerror or error}); it is until the next restart"
+            if required:
+                raise BrokerError(reason) from None
+            log.warning("%s", reason)
 
     # -- producing ------------------------------------------------------------------------
 
@@ -199,6 +211,8 @@ class Broker:
         if expires and expires <= self.now_ms():
             self.expired += 1
             return None
+        if persistent and self.store.failure is not None:
+            raise BrokerError(f"persistent messages are refused for now: the store cannot write ({self.store.failure})")
         message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
         message.created = (session.received_at if session is not None else 0.0) or self.seconds()
         return message if self.route(message, session) else None
@@ -340,7 +354,7 @@ class Broker:
         self.link_patterns[peer] = sorted(patterns)
         self._topic_cache.clear()
         if save:
-            self._save_catalog()
+            self._save_catalog(required=False)
         return binding
 
     def attach_link(self, session: Session, binding: _Binding, prefetch: int) -> Subscription:
@@ -363,7 +377,7 @@ class Broker:
         """Create a durable subscription with no subscriber, if it does not exist."""
         if name not in self.bindings:
             self._bind(name, pattern, selector, durable=True)
-            self._save_catalog()
+            self._save_catalog(required=False)
 
     def put_in_subscription(self, name: str, message: Message) -> bool:
         """Put a handed-over message straight into a durable subscription (or a
@@ -384,7 +398,7 @@ class Broker:
             binding.active = None
         self._unbind(binding)
         self.link_patterns.pop(peer, None)
-        self._save_catalog()
+        self._save_catalog(required=False)
 
     def _selector(self, text: str | None) -> Callable | None:
         if not text:

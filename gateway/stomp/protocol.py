@@ -328,13 +328,21 @@ class StompProtocol(Protocol):
         entry = [frame, not needs_sync]
         self._receipts.append(entry)
         if needs_sync:
-            self.factory.broker.store.when_durable().addCallback(self._durable, entry)
+            self.factory.broker.store.when_durable().addCallbacks(self._durable, self._not_durable, (entry,), None,
+                                                                  (entry,))
         else:
             self._drain_receipts()
 
     def _durable(self, _: object, entry: list) -> None:
         entry[1] = True
         self._drain_receipts()
+
+    def _not_durable(self, failure: Failure, entry: list) -> None:
+        """The store cannot make the frame durable: no RECEIPT for it, an ERROR
+        saying why instead (after the receipts of what did become durable)."""
+        if entry in self._receipts:
+            self._receipts.remove(entry)
+        self.fail(f"not stored: {failure.getErrorMessage()}")
 
     def _drain_receipts(self) -> None:
         receipts = self._receipts
@@ -363,8 +371,12 @@ class StompProtocol(Protocol):
         version = self.parser.version if self.parser is not None else "1.0"
         error = encode_frame("ERROR", headers, message.encode(), version=version)
         if self._receipts:
+            if self.factory.broker.store.failure is not None:
+                # What waits for a failing disk gets no RECEIPT here: the ERROR says why, now.
+                self._receipts = deque(entry for entry in self._receipts if entry[1])
             self._receipts.append([error, True])
             self._close_after_receipts = True
+            self._drain_receipts()
             return
         self.write(error)
         self.transport.loseConnection()

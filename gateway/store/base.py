@@ -11,6 +11,7 @@ from gateway.broker.message import Message
 
 class Store(Protocol):
     position: int  # grows with every record; unchanged means nothing new to sync
+    failure: str | None  # why writing fails now (a full disk), else None: persistent sends are refused meanwhile
 
     def add(self, queue_key: str, message: Message) -> None:
         """Record a persistent message in a queue (durable once a sync covers it)."""

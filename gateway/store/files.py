@@ -20,9 +20,13 @@ def write_json_atomically(path: Path, data: object) -> None:
     """Replace ``path`` with ``data`` as JSON: after a crash it holds either the old
     or the new document, never a torn one, and the rename itself is durable."""
     tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a full disk: the old document stays, and no half-written one lies about
+        raise
     os.replace(tmp, path)
     fsync_dir(path.parent)

@@ -23,7 +23,7 @@ from collections import deque
 from pathlib import Path
 from typing import Iterator
 
-from twisted.internet.defer import Deferred, succeed
+from twisted.internet.defer import Deferred, fail, succeed
 
 from gateway.broker.message import Message, decode_headers, encode_headers
 from gateway.store.files import fsync_dir, write_json_atomically
@@ -40,6 +40,14 @@ _REMOVE_FIELDS = struct.Struct("<HH")
 _KINDS = {"queue": 0, "topic": 1, "temp": 2}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
 _SEGMENT_SUFFIX = ".log"
+RETRY_S = 1.0  # a failed write is tried again this often
+CLOSE_PATIENCE_S = 3.0  # a close waits this long for a failing disk before giving up
+# The file layer, looked up at each call so that tests can make it fail (ENOSPC, EIO).
+_write, _datasync, _truncate = os.write, os.fdatasync, os.ftruncate
+
+
+class StoreError(Exception):
+    """The store could not make something durable; the message says why."""
 
 
 class _Syncer(threading.Thread):
@@ -75,10 +83,16 @@ class _Syncer(threading.Thread):
                 target = self.requested
                 retired, self.retired = self.retired, []
                 current = self.current_fd
-            for fd in retired:
-                os.fdatasync(fd)
-                os.close(fd)
-            os.fdatasync(current)
+            try:
+                for fd in retired:
+                    _datasync(fd)
+                    os.close(fd)
+                _datasync(current)
+            except OSError as error:
+                # The kernel may have dropped the pages it could not write: nothing
+                # written since the last good sync can be called durable, ever.
+                self.store.reactor.callFromThread(self.store._sync_failed, error)
+                return
             self.synced = target
             self.store.reactor.callFromThread(self.store._synced, target)
 
@@ -116,6 +130,9 @@ class JournalStore:
         self._sequence = 0
         self._ids: dict[str, int] = {}  # message id -> how many queues hold it here
         self.syncs = 0
+        self.failure: str | None = None  # why writing fails now (None: it works)
+        self._closed = False
+        self.broken: str | None = None  # a failed sync: nothing more can be made durable
 
     @property
     def position(self) -> int:
@@ -265,12 +282,23 @@ class JournalStore:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        if self._closed:
+            return
         buffer = self._buffer
-        if buffer:
+        if buffer and self.broken is None:
+            before = self._segment_bytes
             view = memoryview(buffer)
-            while view:
-                view = view[os.write(self._fd, view):]
-            view.release()
+            try:
+                while view:
+                    view = view[_write(self._fd, view):]
+            except OSError as error:
+                self._write_failed(error, before)
+                return
+            finally:
+                view.release()  # the last slice: the buffer can be cleared (or kept) again
+            if self.failure is not None:
+                log.warning("journal: writing again (%d bytes that waited are written)", len(buffer))
+                self.failure = None
             self._segment_bytes += len(buffer)
             self._written = self._appended
             buffer.clear()
@@ -281,6 +309,37 @@ class JournalStore:
                 self._syncer.request(self._written)
         else:
             self._synced(self._written)
+
+    def _write_failed(self, error: OSError, size_before: int) -> None:
+        """Nothing of the failed write stays in the file (a half record would end
+        recovery there); the records wait in memory and the write is tried again
+        every RETRY_S, so that what was accepted is written once there is room. No
+        waiter fires meanwhile: no RECEIPT for what is not on disk."""
+        try:
+            _truncate(self._fd, size_before)
+        except OSError as truncating:
+            log.error("journal: could not cut a failed write back (%s); recovery stops at it", truncating.strerror)
+        reason = error.strerror or str(error)
+        if self.failure is None:
+            log.error("journal: write failed (%s): persistent messages are refused until it works; "
+                      "%d bytes of records wait in memory, retried every %.0f s", reason, len(self._buffer), RETRY_S)
+        self.failure = reason
+        self._collect()  # consumers may have emptied old segments: their room comes back now
+        self._flush_scheduled = True
+        self.reactor.callLater(RETRY_S, self._flush)
+
+    def _sync_failed(self, error: OSError) -> None:
+        """After a failed fsync the kernel may have dropped the unwritten pages and
+        marked them clean: a later fsync could succeed without them. So nothing is
+        acknowledged from here on; what waits for durability gets an error, and
+        the node must restart to recover from what is really on disk."""
+        reason = error.strerror or str(error)
+        self.broken = self.failure = f"sync failed ({reason}); restart the node"
+        log.critical("journal: fsync failed (%s): nothing more will be acknowledged; restart the node, which "
+                     "recovers what is really on disk", reason)
+        waiters, self._waiters = self._waiters, deque()
+        for _, waiter in waiters:
+            waiter.errback(StoreError(self.broken))
 
     def _synced(self, position: int) -> None:
         if position > self._durable:
@@ -293,6 +352,8 @@ class JournalStore:
     def when_durable(self) -> Deferred:
         if self._appended <= self._durable:
             return succeed(None)
+        if self.broken is not None:
+            return fail(StoreError(self.broken))
         d = Deferred()
         self._waiters.append((self._appended, d))
         if not self._flush_scheduled:
@@ -346,7 +407,7 @@ class JournalStore:
             for (queue_key, _), message in moved:
                 self._forget_id(message.id)  # add() counts it again
                 self.add(queue_key, message)
-            self.when_durable().addCallback(lambda _, p=path: p.unlink(missing_ok=True))
+            self.when_durable().addCallbacks(lambda _, p=path: p.unlink(missing_ok=True), lambda _: None)
 
     def _forget_id(self, message_id: str) -> None:
         left = self._ids.pop(message_id, 1) - 1
@@ -384,10 +445,18 @@ class JournalStore:
     # -- shutdown -------------------------------------------------------------------------
 
     def close(self) -> Deferred:
+        """Write and sync what is pending, then release the files. While writing
+        fails (a full disk) it waits up to CLOSE_PATIENCE_S for room, then fails
+        with StoreError saying what was not written: everything acknowledged
+        before is on disk, and the next start recovers it."""
         self._flush()
         d = self.when_durable()
+        if self.failure is not None or self._buffer:
+            timer = self.reactor.callLater(CLOSE_PATIENCE_S, self._give_up, d)
+            d.addBoth(lambda result: (timer.cancel() if timer.active() else None, result)[1])
 
         def stop(result: object) -> object:
+            self._closed = True
             if self._syncer is not None:
                 with self._syncer.cond:
                     self._syncer.stopping = True
@@ -400,3 +469,11 @@ class JournalStore:
             return result
 
         return d.addBoth(stop)
+
+    def _give_up(self, closing: Deferred) -> None:
+        if closing.called:
+            return
+        unwritten = len(self._buffer)
+        self._waiters = deque(entry for entry in self._waiters if entry[1] is not closing)
+        closing.errback(StoreError(f"{unwritten} bytes of journal records were not written ({self.failure}); "
+                                   "nothing they held was acknowledged"))

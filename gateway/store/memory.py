@@ -15,6 +15,7 @@ class MemoryStore:
         self.messages: dict[tuple[str, str], Message] = {}
 
     position = 0
+    failure: str | None = None  # memory never fails to write
 
     def add(self, queue_key: str, message: Message) -> None:
         self.messages[(queue_key, message.id)] = message

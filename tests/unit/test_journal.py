@@ -19,7 +19,9 @@ class LoopReactor:
         self.calls: queue.Queue = queue.Queue()
 
     def callLater(self, delay, func, *args):
-        self.calls.put((func, args))
+        call = _Call(func, args)
+        self.calls.put((call, ()))
+        return call
 
     def callFromThread(self, func, *args):
         self.calls.put((func, args))
@@ -35,6 +37,24 @@ class LoopReactor:
             except queue.Empty:
                 continue
             func(*args)
+
+
+class _Call:
+    """A delayed call as the reactor hands it back: it can be cancelled."""
+
+    def __init__(self, func, args) -> None:
+        self.func, self.args, self.cancelled, self.called = func, args, False, False
+
+    def __call__(self) -> None:
+        if not self.cancelled:
+            self.called = True
+            self.func(*self.args)
+
+    def active(self) -> bool:
+        return not (self.cancelled or self.called)
+
+    def cancel(self) -> None:
+        self.cancelled = True
 
 
 def message(n: int, body: bytes = b"payload", **headers: str) -> Message:

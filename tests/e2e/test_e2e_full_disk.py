@@ -1,0 +1,81 @@
+"""A node whose data dir is a small real filesystem (a tmpfs this test mounts; CI
+runs as root) filled by persistent sends: no RECEIPT for what is not on disk, an
+ERROR naming the full disk for what is refused (no client hangs for good),
+non-persistent traffic and new subscriptions still working, and persistent sends
+coming back by themselves once a consumer has drained the queue; after a kill -9
+the node recovers exactly what was receipted and not consumed."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+import stomp.exception
+from e2e_support import unique
+
+BODY = "x" * 32 * 1024
+SENT = 400  # 12.5 MiB of bodies for an 8 MiB disk
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], capture_output=True,
+                          text=True)
+    if done.returncode:
+        pytest.fail(f"mounting a tmpfs needs root (CI runs as root): {done.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_refuses_persistent_sends_with_an_error_and_recovers_by_itself(broker_factory, connect,
+                                                                                   small_disk):
+    broker = broker_factory(data_dir=small_disk / "data", sets=["store.journal_file_size=1MiB"])
+    queue = "/queue/" + unique("full")
+    producer = connect(broker)
+    for i in range(SENT):
+        try:
+            producer.send(queue, BODY, receipt=f"m{i}", wait=False, persistent="true", seq=str(i))
+        except stomp.exception.StompException:
+            break  # the broker said ERROR and closed: sends after it cannot go
+    error = producer.listener.wait_error(timeout=30)  # bounded: the producer is told, not left hanging
+    assert "persistent messages are refused" in error.headers["message"]
+    assert "No space left on device" in error.headers["message"]
+    receipted = {rid for rid in producer.listener.receipts}
+    assert 0 < len(receipted) < SENT
+
+    # Reads, non-persistent traffic and a new queue's subscription all still work.
+    other = connect(broker)
+    fresh = "/queue/" + unique("fresh")
+    other.subscribe(fresh)
+    other.send(fresh, "not persistent", receipt=True)
+    assert other.listener.wait_for(1)[0].body == "not persistent"
+
+    # A consumer drains: every receipted message arrives, and the room comes back.
+    consumer = connect(broker)
+    consumer.subscribe(queue, ack="client-individual")
+    consumer.send(queue, "fence")  # a queue is FIFO: everything stored comes before it
+    messages = consumer.listener.wait_for_body("fence", timeout=30)  # prefetch (1000) holds them all
+    assert {f"m{m.headers['seq']}" for m in messages if m.body != "fence"} >= receipted
+    for message in messages[:-1]:
+        consumer.ack(message)
+    # The last ACK's RECEIPT comes once the drained segments' room is back and every ACK is on disk.
+    consumer.ack(messages[-1], receipt=True)
+    deadline = time.monotonic() + 10
+    while "journal: writing again" not in broker.stderr():  # said once, when the write went through
+        assert time.monotonic() < deadline, broker.describe()
+        time.sleep(0.05)
+
+    # Persistent sends are accepted again, receipted, and survive a kill -9; nothing consumed comes back.
+    later = connect(broker)
+    for i in range(5):
+        later.send(queue, f"after-{i}", receipt=True, persistent="true")
+    broker.kill9()
+    broker.start()
+    again = connect(broker)
+    again.subscribe(queue)
+    again.send(queue, "fence", receipt=True)  # a queue is FIFO: whatever was recovered comes before it
+    arrived = [m.body for m in again.listener.wait_for_body("fence", timeout=30)]
+    assert arrived[:arrived.index("fence")] == [f"after-{i}" for i in range(5)]
