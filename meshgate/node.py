@@ -27,6 +27,7 @@ from meshgate.config import NodeConfig
 from meshgate.config.metrics import MetricsConfig
 from metrics.publisher import StreamPublisher
 from metrics.reporter import MetricsReporter
+from model.events import ProducersBlocked, ProducersResumed
 from model.mesh import Addresses, MetricsStatus, address_text
 
 log = logging.getLogger(__name__)
@@ -114,8 +115,12 @@ class Node:
             sync=config.store.sync == "always",
             segment_size=config.store.journal_file_size,
             max_sync_delay_ms=config.store.max_sync_delay_ms,
+            limit=config.store.limit,
+            max_disk_usage=config.store.max_disk_usage,
         )
         self.events = EventLog(self.identity["id"], self.reactor)
+        self.store.on_blocked = lambda reason: self.events.emit(ProducersBlocked(reason=reason))
+        self.store.on_resumed = lambda waited: self.events.emit(ProducersResumed(blocked_s=round(waited, 3)))
         self.broker = Broker(
             self.store,
             events=self.events,
@@ -150,6 +155,7 @@ class Node:
             heartbeat_receive_ms=stomp.heartbeat_receive_ms,
             heartbeat_grace=stomp.heartbeat_grace,
             max_connections=stomp.max_connections,
+            no_space_fail_after_ms=config.store.fail_after_ms,
         )
         authorizer = Authorizer(config.security.authorization, enabled=not config.anonymous)
         self.stomp_factory = StompFactory(
@@ -188,7 +194,7 @@ class Node:
         node_id = self.identity["id"]
         self.state = LocalState(
             node_id=node_id, name=self.config.name, started_at=self.started_at, broker=self.broker, mesh=self.mesh,
-            clock=self.reactor, addresses=self.model_addresses, store_bytes=self.store.disk_bytes,
+            clock=self.reactor, addresses=self.model_addresses, store_bytes=self.store.disk_bytes, store=self.store,
             metrics=self.metrics_status, group_name=self.config.mesh.group_name if self.config.mesh else "",
         )
         actions = LocalActions(node_id=node_id, broker=self.broker, mesh=self.mesh, clock=self.reactor,

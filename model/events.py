@@ -95,6 +95,19 @@ class AuthenticationFailed(Event, kw_only=True, tag="authentication_failed"):
     remote: str
 
 
+class ProducersBlocked(Event, kw_only=True, tag="producers_blocked"):
+    """The store reached store.limit or store.max_disk_usage: producers of persistent
+    messages are not read until there is room again."""
+
+    reason: str
+
+
+class ProducersResumed(Event, kw_only=True, tag="producers_resumed"):
+    """The store has room again: producers of persistent messages are read again."""
+
+    blocked_s: float  # how long they waited
+
+
 class AdminAction(Event, kw_only=True, tag="admin_action"):
     """A management request that changes something, done (or refused) on this node."""
 
@@ -107,8 +120,9 @@ class AdminAction(Event, kw_only=True, tag="admin_action"):
 
 EVENT_TYPES: tuple[type[Event], ...] = (
     NodeJoined, NodeLeft, NodeLeaving, LinkUp, LinkDown, Redistribution, ScaleDown, DeadLetter, Expired,
-    ConsumerAttached, ConsumerDetached, AuthenticationFailed, AdminAction,
+    ConsumerAttached, ConsumerDetached, AuthenticationFailed, ProducersBlocked, ProducersResumed, AdminAction,
 )
 KINDS: tuple[str, ...] = tuple(t.__struct_config__.tag for t in EVENT_TYPES)
 AnyEvent = NodeJoined | NodeLeft | NodeLeaving | LinkUp | LinkDown | Redistribution | ScaleDown | DeadLetter | \
-    Expired | ConsumerAttached | ConsumerDetached | AuthenticationFailed | AdminAction
+    Expired | ConsumerAttached | ConsumerDetached | AuthenticationFailed | ProducersBlocked | ProducersResumed | \
+    AdminAction

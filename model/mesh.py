@@ -53,6 +53,9 @@ class Node(_Model, kw_only=True):
     memory_used: int = 0  # bytes of queued messages (what broker.memory_limit meters)
     memory_limit: int = 0
     store_bytes: int = 0  # journal size on disk
+    store_limit: int | None = None  # store.limit
+    disk_free: int | None = None  # bytes free on the store's filesystem
+    store_blocked: str | None = None  # why persistent producers wait (a limit reached, a failing disk), else None
     in_doubt: int = 0  # messages held until a peer says whether it has them
     metrics: MetricsStatus = msgspec.field(default_factory=MetricsStatus)
 

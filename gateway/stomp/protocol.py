@@ -38,6 +38,7 @@ class StompSettings:
     heartbeat_receive_ms: int = 10000
     heartbeat_grace: float = 1.5
     max_connections: int = 100000
+    no_space_fail_after_ms: int = 0  # a persistent producer waiting for store room this long gets an ERROR
 
 
 @implementer(interfaces.IPushProducer)
@@ -133,7 +134,7 @@ class StompProtocol(Protocol):
             self._held.extend(frames)
             return
         store = self.factory.broker.store
-        sent = False
+        sent = persistent = False
         for index, frame in enumerate(frames):
             if self.closing:
                 return
@@ -155,8 +156,26 @@ class StompProtocol(Protocol):
                 self.receipt(receipt, store.position != before)
             if frame.command == "SEND":
                 sent = True
+                persistent = persistent or frame.headers.get("persistent") == "true"
         if sent and self.factory.broker.memory_full and not self._fills_memory_itself():
             self._pause_reading()  # producer flow control: stop reading this client until memory drains
+        if persistent and store.blocked is not None and not self._reading_paused:
+            self._wait_for_room(store)
+
+    def _wait_for_room(self, store) -> None:
+        """Store flow control: a producer of persistent messages is not read while the
+        store is at its limit (store.limit, store.max_disk_usage); after
+        ``no_space_fail_after_ms`` of that it gets an ERROR instead."""
+        self._reading_paused = True
+        self.transport.pauseProducing()
+        store.when_room(self._resume_reading)
+        wait_ms = self.factory.settings.no_space_fail_after_ms
+        if wait_ms:
+            self._timers.append(self.clock.callLater(wait_ms / 1000.0, self._no_room, store))
+
+    def _no_room(self, store) -> None:
+        if self._reading_paused and store.blocked is not None:
+            self.fail(f"no room for persistent messages: {store.blocked} (waited store.fail_after_ms)")
 
     def _pause_reading(self) -> None:
         if not self._reading_paused:

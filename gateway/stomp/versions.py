@@ -118,8 +118,12 @@ class Stomp10:
         expires = 0
         if "priority" in headers or "expires" in headers or "reply-to" in headers:
             priority, expires = self._send_options(headers)
-        self.session.send(kind, address, headers, frame.body, headers.get("persistent") == "true", priority, expires,
-                          transaction)
+        persistent = headers.get("persistent") == "true"
+        if "fail-if-no-space" in headers and headers.pop("fail-if-no-space") == "true" and persistent:
+            blocked = self.broker.store.blocked
+            if blocked is not None:
+                raise StompError(f"no room for persistent messages: {blocked} (fail-if-no-space)")
+        self.session.send(kind, address, headers, frame.body, persistent, priority, expires, transaction)
 
     def _send_options(self, headers: dict[str, str]) -> tuple[int, int]:
         priority = 4

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator, Protocol
+from typing import Callable, Iterator, Protocol
 
 from twisted.internet.defer import Deferred
 
@@ -12,6 +12,10 @@ from gateway.broker.message import Message
 class Store(Protocol):
     position: int  # grows with every record; unchanged means nothing new to sync
     failure: str | None  # why writing fails now (a full disk), else None: persistent sends are refused meanwhile
+    blocked: str | None  # why persistent producers wait (store.limit, store.max_disk_usage), else None
+
+    def when_room(self, resume: Callable[[], None]) -> None:
+        """Call ``resume`` once persistent producers may go on."""
 
     def add(self, queue_key: str, message: Message) -> None:
         """Record a persistent message in a queue (durable once a sync covers it)."""

@@ -18,10 +18,11 @@ import mmap
 import os
 import struct
 import threading
+import time
 import zlib
 from collections import deque
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from twisted.internet.defer import Deferred, fail, succeed
 
@@ -106,6 +107,8 @@ class JournalStore:
         sync: bool = True,
         segment_size: int = 32 * 1024 * 1024,
         max_sync_delay_ms: int = 0,
+        limit: int | None = None,
+        max_disk_usage: int = 100,
     ) -> None:
         self.root = Path(directory)
         self.dir = self.root / "journal"
@@ -132,6 +135,15 @@ class JournalStore:
         self.syncs = 0
         self.failure: str | None = None  # why writing fails now (None: it works)
         self._closed = False
+        self.limit = limit  # journal bytes past which persistent producers wait
+        self.max_disk_usage = max_disk_usage  # percent of the filesystem, likewise
+        self.blocked: str | None = None  # why producers wait now, else None
+        self.blocked_since = 0.0
+        self.on_blocked: Callable[[str], None] = lambda reason: None
+        self.on_resumed: Callable[[float], None] = lambda waited: None
+        self._room_waiters: list[Callable[[], None]] = []
+        self._room_check = None
+        self._bytes = 0  # the segment files' sizes
         self.broken: str | None = None  # a failed sync: nothing more can be made durable
 
     @property
@@ -148,6 +160,7 @@ class JournalStore:
             self._live.setdefault(number, {})
             self._live_bytes.setdefault(number, 0)
             self._replay(number, live, last=number == segments[-1])
+            self._bytes += self._path(number).stat().st_size
         for key, (_, message) in live.items():
             self._ids[message.id] = self._ids.get(message.id, 0) + 1
             self._live[message.segment][key] = message
@@ -266,6 +279,8 @@ class JournalStore:
         live = self._live.get(message.segment)
         if live is None or live.pop((queue_key, message.id), None) is None:
             return
+        if not live and self.blocked is not None and message.segment == min(self._live):
+            self.reactor.callLater(0, self._collect)  # the oldest segment died: its room is wanted now
         self._live_bytes[message.segment] -= message.size
         self._forget_id(message.id)
         key = queue_key.encode()
@@ -300,10 +315,12 @@ class JournalStore:
                 log.warning("journal: writing again (%d bytes that waited are written)", len(buffer))
                 self.failure = None
             self._segment_bytes += len(buffer)
+            self._bytes += len(buffer)
             self._written = self._appended
             buffer.clear()
             if self._segment_bytes >= self.segment_size:
                 self._roll_over()
+            self.check_room()
         if self.sync and self._syncer is not None:
             if self._written > self._durable:
                 self._syncer.request(self._written)
@@ -397,7 +414,7 @@ class JournalStore:
             path = self._path(oldest)
             if not live:
                 del self._live[oldest], self._live_bytes[oldest]
-                path.unlink(missing_ok=True)
+                self._delete(path)
                 continue
             if len(self._live) < 4 or self._live_bytes[oldest] * 2 > self.segment_size:
                 return
@@ -407,7 +424,75 @@ class JournalStore:
             for (queue_key, _), message in moved:
                 self._forget_id(message.id)  # add() counts it again
                 self.add(queue_key, message)
-            self.when_durable().addCallbacks(lambda _, p=path: p.unlink(missing_ok=True), lambda _: None)
+            self.when_durable().addCallbacks(lambda _, p=path: self._delete(p), lambda _: None)
+
+    def _delete(self, path: Path) -> None:
+        try:
+            self._bytes -= path.stat().st_size
+        except OSError:
+            return  # gone already
+        path.unlink(missing_ok=True)
+        if self.blocked is not None:
+            self.check_room()
+
+    # -- room: store.limit and store.max_disk_usage -----------------------------------------
+
+    def check_room(self) -> None:
+        """Whether persistent producers must wait (``blocked`` says why), checked
+        after every write and every deleted segment, and every second while they wait
+        (other files on the disk may come and go)."""
+        reason = None
+        if self.limit is not None and self._bytes >= self.limit:
+            reason = f"the journal reached store.limit ({self._bytes} of {self.limit} bytes)"
+        elif self.max_disk_usage < 100:
+            used = self.disk_usage()
+            if used is not None and used >= self.max_disk_usage:
+                reason = f"the disk is {used:.0f}% full (store.max_disk_usage {self.max_disk_usage}%)"
+        was, self.blocked = self.blocked, reason
+        if reason is not None and was is None:
+            self.blocked_since = time.monotonic()
+            log.warning("store: %s; producers of persistent messages wait for room", reason)
+            self.on_blocked(reason)
+            self._room_check = self.reactor.callLater(RETRY_S, self._recheck)
+        elif reason is None and was is not None:
+            waited = time.monotonic() - self.blocked_since
+            log.warning("store: room again after %.1f s; producers resume", waited)
+            waiters, self._room_waiters = self._room_waiters, []
+            for resume in waiters:
+                resume()
+            self.on_resumed(waited)
+
+    def _recheck(self) -> None:
+        self._room_check = None
+        if self.blocked is not None and not self._closed:
+            self.check_room()
+            if self.blocked is not None and self._room_check is None:
+                self._room_check = self.reactor.callLater(RETRY_S, self._recheck)
+
+    def when_room(self, resume: Callable[[], None]) -> None:
+        """Call ``resume`` once producers may go on (at once if they may now)."""
+        if self.blocked is None:
+            resume()
+        else:
+            self._room_waiters.append(resume)
+
+    def disk_usage(self) -> float | None:
+        """Percent of the store's filesystem in use (as df counts: blocks not free to
+        unprivileged users), or None if it cannot be told."""
+        try:
+            stat = os.statvfs(self.root)
+        except OSError:
+            return None
+        if not stat.f_blocks:
+            return None
+        return 100.0 * (stat.f_blocks - stat.f_bavail) / stat.f_blocks
+
+    def disk_free(self) -> int | None:
+        try:
+            stat = os.statvfs(self.root)
+        except OSError:
+            return None
+        return stat.f_bavail * stat.f_frsize
 
     def _forget_id(self, message_id: str) -> None:
         left = self._ids.pop(message_id, 1) - 1
@@ -419,14 +504,8 @@ class JournalStore:
         return message_id in self._ids
 
     def disk_bytes(self) -> int:
-        """The journal's size on disk."""
-        total = 0
-        for number in list(self._live):
-            try:
-                total += self._path(number).stat().st_size
-            except OSError:
-                pass  # deleted meanwhile
-        return total
+        """The journal's size on disk (its segment files)."""
+        return self._bytes
 
     def segment_count(self) -> int:
         return len(self._live)
@@ -457,6 +536,8 @@ class JournalStore:
 
         def stop(result: object) -> object:
             self._closed = True
+            if self._room_check is not None and self._room_check.active():
+                self._room_check.cancel()
             if self._syncer is not None:
                 with self._syncer.cond:
                     self._syncer.stopping = True

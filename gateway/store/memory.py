@@ -16,6 +16,10 @@ class MemoryStore:
 
     position = 0
     failure: str | None = None  # memory never fails to write
+    blocked: str | None = None  # nor runs out of room
+
+    def when_room(self, resume) -> None:
+        resume()
 
     def add(self, queue_key: str, message: Message) -> None:
         self.messages[(queue_key, message.id)] = message

@@ -111,6 +111,13 @@ class StoreConfig:
     sync: str = _key("always", _choice("always", "never"))
     journal_file_size: int = _key(32 * MiB, parse_size)
     max_sync_delay_ms: int = _key(0, _integer(0))
+    limit: int | None = _key(None, parse_size)  # journal bytes past which persistent producers wait
+    max_disk_usage: int = _key(90, _integer(1))  # percent of the filesystem, likewise
+    fail_after_ms: int = _key(0, _integer(0))  # a producer waiting this long gets an ERROR; 0: it waits
+
+    def __post_init__(self) -> None:
+        if self.max_disk_usage > 100:
+            raise ConfigError("store.max_disk_usage", f"a percentage from 1 to 100, got {self.max_disk_usage}")
 
 
 @dataclass(frozen=True)

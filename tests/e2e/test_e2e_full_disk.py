@@ -12,7 +12,9 @@ import time
 
 import pytest
 import stomp.exception
-from e2e_support import unique
+from e2e_support import manage_result, unique
+
+from model.requests import Events, Nodes
 
 BODY = "x" * 32 * 1024
 SENT = 400  # 12.5 MiB of bodies for an 8 MiB disk
@@ -32,13 +34,15 @@ def small_disk(tmp_path):
 
 def test_a_full_disk_refuses_persistent_sends_with_an_error_and_recovers_by_itself(broker_factory, connect,
                                                                                    small_disk):
-    broker = broker_factory(data_dir=small_disk / "data", sets=["store.journal_file_size=1MiB"])
+    # max_disk_usage 100: no limit stops the producer first; the disk itself fills.
+    broker = broker_factory(data_dir=small_disk / "data",
+                            sets=["store.journal_file_size=1MiB", "store.max_disk_usage=100"])
     queue = "/queue/" + unique("full")
     producer = connect(broker)
     for i in range(SENT):
         try:
             producer.send(queue, BODY, receipt=f"m{i}", wait=False, persistent="true", seq=str(i))
-        except stomp.exception.StompException:
+        except (stomp.exception.StompException, OSError):
             break  # the broker said ERROR and closed: sends after it cannot go
     error = producer.listener.wait_error(timeout=30)  # bounded: the producer is told, not left hanging
     assert "persistent messages are refused" in error.headers["message"]
@@ -79,3 +83,43 @@ def test_a_full_disk_refuses_persistent_sends_with_an_error_and_recovers_by_itse
     again.send(queue, "fence", receipt=True)  # a queue is FIFO: whatever was recovered comes before it
     arrived = [m.body for m in again.listener.wait_for_body("fence", timeout=30)]
     assert arrived[:arrived.index("fence")] == [f"after-{i}" for i in range(5)]
+
+
+def send_until_blocked(producer, queue: str, count: int) -> None:
+    for i in range(count):
+        producer.send(queue, BODY, receipt=f"m{i}", wait=False, persistent="true", seq=str(i))
+
+
+def test_at_store_limit_producers_wait_instead_and_resume_when_consumers_make_room(broker_factory, connect):
+    broker = broker_factory(sets=["store.journal_file_size=256KiB", "store.limit=2MiB"])
+    queue = "/queue/" + unique("limit")
+    producer = connect(broker)
+    send_until_blocked(producer, queue, 200)  # 6.25 MiB: far past the limit
+    # The producer is not read on: its sends wait in the socket, no ERROR, no receipts beyond the limit.
+    producer.listener.wait_until(lambda: len(producer.listener.receipts) >= 40, "receipts up to the limit")
+    time.sleep(0.5)  # let it stall: nothing more may be receipted while blocked
+    stalled = len(producer.listener.receipts)
+    assert stalled < 200 and not producer.listener.errors
+    # Non-persistent traffic goes on.
+    other = connect(broker)
+    fresh = "/queue/" + unique("fresh")
+    other.subscribe(fresh)
+    other.send(fresh, "not persistent", receipt=True)
+    assert other.listener.wait_for(1)[0].body == "not persistent"
+    # A sender asking fail-if-no-space gets an ERROR naming the limit, at once.
+    impatient = connect(broker)
+    impatient.send(queue, "now or never", persistent="true", receipt="x", wait=False, **{"fail-if-no-space": "true"})
+    assert "store.limit" in impatient.listener.wait_error(timeout=10).headers["message"]
+    # A consumer drains; the producer resumes by itself and every message is receipted and consumed once.
+    consumer = connect(broker)
+    consumer.subscribe(queue)
+    producer.listener.wait_until(lambda: len(producer.listener.receipts) == 200, "every receipt", timeout=60)
+    seqs = [m.headers["seq"] for m in consumer.listener.wait_for(200, timeout=60)]
+    assert sorted(seqs, key=int) == [str(i) for i in range(200)]
+    # The model and the events say what happened.
+    events = manage_result(broker.port, Events(kinds=["producers_blocked", "producers_resumed"]))
+    kinds = [type(e).__name__ for e in events]
+    assert kinds[:2] == ["ProducersBlocked", "ProducersResumed"]
+    (summary,) = manage_result(broker.port, Nodes()).nodes
+    node = summary.node
+    assert node.store_limit == 2 * 1024 * 1024 and node.store_blocked is None and node.disk_free > 0

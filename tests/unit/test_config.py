@@ -523,3 +523,11 @@ def test_the_mesh_may_not_share_the_websocket_port(tmp_path: Path) -> None:
         insecure_cluster = true
         """)
     assert message.startswith("mesh.bind: same port as stomp.websocket.bind")
+
+
+def test_store_limits_default_to_ninety_percent_of_the_disk_and_no_journal_limit(tmp_path: Path) -> None:
+    store = load(tmp_path, "").store
+    assert (store.limit, store.max_disk_usage, store.fail_after_ms) == (None, 90, 0)
+    store = load(tmp_path, '[store]\nlimit = "1GiB"\nmax_disk_usage = 100\nfail_after_ms = 5000\n').store
+    assert (store.limit, store.max_disk_usage, store.fail_after_ms) == (1024 * MiB, 100, 5000)
+    assert "store.max_disk_usage: a percentage from 1 to 100" in error(tmp_path, "[store]\nmax_disk_usage = 101\n")

@@ -134,3 +134,22 @@ def test_a_catalog_that_cannot_be_written_leaves_the_old_one_and_errs_the_reques
         broker._save_catalog()
     assert (tmp_path / "catalog.json").read_text() == before and json.loads(before)["queues"] == ["kept"]
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_at_its_limit_the_store_says_blocked_and_consumed_segments_bring_the_room_back(tmp_path, monkeypatch):
+    store, reactor, _ = open_store(tmp_path, segment_size=4096, limit=16 * 1024)
+    said = []
+    store.on_blocked, store.on_resumed = (lambda reason: said.append(reason)), (lambda waited: said.append("room"))
+    added = []
+    while store.blocked is None:
+        added.append(message(len(added), b"x" * 1000))
+        store.add("Q:orders", added[-1])
+        durable(store, reactor)
+    assert "store.limit" in store.blocked and said == [store.blocked]
+    resumed = []
+    store.when_room(lambda: resumed.append(True))
+    assert resumed == []
+    for m in added:
+        store.remove("Q:orders", m)
+    reactor.run_until(lambda: resumed)
+    assert store.blocked is None and said[-1] == "room" and store.disk_bytes() < 16 * 1024

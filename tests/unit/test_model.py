@@ -104,7 +104,8 @@ def test_schema_version_is_one():
 
 # The documented wire names: renaming or removing one breaks every reader (bump SCHEMA_VERSION instead).
 NODE_KEYS = ["id", "name", "version", "group_name", "started_at", "state", "last_seen", "addresses", "connections",
-             "memory_used", "memory_limit", "store_bytes", "in_doubt", "metrics"]
+             "memory_used", "memory_limit", "store_bytes", "store_limit", "disk_free", "store_blocked", "in_doubt",
+             "metrics"]
 LINK_KEYS = ["node", "peer", "peer_name", "direction", "dialled", "state", "since", "address", "in_flight", "backlog",
              "in_doubt", "forwarded_out", "forwarded_in"]
 PARTIAL_QUEUE_KEYS = ["node", "name", "depth", "in_flight", "forwarding", "in_doubt", "consumers", "remote_demand",
@@ -180,6 +181,8 @@ EVENT_SAMPLES = {
     ev.ConsumerAttached: ev.ConsumerAttached(destination="/queue/orders", connection="c-1", consumers=1),
     ev.ConsumerDetached: ev.ConsumerDetached(destination="/topic/a.>", connection="c-1", consumers=0),
     ev.AuthenticationFailed: ev.AuthenticationFailed(user=None, remote="10.0.0.9:5555"),
+    ev.ProducersBlocked: ev.ProducersBlocked(reason="the disk is 91% full (store.max_disk_usage 90%)"),
+    ev.ProducersResumed: ev.ProducersResumed(blocked_s=12.5),
     ev.AdminAction: ev.AdminAction(user="root", action="purge", target="/queue/orders", ok=False, result="refused"),
 }
 
