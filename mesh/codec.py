@@ -34,6 +34,7 @@ class FrameType:
     REQUEST = 17   # a management request on its way to a node (mesh.router)
     REPLY = 18     # its answer on the way back
     CHUNK = 19     # a piece of a large MESSAGE (mesh.large), to peers whose HELLO says "chunks"
+    BUSY = 20      # ids the receiver did not take: its store has no room; the sender keeps them, tries later
 
 
 _HEAD = struct.Struct(">IB")

@@ -180,6 +180,8 @@ class LinkProtocol(Protocol):
                 self._handle(FrameType.MESSAGE, whole)
         elif kind == FrameType.STORED and self.established:
             mesh.stored(self, decode_control(payload))
+        elif kind == FrameType.BUSY and self.established:
+            mesh.busy(self, decode_control(payload))
         elif kind == FrameType.RELEASED and self.established:
             mesh.released(self, decode_control(payload))
         elif kind == FrameType.PING:

@@ -37,6 +37,7 @@ from model.events import LinkDown, LinkUp, NodeLeft, Redistribution, ScaleDown
 from model.mesh import Addresses, Node, NodeSummary, QueueSummary, address_text
 
 log = logging.getLogger(__name__)
+BUSY_RETRY_S = 1.0  # how long a peer that said BUSY gets nothing
 
 
 class MeshNode:
@@ -269,6 +270,7 @@ class MeshNode:
             "stomp": list(self.stomp_address),
             "group": self.config.group_name,
             "chunks": True,  # large messages may come as CHUNK frames (mesh.large)
+            "busy": True,  # a message it cannot store for want of room gets BUSY back, not silence
         }
 
     def check_peer(self, hello: dict) -> str | None:
@@ -353,6 +355,11 @@ class MeshNode:
         if peer is None:
             return
         entry = entry_name(target, message.id)
+        store = self.store
+        if message.persistent and (store.blocked or store.failure) and link.peer.get("busy"):
+            # No room to store it: the sender keeps custody and tries again later.
+            link.send_control(FrameType.BUSY, [entry])
+            return
         if self.custody.take(link.peer_id, message, f"{origin}/{entry}"):
             peer.forwarded_in += 1
             if not target or not self.broker.put_in_subscription(target, message):
@@ -377,11 +384,47 @@ class MeshNode:
 
         self.store.when_durable().addCallbacks(send, not_durable)
 
+    def busy(self, link: LinkProtocol, ids: list[str]) -> None:
+        """The peer's store has no room for these: they go back to the head of their
+        queues here, and nothing goes to that peer for BUSY_RETRY_S; then dispatch
+        tries again (and the peer says BUSY again while it is still full)."""
+        peer = self.peers.get(link.peer_id)
+        if peer is None:
+            return
+        back: dict[Subscription, list[Message]] = {}
+        for entry in ids:
+            sub = peer.forwarded.pop(entry, None)
+            message = None if sub is None else sub.inflight.pop(entry.rpartition("/")[2], None)
+            if message is None:
+                continue
+            if entry in peer.redistributing:
+                peer.redistributing.discard(entry)
+                sub.queue.backlog += 1  # it waits again, as a backlog
+            back.setdefault(sub, []).append(message)
+        for sub, messages in back.items():
+            sub.queue.put_back(messages)
+        if back and not peer.busy:
+            if not peer.busy_since:  # once per episode, not every retry
+                peer.busy_since = self.reactor.seconds()
+                log.info("mesh: %s has no room to store messages; they wait here, tried again every %.0f s",
+                         link.peer_name, BUSY_RETRY_S)
+            peer.busy = True
+            peer.session.writable = False
+            self.reactor.callLater(BUSY_RETRY_S, self._try_busy_peer, link.peer_id, peer)
+
+    def _try_busy_peer(self, peer_id: str, peer: Peer) -> None:
+        if self.peers.get(peer_id) is peer and peer.busy:
+            peer.busy = False
+            peer.session.set_writable(True)
+
     def stored(self, link: LinkProtocol, ids: list[str]) -> None:
         """The peer has custody: forget our copies, then tell it so."""
         peer = self.peers.get(link.peer_id)
         if peer is None:
             return
+        if peer.busy_since:
+            log.info("mesh: %s has room again after %.0f s", link.peer_name, self.reactor.seconds() - peer.busy_since)
+            peer.busy_since = 0.0
         released = []
         forwarded = peer.forwarded
         redistributing = peer.redistributing

@@ -35,6 +35,8 @@ class Peer:
         self.redistributing: set[str] = set()
         self.forwarded_out = 0  # messages whose custody passed to the peer
         self.forwarded_in = 0  # messages received from the peer
+        self.busy = False  # it said its store has no room: nothing goes to it until BUSY_RETRY_S passed
+        self.busy_since = 0.0  # when it first said so, until it stores something again
 
 
 class Forwarder:

@@ -143,6 +143,7 @@ class JournalStore:
         self.on_resumed: Callable[[float], None] = lambda waited: None
         self._room_waiters: list[Callable[[], None]] = []
         self._room_check = None
+        self._collect_scheduled = False
         self._bytes = 0  # the segment files' sizes
         self.broken: str | None = None  # a failed sync: nothing more can be made durable
 
@@ -279,8 +280,10 @@ class JournalStore:
         live = self._live.get(message.segment)
         if live is None or live.pop((queue_key, message.id), None) is None:
             return
-        if not live and self.blocked is not None and message.segment == min(self._live):
-            self.reactor.callLater(0, self._collect)  # the oldest segment died: its room is wanted now
+        if self.blocked is not None and not self._collect_scheduled and message.segment == min(self._live):
+            # Room is wanted now: the oldest segment may be dead, or dead enough to compact.
+            self._collect_scheduled = True
+            self.reactor.callLater(0, self._collect)
         self._live_bytes[message.segment] -= message.size
         self._forget_id(message.id)
         key = queue_key.encode()
@@ -408,6 +411,7 @@ class JournalStore:
 
     def _collect(self) -> None:
         """Delete dead segments, oldest first; compact a mostly-dead oldest one."""
+        self._collect_scheduled = False
         while len(self._live) >= 2:
             oldest = min(self._live)
             live = self._live[oldest]

@@ -13,6 +13,7 @@ import time
 import pytest
 import stomp.exception
 from e2e_support import manage_result, unique
+from mesh_support import mesh_fixture  # noqa: F401
 
 from model.requests import Events, Nodes
 
@@ -123,3 +124,24 @@ def test_at_store_limit_producers_wait_instead_and_resume_when_consumers_make_ro
     (summary,) = manage_result(broker.port, Nodes()).nodes
     node = summary.node
     assert node.store_limit == 2 * 1024 * 1024 and node.store_blocked is None and node.disk_free > 0
+
+
+def test_a_mesh_node_with_no_room_leaves_custody_with_the_sender_until_it_has_room(mesh):
+    a, b = mesh(2, sets=["store.journal_file_size=128KiB", "store.limit=1MiB"])
+    filler, orders = "/queue/" + unique("filler"), "/queue/" + unique("orders")
+    local = b.client()
+    for i in range(64):  # 2 MiB for a 1 MiB limit: b's store fills up
+        local.send(filler, BODY, receipt=f"f{i}", wait=False, persistent="true")
+    local.listener.wait_until(lambda: len(local.listener.receipts) >= 20, "receipts until the limit")
+    consumer = b.client()
+    consumer.subscribe(orders)
+    producer = a.client()
+    for i in range(20):
+        producer.send(orders, f"order-{i}", receipt=True, persistent="true")  # stored on a, receipted by a
+    a.wait_log(r"has no room to store messages; they wait here")
+    assert consumer.listener.messages == []  # b took none of them: a keeps custody
+    drain = b.client()
+    drain.subscribe(filler)  # b's room comes back as its own queue drains
+    drain.listener.wait_for(64, timeout=60)
+    bodies = [m.body for m in consumer.listener.wait_for(20, timeout=60)]
+    assert sorted(bodies) == sorted(f"order-{i}" for i in range(20))

@@ -458,3 +458,23 @@ def test_a_message_back_where_its_first_visit_is_not_yet_released_is_not_dropped
         a.mesh.custody.release_when_durable(peer_id, keys)
     mesh.settle()
     assert at_b.bodies == [b"round trip"] and a.stored == b.stored == []
+
+
+def test_a_node_with_no_room_says_busy_and_the_sender_keeps_custody_and_tries_again():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    _, at_b = b.consumer("orders")
+    mesh.settle()
+    b.broker.store.blocked = "the disk is 95% full"  # b's store has no room
+    a.send("orders", b"kept by a")
+    mesh.settle()
+    assert at_b.messages == [] and a.depth("orders") == 1 and len(a.stored) == 1  # a still holds it
+    for _ in range(3):
+        mesh.clock.advance(1)  # a tries again every second; b says BUSY while full
+        mesh.settle()
+    assert at_b.messages == [] and a.depth("orders") == 1
+    b.broker.store.blocked = None
+    mesh.clock.advance(1)
+    mesh.settle()
+    assert at_b.bodies == [b"kept by a"] and a.stored == [] and a.depth("orders") == 0
