@@ -232,8 +232,8 @@ class BrokerProcess:
             self.tls_port = int(match.group(2))
         return self
 
-    def stop(self, timeout: float = STOP_TIMEOUT) -> int:
-        """Graceful stop (SIGTERM); asserts exit status 0."""
+    def stop(self, timeout: float = STOP_TIMEOUT, expect: int = 0) -> int:
+        """Graceful stop (SIGTERM); asserts the exit status (0 unless ``expect`` says)."""
         assert self.proc is not None, "broker was never started"
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -243,7 +243,7 @@ class BrokerProcess:
             self._force_stop()
             raise AssertionError(f"broker did not exit within {timeout}s of SIGTERM\n{self.describe()}") from None
         self.output.join()
-        assert code == 0, f"broker exited with status {code} after SIGTERM\n{self.describe()}"
+        assert code == expect, f"broker exited with status {code} after SIGTERM\n{self.describe()}"
         return code
 
     def kill9(self) -> None:

@@ -58,20 +58,20 @@ def test_a_full_disk_refuses_persistent_sends_with_an_error_and_recovers_by_itse
     other.send(fresh, "not persistent", receipt=True)
     assert other.listener.wait_for(1)[0].body == "not persistent"
 
-    # A consumer drains: every receipted message arrives, and the room comes back.
+    # A graceful stop on the full disk says what it could not write and exits 1 ...
+    broker.stop(expect=1)
+    assert "stopped with the store failing" in broker.describe()
+    # ... and the restart recovers exactly what was receipted: the rest was never on disk.
+    broker.start()
     consumer = connect(broker)
     consumer.subscribe(queue, ack="client-individual")
     consumer.send(queue, "fence")  # a queue is FIFO: everything stored comes before it
     messages = consumer.listener.wait_for_body("fence", timeout=30)  # prefetch (1000) holds them all
-    assert {f"m{m.headers['seq']}" for m in messages if m.body != "fence"} >= receipted
+    assert sorted(f"m{m.headers['seq']}" for m in messages if m.body != "fence") == sorted(receipted)
     for message in messages[:-1]:
         consumer.ack(message)
-    # The last ACK's RECEIPT comes once the drained segments' room is back and every ACK is on disk.
+    # The last ACK's RECEIPT comes once every ACK is on disk (the drained files' room back, if it was short).
     consumer.ack(messages[-1], receipt=True)
-    deadline = time.monotonic() + 10
-    while "journal: writing again" not in broker.stderr():  # said once, when the write went through
-        assert time.monotonic() < deadline, broker.describe()
-        time.sleep(0.05)
 
     # Persistent sends are accepted again, receipted, and survive a kill -9; nothing consumed comes back.
     later = connect(broker)

@@ -22,11 +22,12 @@ from tests.unit.test_journal import close, durable, message, open_store
 
 class Disk:
     """The file layer, failing on demand: ``full`` makes every write after
-    ``room`` more bytes fail with ENOSPC (the first one partly written)."""
+    ``room`` more bytes fail with ``error`` (ENOSPC; the first one partly written)."""
 
     def __init__(self, monkeypatch) -> None:
         self.full = False
         self.room = 0
+        self.error = errno.ENOSPC
         self.sync_error: int | None = None
         monkeypatch.setattr(journal, "_write", self.write)
         monkeypatch.setattr(journal, "_datasync", self.datasync)
@@ -34,7 +35,7 @@ class Disk:
     def write(self, fd: int, data) -> int:
         if self.full:
             if self.room <= 0:
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                raise OSError(self.error, os.strerror(self.error))
             written = os.write(fd, data[:self.room])
             self.room -= written
             return written
@@ -52,8 +53,11 @@ def waiter(store):
     return fired, failed
 
 
-def test_a_full_disk_acknowledges_nothing_leaves_no_half_record_and_writing_resumes_by_itself(tmp_path, monkeypatch):
+@pytest.mark.parametrize("error", [errno.ENOSPC, errno.EIO], ids=["ENOSPC", "EIO"])
+def test_a_failing_write_acknowledges_nothing_leaves_no_half_record_and_writing_resumes_by_itself(
+        tmp_path, monkeypatch, error):
     disk = Disk(monkeypatch)
+    disk.error = error
     store, reactor, _ = open_store(tmp_path)
     store.add("Q:orders", message(1))
     durable(store, reactor)
@@ -63,7 +67,7 @@ def test_a_full_disk_acknowledges_nothing_leaves_no_half_record_and_writing_resu
     store.add("Q:orders", message(2, b"x" * 1000))
     fired, failed = waiter(store)
     reactor.run_until(lambda: store.failure is not None)
-    assert store.failure == os.strerror(errno.ENOSPC)
+    assert store.failure == os.strerror(error)
     assert segment.stat().st_size == size  # the partial record was cut off
     for _ in range(5):  # retries, still full
         reactor.run_until(lambda: True)
