@@ -458,6 +458,9 @@ class JournalStore:
             log.warning("store: %s; producers of persistent messages wait for room", reason)
             self.on_blocked(reason)
             self._room_check = self.reactor.callLater(RETRY_S, self._recheck)
+            if not self._collect_scheduled:  # files emptied since the last roll-over may go at once
+                self._collect_scheduled = True
+                self.reactor.callLater(0, self._collect)
         elif reason is None and was is not None:
             waited = time.monotonic() - self.blocked_since
             log.warning("store: room again after %.1f s; producers resume", waited)
@@ -469,6 +472,7 @@ class JournalStore:
     def _recheck(self) -> None:
         self._room_check = None
         if self.blocked is not None and not self._closed:
+            self._collect()
             self.check_room()
             if self.blocked is not None and self._room_check is None:
                 self._room_check = self.reactor.callLater(RETRY_S, self._recheck)

@@ -17,6 +17,7 @@ from mesh_support import mesh_fixture  # noqa: F401
 
 from model.requests import Events, Nodes
 
+pytestmark = pytest.mark.timeout(300)  # bounded waits add up on a busy 2-core machine
 BODY = "x" * 32 * 1024
 SENT = 400  # 12.5 MiB of bodies for an 8 MiB disk
 
@@ -97,7 +98,7 @@ def test_at_store_limit_producers_wait_instead_and_resume_when_consumers_make_ro
     producer = connect(broker)
     send_until_blocked(producer, queue, 200)  # 6.25 MiB: far past the limit
     # The producer is not read on: its sends wait in the socket, no ERROR, no receipts beyond the limit.
-    producer.listener.wait_until(lambda: len(producer.listener.receipts) >= 40, "receipts up to the limit")
+    producer.listener.wait_until(lambda: len(producer.listener.receipts) >= 40, "receipts up to the limit", timeout=60)
     time.sleep(0.5)  # let it stall: nothing more may be receipted while blocked
     stalled = len(producer.listener.receipts)
     assert stalled < 200 and not producer.listener.errors
@@ -110,7 +111,7 @@ def test_at_store_limit_producers_wait_instead_and_resume_when_consumers_make_ro
     # A sender asking fail-if-no-space gets an ERROR naming the limit, at once.
     impatient = connect(broker)
     impatient.send(queue, "now or never", persistent="true", receipt="x", wait=False, **{"fail-if-no-space": "true"})
-    assert "store.limit" in impatient.listener.wait_error(timeout=10).headers["message"]
+    assert "store.limit" in impatient.listener.wait_error(timeout=30).headers["message"]
     # A consumer drains; the producer resumes by itself and every message is receipted and consumed once.
     consumer = connect(broker)
     consumer.subscribe(queue)
@@ -132,7 +133,7 @@ def test_a_mesh_node_with_no_room_leaves_custody_with_the_sender_until_it_has_ro
     local = b.client()
     for i in range(64):  # 2 MiB for a 1 MiB limit: b's store fills up
         local.send(filler, BODY, receipt=f"f{i}", wait=False, persistent="true")
-    local.listener.wait_until(lambda: len(local.listener.receipts) >= 20, "receipts until the limit")
+    local.listener.wait_until(lambda: len(local.listener.receipts) >= 20, "receipts until the limit", timeout=60)
     consumer = b.client()
     consumer.subscribe(orders)
     producer = a.client()

@@ -157,3 +157,4 @@ def test_at_its_limit_the_store_says_blocked_and_consumed_segments_bring_the_roo
         store.remove("Q:orders", m)
     reactor.run_until(lambda: resumed)
     assert store.blocked is None and said[-1] == "room" and store.disk_bytes() < 16 * 1024
+
