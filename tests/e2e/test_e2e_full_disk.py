@@ -62,13 +62,16 @@ def test_a_full_disk_refuses_persistent_sends_with_an_error_and_recovers_by_itse
     # A graceful stop on the full disk says what it could not write and exits 1 ...
     broker.stop(expect=1)
     assert "stopped with the store failing" in broker.describe()
-    # ... and the restart recovers exactly what was receipted: the rest was never on disk.
+    # ... and the restart recovers every receipted message.
     broker.start()
     consumer = connect(broker)
     consumer.subscribe(queue, ack="client-individual")
     consumer.send(queue, "fence")  # a queue is FIFO: everything stored comes before it
     messages = consumer.listener.wait_for_body("fence", timeout=30)  # prefetch (1000) holds them all
-    assert sorted(f"m{m.headers['seq']}" for m in messages if m.body != "fence") == sorted(receipted)
+    recovered = [f"m{m.headers['seq']}" for m in messages if m.body != "fence"]
+    # Every receipted message, once; a message written but not yet synced when the ERROR came may be
+    # there too (stored without a RECEIPT: at least once), but never twice.
+    assert set(recovered) >= receipted and len(recovered) == len(set(recovered))
     for message in messages[:-1]:
         consumer.ack(message)
     # The last ACK's RECEIPT comes once every ACK is on disk (the drained files' room back, if it was short).
@@ -92,16 +95,23 @@ def send_until_blocked(producer, queue: str, count: int) -> None:
         producer.send(queue, BODY, receipt=f"m{i}", wait=False, persistent="true", seq=str(i))
 
 
-def test_at_store_limit_producers_wait_instead_and_resume_when_consumers_make_room(broker_factory, connect):
-    broker = broker_factory(sets=["store.journal_file_size=256KiB", "store.limit=2MiB"])
+@pytest.mark.parametrize("limit", ["store.limit", "store.max_disk_usage"])
+def test_at_a_limit_producers_wait_instead_and_resume_when_consumers_make_room(broker_factory, connect, limit,
+                                                                                request):
+    if limit == "store.limit":  # 2 MiB of journal on an ordinary disk
+        broker = broker_factory(sets=["store.journal_file_size=256KiB", "store.limit=2MiB"])
+    else:  # the default 90% of a real 8 MiB filesystem
+        disk = request.getfixturevalue("small_disk")
+        broker = broker_factory(data_dir=disk / "data", sets=["store.journal_file_size=256KiB"])
+    count = 200 if limit == "store.limit" else 300  # 6.25 MiB, 9.4 MiB: past the limit
     queue = "/queue/" + unique("limit")
     producer = connect(broker)
-    send_until_blocked(producer, queue, 200)  # 6.25 MiB: far past the limit
+    send_until_blocked(producer, queue, count)
     # The producer is not read on: its sends wait in the socket, no ERROR, no receipts beyond the limit.
     producer.listener.wait_until(lambda: len(producer.listener.receipts) >= 40, "receipts up to the limit", timeout=60)
     time.sleep(0.5)  # let it stall: nothing more may be receipted while blocked
     stalled = len(producer.listener.receipts)
-    assert stalled < 200 and not producer.listener.errors
+    assert stalled < count and not producer.listener.errors
     # Non-persistent traffic goes on.
     other = connect(broker)
     fresh = "/queue/" + unique("fresh")
@@ -111,20 +121,21 @@ def test_at_store_limit_producers_wait_instead_and_resume_when_consumers_make_ro
     # A sender asking fail-if-no-space gets an ERROR naming the limit, at once.
     impatient = connect(broker)
     impatient.send(queue, "now or never", persistent="true", receipt="x", wait=False, **{"fail-if-no-space": "true"})
-    assert "store.limit" in impatient.listener.wait_error(timeout=30).headers["message"]
+    assert limit in impatient.listener.wait_error(timeout=30).headers["message"]
     # A consumer drains; the producer resumes by itself and every message is receipted and consumed once.
     consumer = connect(broker)
     consumer.subscribe(queue)
-    producer.listener.wait_until(lambda: len(producer.listener.receipts) == 200, "every receipt", timeout=60)
-    seqs = [m.headers["seq"] for m in consumer.listener.wait_for(200, timeout=60)]
-    assert sorted(seqs, key=int) == [str(i) for i in range(200)]
+    producer.listener.wait_until(lambda: len(producer.listener.receipts) == count, "every receipt", timeout=60)
+    seqs = [m.headers["seq"] for m in consumer.listener.wait_for(count, timeout=60)]
+    assert sorted(seqs, key=int) == [str(i) for i in range(count)]
     # The model and the events say what happened.
     events = manage_result(broker.port, Events(kinds=["producers_blocked", "producers_resumed"]))
     kinds = [type(e).__name__ for e in events]
     assert kinds[:2] == ["ProducersBlocked", "ProducersResumed"]
     (summary,) = manage_result(broker.port, Nodes()).nodes
     node = summary.node
-    assert node.store_limit == 2 * 1024 * 1024 and node.store_blocked is None and node.disk_free > 0
+    assert node.store_blocked is None and node.disk_free > 0
+    assert node.store_limit == (2 * 1024 * 1024 if limit == "store.limit" else None)
 
 
 def test_a_mesh_node_with_no_room_leaves_custody_with_the_sender_until_it_has_room(mesh):
