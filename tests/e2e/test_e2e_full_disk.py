@@ -8,6 +8,7 @@ the node recovers exactly what was receipted and not consumed."""
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 
 import pytest
@@ -90,9 +91,17 @@ def test_a_full_disk_refuses_persistent_sends_with_an_error_and_recovers_by_itse
     assert arrived[:arrived.index("fence")] == [f"after-{i}" for i in range(5)]
 
 
-def send_until_blocked(producer, queue: str, count: int) -> None:
-    for i in range(count):
-        producer.send(queue, BODY, receipt=f"m{i}", wait=False, persistent="true", seq=str(i))
+def sending(producer, queue: str, count: int, prefix: str = "m") -> threading.Thread:
+    """Send ``count`` persistent messages from a thread of their own: past the limit the
+    broker stops reading, and once the socket's buffers are full ``sendall`` waits."""
+
+    def send() -> None:
+        for i in range(count):
+            producer.send(queue, BODY, receipt=f"{prefix}{i}", wait=False, persistent="true", seq=str(i))
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
 
 
 @pytest.mark.parametrize("limit", ["store.limit", "store.max_disk_usage"])
@@ -106,7 +115,7 @@ def test_at_a_limit_producers_wait_instead_and_resume_when_consumers_make_room(b
     count = 200 if limit == "store.limit" else 300  # 6.25 MiB, 9.4 MiB: past the limit
     queue = "/queue/" + unique("limit")
     producer = connect(broker)
-    send_until_blocked(producer, queue, count)
+    sender = sending(producer, queue, count)
     # The producer is not read on: its sends wait in the socket, no ERROR, no receipts beyond the limit.
     producer.listener.wait_until(lambda: len(producer.listener.receipts) >= 40, "receipts up to the limit", timeout=60)
     time.sleep(0.5)  # let it stall: nothing more may be receipted while blocked
@@ -126,6 +135,7 @@ def test_at_a_limit_producers_wait_instead_and_resume_when_consumers_make_room(b
     consumer = connect(broker)
     consumer.subscribe(queue)
     producer.listener.wait_until(lambda: len(producer.listener.receipts) == count, "every receipt", timeout=60)
+    sender.join(10)
     seqs = [m.headers["seq"] for m in consumer.listener.wait_for(count, timeout=60)]
     assert sorted(seqs, key=int) == [str(i) for i in range(count)]
     # The model and the events say what happened.
@@ -142,8 +152,7 @@ def test_a_mesh_node_with_no_room_leaves_custody_with_the_sender_until_it_has_ro
     a, b = mesh(2, sets=["store.journal_file_size=128KiB", "store.limit=1MiB"])
     filler, orders = "/queue/" + unique("filler"), "/queue/" + unique("orders")
     local = b.client()
-    for i in range(64):  # 2 MiB for a 1 MiB limit: b's store fills up
-        local.send(filler, BODY, receipt=f"f{i}", wait=False, persistent="true")
+    sender = sending(local, filler, 64, prefix="f")  # 2 MiB for a 1 MiB limit: b's store fills up
     local.listener.wait_until(lambda: len(local.listener.receipts) >= 20, "receipts until the limit", timeout=60)
     consumer = b.client()
     consumer.subscribe(orders)
@@ -155,5 +164,6 @@ def test_a_mesh_node_with_no_room_leaves_custody_with_the_sender_until_it_has_ro
     drain = b.client()
     drain.subscribe(filler)  # b's room comes back as its own queue drains
     drain.listener.wait_for(64, timeout=60)
+    sender.join(10)
     bodies = [m.body for m in consumer.listener.wait_for(20, timeout=60)]
     assert sorted(bodies) == sorted(f"order-{i}" for i in range(20))
