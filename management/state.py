@@ -3,7 +3,7 @@ mesh: what management replies, the gossip and the metrics snapshots carry."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from gateway import __version__
 from gateway.broker.broker import Broker
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
 class LocalState:
     def __init__(self, *, node_id: str, name: str, started_at: float, broker: Broker, mesh: MeshNode | None,
-                 clock, addresses: Callable[[], Addresses], store_bytes: Callable[[], int] = lambda: 0,
-                 metrics: Callable[[], MetricsStatus] = MetricsStatus, group_name: str = "", store: Any = None) -> None:
+                 clock, addresses: Callable[[], Addresses], metrics: Callable[[], MetricsStatus] = MetricsStatus,
+                 group_name: str = "") -> None:
         self.node_id = node_id
         self.name = name
         self.started_at = started_at
@@ -38,8 +38,6 @@ class LocalState:
         self.mesh = mesh
         self.clock = clock
         self.addresses = addresses
-        self.store_bytes = store_bytes
-        self.store = store  # the journal: its limit, the disk's free space, why producers wait
         self.metrics = metrics
         self.group_name = group_name
         self._snapshots = 0
@@ -50,16 +48,15 @@ class LocalState:
 
     def node(self) -> Node:
         broker = self.broker
+        store = broker.store
         leaving = self.mesh is not None and self.mesh.scaling_down
         return Node(
             id=self.node_id, name=self.name, version=__version__, group_name=self.group_name,
             started_at=self.started_at, state="leaving" if leaving else "up", last_seen=self.clock.seconds(),
             addresses=self.addresses(),
             connections=sum(1 for session in broker.sessions.values() if session.connection is not None),
-            memory_used=broker.memory_used, memory_limit=broker.memory_limit, store_bytes=self.store_bytes(),
-            store_limit=getattr(self.store, "limit", None),
-            disk_free=self.store.disk_free() if hasattr(self.store, "disk_free") else None,
-            store_blocked=(self.store.failure or self.store.blocked) if self.store is not None else None,
+            memory_used=broker.memory_used, memory_limit=broker.memory_limit, store_bytes=store.disk_bytes(),
+            store_limit=store.limit, disk_free=store.disk_free(), store_blocked=store.failure or store.blocked,
             in_doubt=sum(queue.in_doubt for queue in broker.queues.values()), metrics=self.metrics(),
         )
 

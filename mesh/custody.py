@@ -174,10 +174,7 @@ class Custody:
         """Remember the peer durably, list its markers, ask about what is in doubt."""
         record = self.known_peers.get(peer_id)
         if record is None or "last_linked" in record.headers:  # linked now: no "last linked" time holds
-            if record is not None:
-                self.store.remove(PEER_RECORD, record)
-            record = self.known_peers[peer_id] = Message(peer_id, QUEUE, "", {}, b"", True)
-            self.store.add(PEER_RECORD, record)
+            self._record_peer(peer_id, {})
         link.send_control(FrameType.MARKERS, sorted(self.markers.get(peer_id, {})))
         waiting_for = asked(peer_id)
         keys = [self.key(entry.message) for entry in self._doubt.values() if waiting_for in entry.waiting]
@@ -211,11 +208,15 @@ class Custody:
     def unlinked(self, peer_id: str, now: float) -> None:
         """The link with the peer went: record when, so peer retention counts from
         there across restarts of this node."""
-        record = self.known_peers.get(peer_id)
-        if record is None:
-            return
-        self.store.remove(PEER_RECORD, record)
-        record = self.known_peers[peer_id] = Message(peer_id, QUEUE, "", {"last_linked": repr(now)}, b"", True)
+        if peer_id in self.known_peers:
+            self._record_peer(peer_id, {"last_linked": repr(now)})
+
+    def _record_peer(self, peer_id: str, headers: dict[str, str]) -> None:
+        """Write the peer's durable record anew (replacing the one there was)."""
+        old = self.known_peers.get(peer_id)
+        if old is not None:
+            self.store.remove(PEER_RECORD, old)
+        record = self.known_peers[peer_id] = Message(peer_id, QUEUE, "", headers, b"", True)
         self.store.add(PEER_RECORD, record)
 
     def stop_counting_on(self, node_id: str) -> None:

@@ -31,9 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 PROTOCOL_VERSION = 2  # 2: messages carry their accept time
-
-
 SELF_LINK = "a link to this node itself"  # a refusal: a discovery listed this node's own address
+
 
 def _proof(password: str, nonce: str, node_id: str) -> str:
     return hmac.new(password.encode(), (nonce + node_id).encode(), hashlib.sha256).hexdigest()

@@ -109,7 +109,7 @@ class MeshNode:
         if address == tuple(self.link_address) or address in self.own_addresses or any(
                 c.address == address for c in self.connectors):
             return
-        connector = Connector(self, tuple(address))
+        connector = Connector(self, address)
         self.connectors.append(connector)
         connector.start()
 
@@ -144,7 +144,7 @@ class MeshNode:
     def dialled_itself(self, link: LinkProtocol) -> None:
         """A link this node opened reached this node (a discovery lists its own address):
         never dial that address again."""
-        connector = getattr(link, "connector", None)
+        connector = link.connector
         if connector is None:
             return
         if connector.address not in self.own_addresses:

@@ -194,7 +194,7 @@ class Node:
         node_id = self.identity["id"]
         self.state = LocalState(
             node_id=node_id, name=self.config.name, started_at=self.started_at, broker=self.broker, mesh=self.mesh,
-            clock=self.reactor, addresses=self.model_addresses, store_bytes=self.store.disk_bytes, store=self.store,
+            clock=self.reactor, addresses=self.model_addresses,
             metrics=self.metrics_status, group_name=self.config.mesh.group_name if self.config.mesh else "",
         )
         actions = LocalActions(node_id=node_id, broker=self.broker, mesh=self.mesh, clock=self.reactor,

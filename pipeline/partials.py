@@ -71,7 +71,9 @@ class MeshPartialsDataSource(RedisStreamsDataSource):
         return _PartialsStreamReader(_Streams(self.options))
 
 
-class _PartialsReader(BatchReader):
+class _ReadsPartials:
+    """What both readers change of ``redis_streams``'s: each partition read as partial rows."""
+
     def __init__(self, streams: _Streams) -> None:
         super().__init__(streams.options)
         self.streams = streams
@@ -80,18 +82,15 @@ class _PartialsReader(BatchReader):
         return partial_rows(self.streams, partition)
 
 
-class _PartialsStreamReader(StreamReader):
-    def __init__(self, streams: _Streams) -> None:
-        super().__init__(streams.options)
-        self.streams = streams
+class _PartialsReader(_ReadsPartials, BatchReader):
+    pass
 
+
+class _PartialsStreamReader(_ReadsPartials, StreamReader):
     def partitions(self, start: dict, end: dict) -> list[StreamRange]:
         applied = _applied(self.streams)
         start = {key: later(start.get(key, NOTHING), applied.get(key, NOTHING)) for key in self.options.streams}
         return ranges(self.options, start, end)
-
-    def read(self, partition: InputPartition) -> Iterator[Any]:
-        return partial_rows(self.streams, partition)
 
 
 def _applied(streams: _Streams) -> dict[str, str]:

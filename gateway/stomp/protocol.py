@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from twisted.internet import interfaces, threads
@@ -160,28 +161,24 @@ class StompProtocol(Protocol):
         if sent and self.factory.broker.memory_full and not self._fills_memory_itself():
             self._pause_reading()  # producer flow control: stop reading this client until memory drains
         if persistent and store.blocked is not None and not self._reading_paused:
-            self._wait_for_room(store)
-
-    def _wait_for_room(self, store) -> None:
-        """Store flow control: a producer of persistent messages is not read while the
-        store is at its limit (store.limit, store.max_disk_usage); after
-        ``no_space_fail_after_ms`` of that it gets an ERROR instead."""
-        self._reading_paused = True
-        self.transport.pauseProducing()
-        store.when_room(self._resume_reading)
-        wait_ms = self.factory.settings.no_space_fail_after_ms
-        if wait_ms:
-            self._timers.append(self.clock.callLater(wait_ms / 1000.0, self._no_room, store))
+            # Store flow control: not read while the store is at store.limit or
+            # store.max_disk_usage; after no_space_fail_after_ms of that, an ERROR.
+            self._pause_reading(store.when_room)
+            wait_ms = self.factory.settings.no_space_fail_after_ms
+            if wait_ms:
+                self._timers.append(self.clock.callLater(wait_ms / 1000.0, self._no_room, store))
 
     def _no_room(self, store) -> None:
         if self._reading_paused and store.blocked is not None:
             self.fail(f"no room for persistent messages: {store.blocked} (waited store.fail_after_ms)")
 
-    def _pause_reading(self) -> None:
+    def _pause_reading(self, until: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """Stop reading this client until ``until`` (the broker's memory by default)
+        calls back."""
         if not self._reading_paused:
             self._reading_paused = True
             self.transport.pauseProducing()
-            self.factory.broker.when_memory_available(self._resume_reading)
+            (until or self.factory.broker.when_memory_available)(self._resume_reading)
 
     def _fills_memory_itself(self) -> bool:
         """Its own open transactions hold most of the memory: only reading on

@@ -13,9 +13,16 @@ class Store(Protocol):
     position: int  # grows with every record; unchanged means nothing new to sync
     failure: str | None  # why writing fails now (a full disk), else None: persistent sends are refused meanwhile
     blocked: str | None  # why persistent producers wait (store.limit, store.max_disk_usage), else None
+    limit: int | None  # store.limit: bytes on disk past which persistent producers wait
 
     def when_room(self, resume: Callable[[], None]) -> None:
         """Call ``resume`` once persistent producers may go on."""
+
+    def disk_bytes(self) -> int:
+        """The store's size on disk."""
+
+    def disk_free(self) -> int | None:
+        """Bytes free on the store's filesystem (None: not on a filesystem, or unknown)."""
 
     def add(self, queue_key: str, message: Message) -> None:
         """Record a persistent message in a queue (durable once a sync covers it)."""

@@ -280,10 +280,8 @@ class JournalStore:
         live = self._live.get(message.segment)
         if live is None or live.pop((queue_key, message.id), None) is None:
             return
-        if self.blocked is not None and not self._collect_scheduled and message.segment == min(self._live):
-            # Room is wanted now: the oldest segment may be dead, or dead enough to compact.
-            self._collect_scheduled = True
-            self.reactor.callLater(0, self._collect)
+        if self.blocked is not None and message.segment == min(self._live):
+            self._collect_soon()  # room is wanted now: the oldest segment may be dead, or dead enough to compact
         self._live_bytes[message.segment] -= message.size
         self._forget_id(message.id)
         key = queue_key.encode()
@@ -430,6 +428,11 @@ class JournalStore:
                 self.add(queue_key, message)
             self.when_durable().addCallbacks(lambda _, p=path: self._delete(p), lambda _: None)
 
+    def _collect_soon(self) -> None:
+        if not self._collect_scheduled:
+            self._collect_scheduled = True
+            self.reactor.callLater(0, self._collect)
+
     def _delete(self, path: Path) -> None:
         try:
             self._bytes -= path.stat().st_size
@@ -458,9 +461,7 @@ class JournalStore:
             log.warning("store: %s; producers of persistent messages wait for room", reason)
             self.on_blocked(reason)
             self._room_check = self.reactor.callLater(RETRY_S, self._recheck)
-            if not self._collect_scheduled:  # files emptied since the last roll-over may go at once
-                self._collect_scheduled = True
-                self.reactor.callLater(0, self._collect)
+            self._collect_soon()  # files emptied since the last roll-over may go at once
         elif reason is None and was is not None:
             waited = time.monotonic() - self.blocked_since
             log.warning("store: room again after %.1f s; producers resume", waited)
@@ -487,20 +488,21 @@ class JournalStore:
     def disk_usage(self) -> float | None:
         """Percent of the store's filesystem in use (as df counts: blocks not free to
         unprivileged users), or None if it cannot be told."""
-        try:
-            stat = os.statvfs(self.root)
-        except OSError:
-            return None
-        if not stat.f_blocks:
+        stat = self._filesystem()
+        if stat is None or not stat.f_blocks:
             return None
         return 100.0 * (stat.f_blocks - stat.f_bavail) / stat.f_blocks
 
     def disk_free(self) -> int | None:
+        """Bytes free to the node on the store's filesystem, or None if it cannot be told."""
+        stat = self._filesystem()
+        return None if stat is None else stat.f_bavail * stat.f_frsize
+
+    def _filesystem(self) -> os.statvfs_result | None:
         try:
-            stat = os.statvfs(self.root)
+            return os.statvfs(self.root)
         except OSError:
             return None
-        return stat.f_bavail * stat.f_frsize
 
     def _forget_id(self, message_id: str) -> None:
         left = self._ids.pop(message_id, 1) - 1

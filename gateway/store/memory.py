@@ -17,9 +17,16 @@ class MemoryStore:
     position = 0
     failure: str | None = None  # memory never fails to write
     blocked: str | None = None  # nor runs out of room
+    limit: int | None = None
 
     def when_room(self, resume) -> None:
         resume()
+
+    def disk_bytes(self) -> int:
+        return 0
+
+    def disk_free(self) -> int | None:
+        return None
 
     def add(self, queue_key: str, message: Message) -> None:
         self.messages[(queue_key, message.id)] = message
