@@ -144,6 +144,7 @@ class JournalStore:
         self._room_waiters: list[Callable[[], None]] = []
         self._room_check = None
         self._collect_scheduled = False
+        self._compacting: Path | None = None  # the segment whose live records were copied, until they are durable
         self._bytes = 0  # the segment files' sizes
         self.broken: str | None = None  # a failed sync: nothing more can be made durable
 
@@ -420,13 +421,25 @@ class JournalStore:
                 continue
             if len(self._live) < 4 or self._live_bytes[oldest] * 2 > self.segment_size:
                 return
+            if self._compacting is not None:
+                # One compaction at a time: each holds up to half a segment twice until its
+                # copies are durable, and a fast consumer could start one per segment on a
+                # nearly full disk.
+                return
             # Re-append what is still live; the old file goes once the copies are durable.
             moved = list(live.items())
             del self._live[oldest], self._live_bytes[oldest]
             for (queue_key, _), message in moved:
                 self._forget_id(message.id)  # add() counts it again
                 self.add(queue_key, message)
-            self.when_durable().addCallbacks(lambda _, p=path: self._delete(p), lambda _: None)
+            self._compacting = path
+            self.when_durable().addCallbacks(self._compacted, lambda _: None)
+            return
+
+    def _compacted(self, _: object) -> None:
+        path, self._compacting = self._compacting, None
+        self._delete(path)
+        self._collect_soon()
 
     def _collect_soon(self) -> None:
         if not self._collect_scheduled:

@@ -158,6 +158,41 @@ def test_dead_segments_are_deleted_and_live_ones_compacted(tmp_path):
     assert [m.id for _, m in recovered] == ["m-0"]
 
 
+def test_mostly_dead_segments_are_compacted_one_at_a_time(tmp_path):
+    """A consumer that drains a long backlog leaves many old segments mostly dead at
+    once; compacting them all before any copy is durable would hold each twice and
+    could fill the disk that compaction was meant to free."""
+    store, reactor, _ = open_store(tmp_path, segment_size=4096)
+    messages = [message(n, b"z" * 100) for n in range(300)]
+    for m in messages:
+        store.add("Q:q", m)
+        if m.id.endswith("0"):
+            durable(store, reactor)  # a flush per 10 messages: a segment per ~25
+    durable(store, reactor)
+    assert store.segment_count() >= 8
+    kept = [m.id for m in messages[::25]]
+    for m in messages:
+        if m.id not in kept:
+            store.remove("Q:q", _stored(store, m.id))
+    segments = tmp_path / "journal"
+    most_held_twice = 0
+
+    def settled() -> bool:
+        nonlocal most_held_twice
+        held_twice = len(list(segments.glob("*.log"))) - store.segment_count()
+        most_held_twice = max(most_held_twice, held_twice)
+        return store.segment_count() <= 4 and held_twice == 0
+
+    extra = message(999, b"z" * 100)
+    store.add("Q:q", extra)  # a roll-over starts the collection
+    kept.append(extra.id)
+    reactor.run_until(settled)
+    assert most_held_twice == 1
+    close(store, reactor)
+    _, _, recovered = open_store(tmp_path, segment_size=4096)
+    assert [m.id for _, m in recovered] == kept
+
+
 def test_sync_never_still_records(tmp_path):
     store, reactor, _ = open_store(tmp_path, sync=False)
     store.add("Q:q", message(1))
