@@ -344,8 +344,8 @@ class StompProtocol(Protocol):
         entry = [frame, not needs_sync]
         self._receipts.append(entry)
         if needs_sync:
-            self.factory.broker.store.when_durable().addCallbacks(self._durable, self._not_durable, (entry,), None,
-                                                                  (entry,))
+            durable = self.factory.broker.store.when_durable(told_of_failed_writes=True)
+            durable.addCallbacks(self._durable, self._not_durable, (entry,), None, (entry,))
         else:
             self._drain_receipts()
 

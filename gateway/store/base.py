@@ -30,8 +30,9 @@ class Store(Protocol):
     def remove(self, queue_key: str, message: Message) -> None:
         """Record that a stored message was consumed."""
 
-    def when_durable(self) -> Deferred:
-        """Fire once everything recorded so far is on stable storage."""
+    def when_durable(self, told_of_failed_writes: bool = False) -> Deferred:
+        """Fire once everything recorded so far is on stable storage; fail if it
+        cannot be (and, if asked, as soon as a write covering it fails)."""
 
     def recover(self) -> Iterator[tuple[str, Message]]:
         """Every stored message not yet removed, in the order it was added."""

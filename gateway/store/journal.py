@@ -120,7 +120,7 @@ class JournalStore:
         self._appended = 0  # logical bytes appended, across segments
         self._written = 0
         self._durable = 0
-        self._waiters: deque[tuple[int, Deferred]] = deque()
+        self._waiters: deque[tuple[int, Deferred, bool]] = deque()  # position, waiter, told of failed writes
         self._flush_scheduled = False
         # segment number -> {(queue key, message id): message}: what is live in it
         self._live: dict[int, dict[tuple[str, str], Message]] = {}
@@ -144,7 +144,8 @@ class JournalStore:
         self._room_waiters: list[Callable[[], None]] = []
         self._room_check = None
         self._collect_scheduled = False
-        self._compacting: Path | None = None  # the segment whose live records were copied, until they are durable
+        # The segment whose live records were copied, and where the copies end: it goes once they are durable.
+        self._compacting: tuple[Path, int] | None = None
         self._bytes = 0  # the segment files' sizes
         self.broken: str | None = None  # a failed sync: nothing more can be made durable
 
@@ -333,7 +334,7 @@ class JournalStore:
         """Nothing of the failed write stays in the file (a half record would end
         recovery there); the records wait in memory and the write is tried again
         every RETRY_S, so that what was accepted is written once there is room. No
-        waiter fires meanwhile: no RECEIPT for what is not on disk."""
+        RECEIPT for what is not on disk: the clients owed one are told at once."""
         try:
             _truncate(self._fd, size_before)
         except OSError as truncating:
@@ -343,9 +344,20 @@ class JournalStore:
             log.error("journal: write failed (%s): persistent messages are refused until it works; "
                       "%d bytes of records wait in memory, retried every %.0f s", reason, len(self._buffer), RETRY_S)
         self.failure = reason
+        self._tell_of_failed_write(reason)
         self._collect()  # consumers may have emptied old segments: their room comes back now
         self._flush_scheduled = True
         self.reactor.callLater(RETRY_S, self._flush)
+
+    def _tell_of_failed_write(self, reason: str) -> None:
+        unwritten = [entry for entry in self._waiters if entry[2] and entry[0] > self._written]
+        if not unwritten:
+            return
+        self._waiters = deque(entry for entry in self._waiters if not (entry[2] and entry[0] > self._written))
+        error = StoreError(f"the store cannot write ({reason}); it is kept in memory and written if room returns "
+                           "before this node stops, so a resend may duplicate it")
+        for _, waiter, _ in unwritten:
+            waiter.errback(error)
 
     def _sync_failed(self, error: OSError) -> None:
         """After a failed fsync the kernel may have dropped the unwritten pages and
@@ -357,7 +369,7 @@ class JournalStore:
         log.critical("journal: fsync failed (%s): nothing more will be acknowledged; restart the node, which "
                      "recovers what is really on disk", reason)
         waiters, self._waiters = self._waiters, deque()
-        for _, waiter in waiters:
+        for _, waiter, _ in waiters:
             waiter.errback(StoreError(self.broken))
 
     def _synced(self, position: int) -> None:
@@ -367,14 +379,22 @@ class JournalStore:
         waiters = self._waiters
         while waiters and waiters[0][0] <= self._durable:
             waiters.popleft()[1].callback(None)
+        if self._compacting is not None and self._compacting[1] <= self._durable:
+            path, self._compacting = self._compacting[0], None
+            self._delete(path)
+            self._collect_soon()
 
-    def when_durable(self) -> Deferred:
+    def when_durable(self, told_of_failed_writes: bool = False) -> Deferred:
+        """Fire once everything recorded so far is durable. A failed fsync fails
+        every waiter. A failed write (records kept, retried) fails only waiters
+        that asked ``told_of_failed_writes``: a client owed a RECEIPT must hear
+        now, while a peer keeps custody and can wait for the retry."""
         if self._appended <= self._durable:
             return succeed(None)
         if self.broken is not None:
             return fail(StoreError(self.broken))
         d = Deferred()
-        self._waiters.append((self._appended, d))
+        self._waiters.append((self._appended, d, told_of_failed_writes))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.reactor.callLater(0, self._flush)
@@ -432,14 +452,9 @@ class JournalStore:
             for (queue_key, _), message in moved:
                 self._forget_id(message.id)  # add() counts it again
                 self.add(queue_key, message)
-            self._compacting = path
-            self.when_durable().addCallbacks(self._compacted, lambda _: None)
+            self._compacting = (path, self._appended)
+            self.when_durable()  # the copies go out now, not with the next write
             return
-
-    def _compacted(self, _: object) -> None:
-        path, self._compacting = self._compacting, None
-        self._delete(path)
-        self._collect_soon()
 
     def _collect_soon(self) -> None:
         if not self._collect_scheduled:

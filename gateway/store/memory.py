@@ -37,7 +37,7 @@ class MemoryStore:
     def holds(self, message_id: str) -> bool:
         return any(mid == message_id for _, mid in self.messages)
 
-    def when_durable(self) -> Deferred:
+    def when_durable(self, told_of_failed_writes: bool = False) -> Deferred:
         return succeed(None)
 
     def recover(self) -> Iterator[tuple[str, Message]]:

@@ -47,9 +47,9 @@ class Disk:
         os.fdatasync(fd)
 
 
-def waiter(store):
+def waiter(store, told_of_failed_writes: bool = False):
     fired, failed = [], []
-    store.when_durable().addCallbacks(fired.append, failed.append)
+    store.when_durable(told_of_failed_writes).addCallbacks(fired.append, failed.append)
     return fired, failed
 
 
@@ -65,10 +65,13 @@ def test_a_failing_write_acknowledges_nothing_leaves_no_half_record_and_writing_
     size = segment.stat().st_size
     disk.full, disk.room = True, 10  # room for a few bytes of the next record, not all of it
     store.add("Q:orders", message(2, b"x" * 1000))
-    fired, failed = waiter(store)
+    fired, failed = waiter(store)  # a peer's custody: it waits for the retry
+    client_fired, client_failed = waiter(store, told_of_failed_writes=True)  # a client owed a RECEIPT
     reactor.run_until(lambda: store.failure is not None)
     assert store.failure == os.strerror(error)
     assert segment.stat().st_size == size  # the partial record was cut off
+    assert client_fired == [] and client_failed[0].check(StoreError)
+    assert f"cannot write ({os.strerror(error)})" in str(client_failed[0].value)
     for _ in range(5):  # retries, still full
         reactor.run_until(lambda: True)
     assert fired == [] and failed == []  # no receipt, and no error for what will be written
