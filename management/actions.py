@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import Queue
+from model.definitions import QUEUE_SETTINGS, Definition, DefinitionKind, QueueSettings
 from model.requests import BrowsedMessage, BrowsePage, Done, ManagementError
 
 if TYPE_CHECKING:
@@ -72,6 +73,39 @@ class LocalActions:
         if self.mesh is not None:
             self.mesh.queue_deleted(name)
         return self._done("delete_queue", "/queue/" + name, count)
+
+    # -- mesh-wide definitions --------------------------------------------------------------
+
+    def definitions(self) -> list[Definition]:
+        return self.broker.definitions.records()
+
+    def define_queue(self, name: str, settings: QueueSettings) -> Done:
+        if not _QUEUE_NAME.fullmatch(name):
+            raise ManagementError("bad_request", f"{name!r} is not a queue name (no wildcards, spaces or leading /)")
+        try:
+            record = self.broker.define_queue(name, settings)
+        except BrokerError as error:
+            raise ManagementError("bad_request", str(error)) from None
+        return self._done("define_queue", "/queue/" + name, detail=f"version {record.version}, for every node")
+
+    def delete_definition(self, kind: DefinitionKind, name: str) -> Done:
+        record = self.broker.definitions.get(kind, name)
+        if record is None or record.deleted:
+            raise ManagementError("not_found", f"no {kind} definition named {name!r}", self.node_id)
+        if kind == QUEUE_SETTINGS:
+            record = self.broker.define_queue(name, None)
+            target = "/queue/" + name
+        else:
+            binding = self.broker.bindings.get(name)
+            where = self.node_id if binding is not None and binding.active is not None else (
+                self.mesh.demand.durable_subscriber_at(name) if self.mesh is not None else None)
+            if where is not None:
+                raise ManagementError("conflict", f"durable subscription {name!r} has its subscriber connected (to "
+                                                  f"node {where}); it must unsubscribe first", where)
+            self.broker.remove_durable(name)
+            record = self.broker.definitions.get(kind, name)
+            target = "durable subscription " + name
+        return self._done("delete_definition", target, detail=f"version {record.version}, for every node")
 
     def move(self, name: str, to_queue: str | None, to_node: str | None, count: int | None) -> Done:
         if (to_queue is None) == (to_node is None):

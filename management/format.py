@@ -5,6 +5,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 
+import msgspec
+
+from model.definitions import Definition
 from model.events import AdminAction, Event
 from model.latency import percentile_ms
 from model.mesh import ClusterView, Connection, Link, PartialQueue, TopicSubscription
@@ -143,6 +146,22 @@ def format_connections(connections: list[Connection], names: dict[str, str]) -> 
                  right={6, 7})
 
 
+def format_definitions(records: list[Definition], names: dict[str, str]) -> str:
+    """Mesh-wide definitions; deleted ones are listed until they expire (mesh.peer_retention_s)."""
+    if not records:
+        return "no definitions: queue settings (meshgate define-queue) and durable subscriptions appear here"
+    rows = []
+    for r in records:
+        if r.deleted:
+            what = "deleted"
+        elif r.durable is not None:
+            what = f"/topic/{r.durable.topic}" + (f" where {r.durable.selector}" if r.durable.selector else "")
+        else:
+            what = ", ".join(f"{k}={v}" for k, v in sorted(msgspec.to_builtins(r.queue).items())) or "defaults"
+        rows.append([r.kind, r.name, what, r.version, names.get(r.origin, r.origin[:8]), since(r.changed_at)])
+    return table(["kind", "name", "definition", "version", "changed on", "changed"], rows, right={3})
+
+
 # -- events, browsing, actions ----------------------------------------------------------------
 
 
@@ -178,7 +197,8 @@ def format_browse(pages: list[BrowsePage], names: dict[str, str]) -> str:
 
 def format_done(done: list[Done], names: dict[str, str]) -> str:
     verbs = {"purge": "purged", "delete_queue": "deleted", "move": "moved", "send": "sent",
-             "close_connection": "closed", "scale_down": "scaling down", "forget": "forgot"}
+             "close_connection": "closed", "scale_down": "scaling down", "forget": "forgot",
+             "define_queue": "defined", "delete_definition": "deleted the definition of"}
     lines = []
     for item in done:
         what = verbs.get(item.action, item.action)

@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 
 ADDRESS = MANAGEMENT_ADDRESS
 REQUEST_TIMEOUT = 5.0  # seconds a node waits for another node's answer
-_ASKED_NODE_ONLY = ("forget",)  # the asked node does it (and tells the mesh)
+_ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition")  # the asked node does it (and tells the mesh)
 _COUNTED = ("purge", "delete_queue", "move", "send")
 
 
@@ -79,6 +79,9 @@ class ManagementService:
             "close_connection": lambda r: actions.close_connection(r.connection, r.reason),
             "forget": lambda r: actions.forget(r.forget),
             "scale_down": lambda r: actions.scale_down(),
+            "definitions": lambda r: actions.definitions(),
+            "define_queue": lambda r: actions.define_queue(r.queue, r.settings),
+            "delete_definition": lambda r: actions.delete_definition(r.kind, r.name),
         }
         broker.register_service(ADDRESS, self.handle)
         if mesh is not None:
@@ -308,6 +311,9 @@ class ManagementService:
 
 
 def _target_of(request: Request) -> str:
+    kind = getattr(request, "kind", None)  # delete_definition
+    if kind:
+        return f"/queue/{request.name}" if kind == "queue" else f"durable subscription {request.name}"
     for field in ("queue", "destination", "connection", "forget"):
         value = getattr(request, field, None)
         if value:

@@ -35,6 +35,7 @@ class FrameType:
     REPLY = 18     # its answer on the way back
     CHUNK = 19     # a piece of a large MESSAGE (mesh.large), to peers whose HELLO says "chunks"
     BUSY = 20      # ids the receiver did not take: its store has no room; the sender keeps them, tries later
+    DEFINITIONS = 21  # mesh-wide definitions (model.definitions): all of them on link up, then each change
 
 
 _HEAD = struct.Struct(">IB")

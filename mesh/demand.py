@@ -10,6 +10,7 @@ from gateway.broker.message import QUEUE, TOPIC
 from gateway.broker.queue import CLIENT_INDIVIDUAL, Queue, Subscription
 from mesh.codec import FrameType
 from mesh.peer import LINK_WINDOW, Peer
+from model.definitions import DURABLE_SUBSCRIPTION
 
 if TYPE_CHECKING:
     from mesh.link import LinkProtocol
@@ -44,10 +45,14 @@ class Demand:
                 records.append({"kind": QUEUE, "address": name, "selector": _any_of(queue.consumers),
                                 "consumers": len(queue.consumers), "path": [node_id]})
         patterns: dict[str, int] = {}
-        for binding in self.broker.bindings.values():
-            # A durable subscription wants messages while its subscriber is away too.
-            wanted = binding.active is not None or binding.durable
-            if binding.peer is None and wanted and carries("/topic/" + binding.pattern):
+        for name, binding in self.broker.bindings.items():
+            if binding.peer is not None or binding.active is None or not carries("/topic/" + binding.pattern):
+                continue
+            if binding.durable:
+                # Every node holds a part of it (what was published there): the parts follow its subscriber.
+                records.append({"kind": DURABLE_SUBSCRIPTION, "address": name, "selector": None, "consumers": 1,
+                                "path": [node_id]})
+            else:
                 patterns[binding.pattern] = patterns.get(binding.pattern, 0) + 1
         for pattern, count in patterns.items():
             records.append({"kind": TOPIC, "address": pattern, "selector": None, "consumers": count,
@@ -103,8 +108,7 @@ class Demand:
             elif record["kind"] == TOPIC:
                 patterns.append(record["address"])
         session = peer.session
-        # Without duplex, traffic flows only over links this node dialled.
-        forwarding = config.message_load_balancing != "OFF" and (config.duplex or peer.link.dialled)
+        forwarding = self._forwards_to(peer)
         for address, sub in list(peer.queue_subs.items()):
             selector = _combine(wanted.get(address, []))
             if self.mesh.scaling_down:
@@ -139,6 +143,7 @@ class Demand:
                 )
             if address in peer.queue_subs:
                 peer.queue_subs[address].weight = weights.get(address, 1)
+        self._reconcile_durables(peer_id, peer, forwarding)
         patterns = sorted(set(patterns))
         if patterns and forwarding:
             if self.broker.link_patterns.get(peer_id) != patterns or ("link/" + peer_id) not in self.broker.bindings:
@@ -153,6 +158,45 @@ class Demand:
                 session.subscriptions.pop(peer.topic_sub.id, None)
                 peer.topic_sub = None
             self.broker.unbind_link(peer_id)
+
+    def _reconcile_durables(self, peer_id: str, peer: Peer, forwarding: bool) -> None:
+        """This node's part of a durable subscription goes to a peer whose demand says
+        the subscriber is there or beyond, while it has no subscriber here."""
+        wanted = {r["address"] for r in peer.demand if r["kind"] == DURABLE_SUBSCRIPTION}
+        bindings = self.broker.bindings
+        for name, sub in list(peer.durable_subs.items()):
+            binding = bindings.get(name)
+            if name not in wanted or binding is None or binding.queue is not sub.queue or binding.active is not None:
+                del peer.durable_subs[name]
+                self.retire(peer, sub)
+        if not forwarding or self.mesh.scaling_down:
+            return
+        for name in wanted - peer.durable_subs.keys():
+            binding = bindings.get(name)
+            if binding is None or not binding.durable or binding.peer is not None or binding.active is not None:
+                continue
+            sub = self.broker.attach_handover(peer.session, "d:" + name, binding, LINK_WINDOW, peer_id)
+            peer.session.subscriptions[sub.id] = sub
+            peer.durable_subs[name] = sub
+            binding.queue.dispatch()
+
+    def durable_subscriber_at(self, name: str) -> str | None:
+        """The node where a durable subscription's subscriber is connected, as the
+        demand heard from the peers says (None: none heard of)."""
+        for peer in self.mesh.peers.values():
+            for record in peer.demand:
+                if record["kind"] == DURABLE_SUBSCRIPTION and record["address"] == name:
+                    return record["path"][0]
+        return None
+
+    def durables_changed(self) -> None:
+        """Durable subscriptions came, went or changed, or a subscriber attached or left."""
+        for peer_id, peer in self.mesh.peers.items():
+            self._reconcile_durables(peer_id, peer, self._forwards_to(peer))
+
+    def _forwards_to(self, peer: Peer) -> bool:
+        # Without duplex, traffic flows only over links this node dialled.
+        return self.config.message_load_balancing != "OFF" and (self.config.duplex or peer.link.dialled)
 
     def queue_deleted(self, name: str) -> None:
         """An administrator deleted the queue: its link subscriptions held the old
@@ -179,6 +223,7 @@ class Demand:
 
     def consumers_changed(self) -> None:
         self.schedule_advertise()
+        self.durables_changed()
         mode = self.config.message_load_balancing
         for name, queue in self.broker.queues.items():
             has = bool(queue.consumers)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from mesh.node import MeshNode
 
 log = logging.getLogger(__name__)
-PROTOCOL_VERSION = 2  # 2: messages carry their accept time
+PROTOCOL_VERSION = 3  # 2: messages carry their accept time; 3: mesh-wide definitions
 SELF_LINK = "a link to this node itself"  # a refusal: a discovery listed this node's own address
 
 
@@ -204,6 +204,8 @@ class LinkProtocol(Protocol):
             mesh.markers_received(self, decode_control(payload))
         elif kind == FrameType.DURABLE and self.established:
             mesh.durable_received(self, decode_control(payload))
+        elif kind == FrameType.DEFINITIONS and self.established:
+            mesh.definitions.received(self, decode_control(payload))
         elif kind == FrameType.ASK and self.established:
             mesh.ask_received(self, decode_control(payload))
         elif kind == FrameType.HAVE and self.established:

@@ -27,6 +27,7 @@ from gateway.broker.message import QUEUE, Message
 from gateway.broker.queue import CLIENT_INDIVIDUAL, Subscription
 from mesh.codec import FrameType
 from mesh.custody import Custody, not_durable
+from mesh.definitions import DefinitionSync
 from mesh.demand import Demand
 from mesh.dialling import Connector
 from mesh.link import PROTOCOL_VERSION, SELF_LINK, LinkProtocol, LinkServerFactory
@@ -70,6 +71,8 @@ class MeshNode:
         self.demand = Demand(self)
         self.topology = Topology(self, self.own_summary)
         self.router = Router(self)
+        broker.definitions.origin = node_id
+        self.definitions = DefinitionSync(self)
         # The node's own description for the view of the mesh; the node's management
         # layer replaces it with one that knows the listeners, memory and store.
         self.describe_node: Callable[[], Node] = self._describe_node
@@ -94,7 +97,7 @@ class MeshNode:
         self._gossip_loop.start(self.config.check_period_ms / 1000.0)
         retention = self.config.peer_retention_s
         if retention:
-            self._retention_loop = task.LoopingCall(self.forget_departed)
+            self._retention_loop = task.LoopingCall(self._retention)
             self._retention_loop.clock = self.reactor
             self._retention_loop.start(max(1.0, min(retention / 10, 3600.0)), now=False)
         return self
@@ -178,7 +181,7 @@ class MeshNode:
             target.queue_subs[name] = target.session.subscribe(
                 self.link_subscription_id(name), QUEUE, name, CLIENT_INDIVIDUAL, LINK_WINDOW, None, peer=peer_id)
         for name, binding in list(self.broker.bindings.items()):
-            if not binding.durable or not len(binding.queue) or binding.peer == peer_id:
+            if not binding.durable or not len(binding.queue) or binding.peer == peer_id or name in target.durable_subs:
                 continue
             if binding.peer is None:
                 spec = {"name": name, "topic": binding.pattern, "selector": binding.selector_text}
@@ -319,6 +322,7 @@ class MeshNode:
         log.info("mesh: linked with %s", link.peer_name)
         self.events.emit(LinkUp(peer=peer_id, peer_name=link.peer_name, dialled=link.dialled))
         self.custody.link_up(peer_id, link)
+        self.definitions.link_up(link)  # before demand: a durable subscriber's demand names a definition
         self.demand.schedule_advertise()
         self.topology.gossip()
 
@@ -504,6 +508,10 @@ class MeshNode:
                     f"{self.topology.expiry():.0f} s after it was last heard of")
         self._forget_received(node_id, str(uuid.uuid4()), None)
         return None
+
+    def _retention(self) -> None:
+        self.forget_departed()
+        self.definitions.drop_old_tombstones()
 
     def forget_departed(self) -> list[str]:
         """Forget, as ``meshgate forget`` would, every node this node has linked with

@@ -28,6 +28,9 @@ class Peer:
         self.advertised: list[dict] | None = None
         self.queue_subs: dict[str, Subscription] = {}
         self.topic_sub: Subscription | None = None
+        # Durable subscription name -> the link subscription that takes this node's part
+        # of it to the peer, whose demand says its subscriber is there (or beyond).
+        self.durable_subs: dict[str, Subscription] = {}
         self.forwarded: dict[str, Subscription] = {}  # message id -> link subscription holding it
         self.retiring: set[Subscription] = set()  # no demand any more; waiting for confirmations
         self.to_confirm: list[str] = []

@@ -18,12 +18,16 @@ import msgspec
 
 from management import format as fmt
 from management.client import ManagementClient, ManagementClientError, RequestFailed
+from model.definitions import QueueSettings
 from model.events import KINDS
 from model.requests import (
     ALL,
     Browse,
     CloseConnection,
     Connections,
+    DefineQueue,
+    Definitions,
+    DeleteDefinition,
     DeleteQueue,
     Events,
     Forget,
@@ -119,6 +123,26 @@ COMMANDS: dict[str, Command] = {
     "scale-down": ("hand a node's messages to another node, then stop it (needs admin)", ACTION, _no_args,
                    lambda a: ScaleDownNode(node=a.node), lambda r, names, a: fmt.format_done(r, names)),
 }
+COMMANDS.update({
+    "definitions": ("queue settings and durable subscriptions, the same on every node", VIEW, _no_args,
+                    lambda a: Definitions(node=a.node), lambda r, names, a: fmt.format_definitions(r, names)),
+    "define-queue": ("set a queue's settings on every node of the mesh (needs admin)", ACTION,
+                     lambda p: (_queue_arg(p),
+                                p.add_argument("--max-delivery-attempts", type=int, metavar="N"),
+                                p.add_argument("--dead-letter-queue", metavar="QUEUE"),
+                                p.add_argument("--expiry-queue", metavar="QUEUE",
+                                               help='where expired messages go ("" discards them)'),
+                                p.add_argument("--message-ttl-ms", type=int, metavar="MS",
+                                               help="expiry for messages sent without one")),
+                     lambda a: DefineQueue(queue=a.queue, settings=QueueSettings(
+                         max_delivery_attempts=a.max_delivery_attempts, dead_letter_queue=a.dead_letter_queue,
+                         expiry_queue=a.expiry_queue, message_ttl_ms=a.message_ttl_ms)),
+                     lambda r, names, a: fmt.format_done([r], names)),
+    "undefine": ("delete a queue's settings or a durable subscription on every node (needs admin)", ACTION,
+                 lambda p: (p.add_argument("kind", choices=["queue", "durable"]),
+                            p.add_argument("name", help="the queue's name, or client-id.subscription-name")),
+                 lambda a: DeleteDefinition(kind=a.kind, name=a.name), lambda r, names, a: fmt.format_done([r], names)),
+})
 COMMANDS["topology"] = ("the same as nodes",) + COMMANDS["nodes"][1:]
 
 
@@ -130,11 +154,11 @@ def add_commands(commands) -> None:
         parser.add_argument("--login")
         parser.add_argument("--passcode")
         where = parser.add_mutually_exclusive_group()
-        if name not in ("nodes", "topology", "forget"):
+        if name not in ("nodes", "topology", "forget", "define-queue", "undefine"):
             where.add_argument("--node", help="a node's name or id: where this applies"
                                               + (" (default: every node)" if kind == VIEW else
                                                  " (default: the node asked)"))
-        if kind == ACTION and name not in ("forget", "close", "scale-down"):
+        if kind == ACTION and name not in ("forget", "close", "scale-down", "define-queue", "undefine"):
             where.add_argument("--all", action="store_true", help="on every node of the mesh")
         parser.add_argument("--json", action="store_true", help="print the reply as JSON")
 

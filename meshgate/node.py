@@ -132,6 +132,7 @@ class Node:
             dead_letter_queue=config.broker.dead_letter_queue,
             expiry_queue=config.broker.expiry_queue,
             compile_selector=compile_selector,
+            node_id=self.identity["id"],
         )
         if config.mesh is not None:
             self.mesh = self._make_mesh(config)  # before recovery: it owns some store records

@@ -15,6 +15,7 @@ from typing import Any
 
 import msgspec
 
+from model.definitions import Definition, DefinitionKind, QueueSettings
 from model.events import AnyEvent
 from model.mesh import SCHEMA_VERSION, ClusterView, Connection, Link, NodeSummary, PartialQueue, TopicSubscription
 
@@ -121,12 +122,34 @@ class ScaleDownNode(Request, kw_only=True, tag="scale_down"):
     """The node hands every message to another node, leaves the mesh and stops."""
 
 
+class Definitions(Request, kw_only=True, tag="definitions"):
+    """The mesh-wide definitions (queue settings, durable subscriptions) as the node
+    holds them, deletions included; every node holds the same once links carried them."""
+
+
+class DefineQueue(Request, kw_only=True, tag="define_queue"):
+    """Set a queue's settings on every node of the mesh (the asked node makes the
+    change; links carry it to every node, and to nodes away now when they return)."""
+
+    queue: str
+    settings: QueueSettings = msgspec.field(default_factory=QueueSettings)
+
+
+class DeleteDefinition(Request, kw_only=True, tag="delete_definition"):
+    """Delete a definition on every node: a queue's settings (and the queue, with
+    what waits in it, where no consumer holds it), or a durable subscription (with
+    what waits for it on every node)."""
+
+    kind: DefinitionKind
+    name: str
+
+
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
-              | Move | Send | CloseConnection | Forget | ScaleDownNode)
+              | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue | DeleteDefinition)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
-                           "scale_down"})
+                           "scale_down", "define_queue", "delete_definition"})
 # Actions whose answer is one value, not a list gathered over nodes.
-SINGLE_ANSWER = frozenset({"nodes", "summary", "forget"})
+SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition"})
 
 
 # -- results ----------------------------------------------------------------------------
@@ -179,6 +202,9 @@ RESULT_TYPES: dict[str, Any] = {
     "close_connection": list[Done],
     "forget": Done,
     "scale_down": list[Done],
+    "definitions": list[Definition],
+    "define_queue": Done,
+    "delete_definition": Done,
 }
 
 # Why a request failed: the REST API maps these to HTTP statuses.

@@ -22,12 +22,16 @@ from console.mesh import events as event_stream
 from console.mesh import history, rollups
 from console.mesh.actions import Unavailable
 from console.mesh.sources import management, mesh_view, redis_client
+from model.definitions import QueueSettings
 from model.mesh import PartialQueue
 from model.requests import (
     ALL,
     Browse,
     CloseConnection,
     Connections,
+    DefineQueue,
+    Definitions,
+    DeleteDefinition,
     DeleteQueue,
     Move,
     Purge,
@@ -352,6 +356,62 @@ class QueueSend(APIView):
         data = _valid(SendInput, request)
         return _action_response(request, Send(node=data.get("node"), destination="/queue/" + name, body=data["body"],
                                               headers=dict(data["headers"]), persistent=data["persistent"]))
+
+
+# -- mesh-wide definitions -----------------------------------------------------------------------
+
+
+class DefinitionList(APIView):
+    """Queue settings and durable subscriptions, as every node holds them (deletions
+    are listed, ``deleted: true``, until they expire)."""
+
+    @extend_schema(parameters=_LIST_PARAMS, responses=model_ref("Definition", many=True))
+    def get(self, request):
+        reply, failed = _ask(request, Definitions())
+        if failed is not None:
+            return failed
+        rows = []
+        for record in reply.result:
+            row = _builtins(record)
+            row["deleted"] = record.deleted
+            rows.append(row)
+        return _page(self, request, _sorted(request, rows, ("name", "kind", "version", "changed_at"), "name"),
+                     convert=lambda row: row)
+
+
+class QueueSettingsInput(serializers.Serializer):
+    max_delivery_attempts = serializers.IntegerField(required=False, min_value=1)
+    dead_letter_queue = serializers.CharField(required=False)
+    expiry_queue = serializers.CharField(required=False, allow_blank=True, help_text='"" discards expired messages')
+    message_ttl_ms = serializers.IntegerField(required=False, min_value=1)
+
+
+_ONE_DONE = {200: {"type": "object", "properties": {"result": {"$ref": "#/components/schemas/Done"},
+                                                    "failures": {"type": "array", "items": {"type": "object"}}}}}
+
+
+class QueueDefinition(APIView):
+    permission_classes = [Admin]
+
+    @extend_schema(request=QueueSettingsInput, responses=_ONE_DONE)
+    def put(self, request, name):
+        unknown = sorted(set(request.data) - set(QueueSettingsInput().fields))
+        if unknown:
+            raise ValidationError({field: "not a queue setting" for field in unknown})
+        data = _valid(QueueSettingsInput, request)
+        return _action_response(request, DefineQueue(queue=name, settings=QueueSettings(**data)))
+
+    @extend_schema(responses=_ONE_DONE)
+    def delete(self, request, name):
+        return _action_response(request, DeleteDefinition(kind="queue", name=name))
+
+
+class DurableDefinition(APIView):
+    permission_classes = [Admin]
+
+    @extend_schema(responses=_ONE_DONE)
+    def delete(self, request, name):
+        return _action_response(request, DeleteDefinition(kind="durable", name=name))
 
 
 # -- connections and events ---------------------------------------------------------------------

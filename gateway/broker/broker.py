@@ -8,6 +8,7 @@ import logging
 import time
 from typing import Callable, Protocol
 
+from gateway.broker.definitions import Definitions
 from gateway.broker.errors import BrokerError
 from gateway.broker.events import EventSink, NullEvents
 from gateway.broker.message import QUEUE, TOPIC, Message, SelectorHeaders
@@ -15,6 +16,7 @@ from gateway.broker.queue import ACK_MODES, CLIENT_INDIVIDUAL, Queue, Subscripti
 from gateway.broker.session import DeliverySink, Session
 from gateway.store.base import Store
 from gateway.wildcard import compile_pattern
+from model.definitions import DURABLE_SUBSCRIPTION, QUEUE_SETTINGS, Definition, DurableSpec, QueueSettings
 from model.events import ConsumerAttached, ConsumerDetached, DeadLetter, Expired
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,7 @@ class Broker:
         expiry_queue: str = "",
         compile_selector: Callable[[str], Callable] | None = None,
         events: EventSink | None = None,
+        node_id: str = "",
     ) -> None:
         self.store = store
         self.events: EventSink = events or NullEvents()
@@ -99,6 +102,10 @@ class Broker:
         # Store records under keys the core does not own (the mesh's duplicate
         # markers), handed over at recovery: key prefix -> handler.
         self.foreign_records: dict[str, Callable[[str, Message], None]] = {}
+        # Queue settings and durable subscriptions as the whole mesh holds them (model.definitions).
+        self.definitions = Definitions(node_id)
+        self.queue_settings: dict[str, QueueSettings] = {}
+        self.on_definition: Callable[[Definition], None] | None = None  # the mesh ships changes made here
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -107,8 +114,14 @@ class Broker:
         catalog = self.store.load_catalog()
         for name in catalog.get("queues", []):
             self._create_queue(name, save=False)
-        for name, spec in catalog.get("durable", {}).items():
-            self._bind(name, spec["topic"], spec.get("selector"), durable=True)
+        self.definitions.load_catalog(catalog.get("definitions", []))
+        for name, spec in catalog.get("durable", {}).items():  # written before definitions were
+            if self.definitions.get(DURABLE_SUBSCRIPTION, name) is None:
+                self.definitions.change(DURABLE_SUBSCRIPTION, name, self.seconds(),
+                                        durable=DurableSpec(topic=spec["topic"], selector=spec.get("selector")))
+        for record in self.definitions.records():
+            if not record.deleted:
+                self._apply_definition(record, save=False)
         for peer, patterns in catalog.get("links", {}).items():
             self.link_binding(peer, patterns, save=False)
         by_key = {q.key: q for q in self.queues.values()}
@@ -179,25 +192,21 @@ class Broker:
             self.delete_queue(queue)
         self.services[address] = handler
 
-    def delete_queue(self, queue: Queue) -> None:
+    def delete_queue(self, queue: Queue, save: bool = True) -> None:
         for message in queue.take_all():
             self.consumed(queue, message)
         if queue.temporary:
             self.temp_queues.pop(queue.name, None)
-        elif self.queues.pop(queue.name, None) is not None:
+        elif self.queues.pop(queue.name, None) is not None and save:
             self._save_catalog(required=False)
 
     def _save_catalog(self, required: bool = True) -> None:
         """Write the catalog. When the store cannot (a full disk), the client request
         that changed it gets a BrokerError naming why (``required``); a change the
         mesh made is logged: the catalog is written whole at the next change."""
-        durable = {
-            name: {"topic": b.pattern, "selector": b.selector_text}
-            for name, b in self.bindings.items()
-            if b.durable and b.peer is None
-        }
         try:
-            self.store.save_catalog({"queues": sorted(self.queues), "durable": durable, "links": self.link_patterns})
+            self.store.save_catalog({"queues": sorted(self.queues), "definitions": self.definitions.to_catalog(),
+                                     "links": self.link_patterns})
         except OSError as error:
             reason = f"the queue catalog could not be saved ({error.strerror or error}); it is until the next restart"
             if required:
@@ -213,6 +222,11 @@ class Broker:
             return None
         if persistent and self.store.failure is not None:
             raise BrokerError(f"persistent messages are refused for now: the store cannot write ({self.store.failure})")
+        if not expires and kind == QUEUE and self.queue_settings:
+            settings = self.queue_settings.get(address)
+            if settings is not None and settings.message_ttl_ms:
+                expires = self.now_ms() + settings.message_ttl_ms
+                headers = {**headers, "expires": str(expires)}  # as if sent with it: consumers see it
         message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
         message.created = (session.received_at if session is not None else 0.0) or self.seconds()
         return message if self.route(message, session) else None
@@ -243,6 +257,10 @@ class Broker:
                                                  (binding.active is None and not message.persistent)):
                     # A link never takes a message back to a node it crossed; while
                     # it is down only persistent messages wait for it.
+                    continue
+                if path and binding.durable and binding.peer is None:
+                    # Every node holds each durable subscription and keeps what is published
+                    # on it there, until the subscriber draws it: one copy in the mesh.
                     continue
                 self._enqueue(binding.queue, message if first else message.copy())
                 first = False
@@ -377,7 +395,7 @@ class Broker:
         """Create a durable subscription with no subscriber, if it does not exist."""
         if name not in self.bindings:
             self._bind(name, pattern, selector, durable=True)
-            self._save_catalog(required=False)
+            self._define(DURABLE_SUBSCRIPTION, name, durable=DurableSpec(topic=pattern, selector=selector or None))
 
     def put_in_subscription(self, name: str, message: Message) -> bool:
         """Put a handed-over message straight into a durable subscription (or a
@@ -422,9 +440,9 @@ class Broker:
             if binding.pattern == pattern and binding.selector_text == (selector or None):
                 return binding
             # A changed topic or selector makes a new subscription, as in JMS.
-            self.remove_durable(durable_name)
+            self._unbind(binding)
         binding = self._bind(durable_name, pattern, selector, durable=True, predicate=predicate)
-        self._save_catalog()
+        self._define(DURABLE_SUBSCRIPTION, durable_name, durable=DurableSpec(topic=pattern, selector=selector or None))
         return binding
 
     def _bind(self, name: str, pattern: str, selector: str | None, durable: bool,
@@ -453,19 +471,88 @@ class Broker:
         binding = self.bindings.get(queue.name) if sub.topic is not None else None
         if binding is None or binding.queue is not queue:
             return
-        binding.active = None
+        if binding.active is sub or binding.active is None:
+            binding.active = None
+        else:
+            return  # a mesh link that took the subscription's messages to its subscriber elsewhere
         if not binding.durable:
             self._unbind(binding)
 
     def remove_durable(self, name: str) -> None:
+        """Delete a durable subscription here and, by its definition, on every node."""
         binding = self.bindings.get(name)
-        if binding is None or not binding.durable:
+        here = binding is not None and binding.durable and binding.peer is None
+        record = self.definitions.get(DURABLE_SUBSCRIPTION, name)
+        if not here and (record is None or record.deleted):
             raise BrokerError(f"no durable subscription named {name!r}")
+        if here:
+            self._drop_durable(binding)
+        self._define(DURABLE_SUBSCRIPTION, name)
+
+    def _drop_durable(self, binding: _Binding) -> None:
         if binding.active is not None:
             binding.active.queue.remove_consumer(binding.active)
             binding.active = None
         self._unbind(binding)
+
+    # -- mesh-wide definitions ------------------------------------------------------------
+
+    def define_queue(self, name: str, settings: QueueSettings | None) -> Definition:
+        """Set a queue's settings on every node (None: delete its definition
+        everywhere, and the queue where no consumer holds it)."""
+        if name in self.services:
+            raise BrokerError(f"/queue/{name} is a service address; it holds no messages")
+        record = self._define(QUEUE_SETTINGS, name, queue=settings)
+        self._apply_definition(record, save=False)
+        return record
+
+    def _define(self, kind: str, name: str, *, queue: QueueSettings | None = None,
+                durable: DurableSpec | None = None) -> Definition:
+        """A definition changed here: record it, save it, let the mesh ship it."""
+        record = self.definitions.change(kind, name, self.seconds(), queue=queue, durable=durable)
         self._save_catalog()
+        if self.on_definition is not None:
+            self.on_definition(record)
+        return record
+
+    def forget_deletions(self, older_than: float) -> None:
+        """Drop the record of deletions made before ``older_than`` (mesh.peer_retention_s)."""
+        if self.definitions.drop_tombstones(older_than):
+            self._save_catalog(required=False)
+
+    def merge_definition(self, record: Definition) -> bool:
+        """A definition from another node: applied if it wins over the one held."""
+        if not self.definitions.merge(record):
+            return False
+        self._apply_definition(record)
+        return True
+
+    def _apply_definition(self, record: Definition, save: bool = True) -> None:
+        name = record.name
+        if record.kind == QUEUE_SETTINGS:
+            if record.queue is not None:
+                self.queue_settings[name] = record.queue
+                if name not in self.queues and name not in self.services:
+                    self._create_queue(name, save=False)
+            else:
+                self.queue_settings.pop(name, None)
+                queue = self.queues.get(name)
+                if queue is not None and not queue.consumers:
+                    self.delete_queue(queue, save=False)
+        else:
+            binding = self.bindings.get(name)
+            spec = record.durable
+            if binding is not None and binding.durable and binding.peer is None:
+                if spec is not None and (binding.pattern, binding.selector_text) == (spec.topic, spec.selector):
+                    return
+                self._drop_durable(binding)  # deleted, or changed: a new subscription, as in JMS
+            if spec is not None:
+                try:
+                    self._bind(name, spec.topic, spec.selector, durable=True)
+                except BrokerError as error:  # a selector this node cannot compile
+                    log.error("durable subscription %r from node %s not made here: %s", name, record.origin, error)
+        if save:
+            self._save_catalog(required=False)
 
     def _unbind(self, binding: _Binding) -> None:
         del self.bindings[binding.queue.name]
@@ -481,12 +568,17 @@ class Broker:
     def requeue(self, queue: Queue, messages: list[Message]) -> None:
         """Unacked deliveries come back (NACK, unsubscribe, disconnect, rollback)."""
         keep = []
+        settings = self.queue_settings.get(queue.name) if self.queue_settings else None
+        attempts, dead_letter_queue = self.max_delivery_attempts, self.dead_letter_queue
+        if settings is not None:
+            attempts = settings.max_delivery_attempts or attempts
+            dead_letter_queue = settings.dead_letter_queue or dead_letter_queue
         for message in messages:
-            if message.deliveries >= self.max_delivery_attempts and queue.name != self.dead_letter_queue:
+            if message.deliveries >= attempts and queue.name != dead_letter_queue:
                 queue.dead_lettered += 1
                 self.events.count(DeadLetter(queue=queue.name, reason="max-delivery-attempts",
-                                             dead_letter_queue=self.dead_letter_queue, count=0))
-                self._move(queue, message, self.dead_letter_queue, "max-delivery-attempts")
+                                             dead_letter_queue=dead_letter_queue, count=0))
+                self._move(queue, message, dead_letter_queue, "max-delivery-attempts")
             else:
                 keep.append(message)
         if keep:
@@ -497,8 +589,10 @@ class Broker:
         self.expired += 1
         queue.expired += 1
         self.events.count(Expired(queue=queue.name, count=0))
-        if self.expiry_queue and queue.name != self.expiry_queue:
-            self._move(queue, message, self.expiry_queue, "expired")
+        settings = self.queue_settings.get(queue.name) if self.queue_settings else None
+        expiry_queue = self.expiry_queue if settings is None or settings.expiry_queue is None else settings.expiry_queue
+        if expiry_queue and queue.name != expiry_queue:
+            self._move(queue, message, expiry_queue, "expired")
         else:
             self.consumed(queue, message)
 

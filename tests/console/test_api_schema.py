@@ -21,7 +21,8 @@ ENDPOINTS = {
     "links": {"get"}, "queues": {"get"}, "queues/{name}": {"get", "delete"}, "queues/{name}/history": {"get"},
     "queues/{name}/purge": {"post"}, "queues/{name}/move": {"post"}, "queues/{name}/browse": {"post"},
     "queues/{name}/send": {"post"}, "connections": {"get"}, "connections/{connection}": {"delete"},
-    "events": {"get"}, "pipeline": {"get"},
+    "events": {"get"}, "pipeline": {"get"}, "definitions": {"get"}, "definitions/queues/{name}": {"put", "delete"},
+    "definitions/durable/{name}": {"delete"},
 }
 _METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 

@@ -10,6 +10,7 @@ from twisted.internet import defer
 
 from management.service import REQUEST_TIMEOUT
 from mesh.codec import FrameType
+from model.definitions import QueueSettings
 from model.events import AdminAction, LinkUp, NodeJoined
 from model.mesh import ClusterView, NodeSummary, PartialQueue
 from model.requests import (
@@ -17,6 +18,9 @@ from model.requests import (
     Browse,
     BrowsePage,
     CloseConnection,
+    DefineQueue,
+    Definitions,
+    DeleteDefinition,
     DeleteQueue,
     Done,
     Events,
@@ -393,6 +397,8 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         CloseConnection(node="c", connection="some-connection"),
         Forget(node="c", forget=a.id),
         ScaleDownNode(node="c"),
+        DefineQueue(queue="orders", settings=QueueSettings(max_delivery_attempts=2)),
+        DeleteDefinition(kind="queue", name="orders"),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)
@@ -403,6 +409,7 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         assert reply.action == action and "admin" in reply.error.message
     assert snapshot(b, c) == before  # nothing reached b or c
     assert c.scale_down_requested == 0
+    assert all(node.broker.definitions.records() == [] for node in (a, b, c))
     events = a.admin_events()
     assert [e.action for e in events] == [r.__struct_config__.tag for r in requests]
     assert all(e.user == "mallory" and not e.ok and e.node == a.id and e.result.startswith("refused")
@@ -489,3 +496,40 @@ def test_admin_events_of_a_remote_node_travel_to_the_asker():
     (event,) = reply.result
     assert isinstance(event, AdminAction) and (event.node, event.user, event.action) == (c.id, "alice", "purge")
     assert msgspec.to_builtins(event)["kind"] == "admin_action"
+
+
+def test_a_queue_defined_through_any_node_is_defined_on_every_node_and_deleted_likewise():
+    mesh, a, b, c, _, _ = chain()
+    reply = wire(a.ask(DefineQueue(queue="orders", settings=QueueSettings(max_delivery_attempts=2,
+                                                                         dead_letter_queue="orders.dlq"))))
+    assert reply.ok and reply.result.node == a.id and reply.result.target == "/queue/orders"
+    mesh.settle()
+    for node in (a, b, c):
+        assert node.broker.queue_settings["orders"].dead_letter_queue == "orders.dlq"
+    listed = wire(c.ask(Definitions())).result
+    assert [(d.kind, d.name, d.origin, d.queue.max_delivery_attempts) for d in listed] == [
+        ("queue", "orders", a.id, 2)]
+    fill(c, 3)
+    reply = wire(b.ask(DeleteDefinition(kind="queue", name="orders")))
+    assert reply.ok
+    mesh.settle()
+    for node in (a, b, c):
+        assert "orders" not in node.broker.queue_settings and "orders" not in node.broker.queues
+    assert not c.stored  # the queue went with what waited in it
+    assert [e.action for e in b.admin_events() if e.ok] == ["delete_definition"]
+
+
+def test_bad_definitions_are_refused_with_a_reason_and_change_nothing():
+    mesh, a, b, c, _, _ = chain()
+    for body, words in [
+        (b'{"action": "define_queue", "queue": "orders", "settings": {"max_delivery_attempts": 0}}', ">= 1"),
+        (b'{"action": "define_queue", "queue": "orders", "settings": {"colour": "red"}}', "colour"),
+        (b'{"action": "define_queue", "queue": "news.*", "settings": {}}', "not a queue name"),
+        (b'{"action": "define_queue", "queue": "meshgate.management", "settings": {}}', "service address"),
+        (b'{"action": "delete_definition", "kind": "queue", "name": "never"}', "no queue definition"),
+        (b'{"action": "delete_definition", "kind": "topic", "name": "x"}', "kind"),
+    ]:
+        reply = a.ask(body)
+        assert not reply.ok and reply.error.code in ("bad_request", "not_found") and words in reply.error.message
+    mesh.settle()
+    assert all(node.broker.definitions.records() == [] for node in (a, b, c))

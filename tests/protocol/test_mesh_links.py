@@ -339,19 +339,6 @@ def test_topic_queue_for_a_peer_goes_when_its_subscribers_go():
     assert ("link/" + b.mesh.node_id) not in a.broker.bindings and a.broker.link_patterns == {}
 
 
-def test_an_away_durable_subscriber_still_draws_topic_messages():
-    mesh = MeshHarness()
-    a, b = mesh.node("a"), mesh.node("b")
-    mesh.link(a, b)
-    sink_session = b.broker.open_session(Sink(), "reader")
-    sink_session.subscribe("1", TOPIC, "news", "auto", None, None, "reader.feed")
-    sink_session.close()  # away; the durable subscription stays
-    mesh.settle()
-    a.send("news", b"kept for reader", kind=TOPIC)
-    mesh.settle()
-    assert [m.body for m in b.broker.bindings["reader.feed"].queue] == [b"kept for reader"]
-
-
 def test_scale_down_hands_over_durable_subscription_backlogs():
     mesh = MeshHarness()
     a, b = mesh.node("a"), mesh.node("b")

@@ -1,0 +1,97 @@
+"""Mesh-wide definitions in the REST API: GET /api/v1/definitions, PUT and DELETE
+/api/v1/definitions/queues/<name>, DELETE /api/v1/definitions/durable/<name>.
+A queue's settings set through the console reach every node of a real mesh and
+act there (a NACKed message dead-letters where the settings say); a durable
+subscription made by a STOMP client on one node is listed and deleted for all;
+bad input is a 4xx JSON error that changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+from e2e_support import manage_result, unique
+
+from model.definitions import DURABLE_SUBSCRIPTION, QUEUE_SETTINGS
+from model.requests import Definitions
+from tests.console.api_support import expect_error, expect_ok
+
+pytestmark = pytest.mark.django_db
+
+
+def _held(member, kind: str, name: str):
+    """The definition one node holds (None: none, not even a deletion)."""
+    return next((r for r in manage_result(member.stomp, Definitions()) if (r.kind, r.name) == (kind, name)), None)
+
+
+def _listed(client, name: str) -> list[dict]:
+    return [row for row in expect_ok(client.get("/api/v1/definitions", {"name": name}))["items"]
+            if row["name"] == name]
+
+
+def test_queue_settings_put_through_the_console_reach_every_node_and_act_there(mesh, admin):
+    queue = unique("qd")
+    body = {"max_delivery_attempts": 1, "dead_letter_queue": queue + ".dlq", "message_ttl_ms": 600000}
+    done = expect_ok(admin.put(f"/api/v1/definitions/queues/{queue}", body, format="json"))["result"]
+    assert done["action"] == "define_queue" and done["target"] == f"/queue/{queue}"
+    for member in mesh.nodes:
+        mesh.wait(lambda m=member: _held(m, QUEUE_SETTINGS, queue), f"the definition on {member}")
+    (row,) = _listed(admin, queue)
+    assert row["kind"] == "queue" and row["queue"] == body and row["deleted"] is False
+    # It acts on another node: one NACK there and the message is dead-lettered.
+    consumer = mesh.c.client()
+    consumer.subscribe(f"/queue/{queue}", ack="client-individual")
+    producer = mesh.c.client()
+    producer.send(f"/queue/{queue}", "poison", receipt=True)
+    (message,) = consumer.listener.wait_for(1)
+    assert int(message.headers["expires"]) > 0  # the queue's TTL, as it was sent without one
+    consumer.nack(message)
+    dead = mesh.c.client()
+    dead.subscribe(f"/queue/{queue}.dlq")
+    assert dead.listener.wait_for(1)[0].body == "poison"
+
+    # Deleted for every node, and listed as deleted.
+    consumer.disconnect()
+    done = expect_ok(admin.delete(f"/api/v1/definitions/queues/{queue}"))["result"]
+    assert done["action"] == "delete_definition"
+    for member in mesh.nodes:
+        mesh.wait(lambda m=member: _held(m, QUEUE_SETTINGS, queue).deleted,
+                  f"the deletion on {member}")
+    assert [row["deleted"] for row in _listed(admin, queue)] == [True]
+
+
+def test_a_durable_subscription_is_listed_and_deleted_for_every_node(mesh, admin):
+    client_id, name = unique("app"), "feed"
+    durable = f"{client_id}.{name}"
+    subscriber = mesh.b.client(headers={"client-id": client_id})
+    subscriber.subscribe("/topic/" + unique("news"), headers={"activemq.subscriptionName": name})
+    for member in mesh.nodes:
+        mesh.wait(lambda m=member: _held(m, DURABLE_SUBSCRIPTION, durable), f"the subscription on {member}")
+    (row,) = _listed(admin, durable)
+    assert row["kind"] == "durable" and row["durable"]["topic"].startswith("news")
+    # While its subscriber is connected (to B), it cannot be deleted there.
+    error = expect_error(admin.delete(f"/api/v1/definitions/durable/{durable}"), 409, "conflict")
+    assert "subscriber" in error["message"]
+    subscriber.disconnect()
+    expect_ok(admin.delete(f"/api/v1/definitions/durable/{durable}"))
+    for member in mesh.nodes:
+        mesh.wait(lambda m=member: _held(m, DURABLE_SUBSCRIPTION, durable).deleted, f"the deletion on {member}")
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"max_delivery_attempts": 0}, "max_delivery_attempts"),
+    ({"message_ttl_ms": "soon"}, "message_ttl_ms"),
+    ({"colour": "red"}, "colour"),
+])
+def test_bad_settings_are_a_400_naming_the_field_and_define_nothing(mesh, admin, body, field):
+    queue = unique("qbad")
+    error = expect_error(admin.put(f"/api/v1/definitions/queues/{queue}", body, format="json"), 400, "bad_request")
+    assert field in error["message"]
+    assert _listed(admin, queue) == []
+
+
+def test_unknown_definitions_are_a_404_and_viewers_may_only_look(mesh, admin, viewer):
+    expect_error(admin.delete(f"/api/v1/definitions/queues/{unique('never')}"), 404, "not_found")
+    expect_error(admin.delete(f"/api/v1/definitions/durable/{unique('never')}"), 404, "not_found")
+    queue = unique("qv")
+    expect_error(viewer.put(f"/api/v1/definitions/queues/{queue}", {}, format="json"), 403, "forbidden")
+    expect_ok(viewer.get("/api/v1/definitions"))
+    assert _listed(admin, queue) == []
