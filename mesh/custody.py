@@ -6,8 +6,9 @@ sender has durably forgotten the message (RELEASED), so a resend after a
 reconnect or a crash is dropped; a recent-message window catches copies that come
 round another way.
 
-A queue message whose link went before it was confirmed, or that this node
-recovered after a stop, may already be in a peer's custody: it is *in doubt*,
+A queue message (or a durable subscription's, on its way to the subscriber's
+node) whose link went before it was confirmed, or that this node recovered
+after a stop, may already be in a peer's custody: it is *in doubt*,
 held out of every queue until that peer (every peer this node has linked with,
 after a restart) has said on reconnect whether it has it, or until
 ``in_doubt_timeout_ms``. For persistent messages the peer lists its markers; for
@@ -86,7 +87,7 @@ class Custody:
         self.markers: dict[str, dict[str, Message]] = {}
         self.recent = RecentWindow(_RECENT_WINDOW)  # every message received lately, in memory
         self.known_peers: dict[str, Message] = {}  # peer id -> its durable record under PEER_RECORD
-        self._doubt: dict[str, _InDoubt] = {}  # message id -> where it waits
+        self._doubt: dict[str, _InDoubt] = {}  # entry (see entry_of) -> where it waits
         self._doubt_timers: dict[str, object] = {}  # peer id -> when to stop waiting for it
         mesh.broker.foreign_records[MARKER] = self._recover_marker
         mesh.broker.foreign_records[PEER_RECORD] = self._recover_peer
@@ -141,9 +142,9 @@ class Custody:
     def markers_received(self, link: LinkProtocol, keys: list[str]) -> None:
         """The peer lists what it holds from us, on every new link: those in doubt
         are its now; release what we no longer hold."""
-        by_id = {key.rpartition("/")[2]: key for key in keys}
-        taken = self.peer_answered(link.peer_id, by_id)
-        gone = [key for message_id, key in by_id.items() if not self.store.holds(message_id)]
+        by_entry = {key.partition("/")[2]: key for key in keys}  # the origin (a node id) comes first
+        taken = self.peer_answered(link.peer_id, by_entry)
+        gone = [key for entry, key in by_entry.items() if not self.store.holds(entry.rpartition("/")[2])]
         if taken:
             self.release_when_durable(link.peer_id, gone)  # our copies must be durably gone first
         elif gone:
@@ -156,7 +157,7 @@ class Custody:
         link.send_control(FrameType.HAVE, [key for key in keys if key in self.recent])
 
     def have_received(self, link: LinkProtocol, keys: list[str]) -> None:
-        self.peer_answered(asked(link.peer_id), [key.rpartition("/")[2] for key in keys])
+        self.peer_answered(asked(link.peer_id), [key.partition("/")[2] for key in keys])
 
     def release_when_durable(self, peer_id: str, keys: list[str]) -> None:
         """Tell the peer it may drop these markers once our removals are on disk."""
@@ -177,7 +178,7 @@ class Custody:
             self._record_peer(peer_id, {})
         link.send_control(FrameType.MARKERS, sorted(self.markers.get(peer_id, {})))
         waiting_for = asked(peer_id)
-        keys = [self.key(entry.message) for entry in self._doubt.values() if waiting_for in entry.waiting]
+        keys = [self.key(entry.message, name) for name, entry in self._doubt.items() if waiting_for in entry.waiting]
         if keys:
             link.send_control(FrameType.ASK, keys)
 
@@ -186,7 +187,7 @@ class Custody:
         stored: list[tuple[Queue, Message]] = []
         recent: list[tuple[Queue, Message]] = []
         for sub in peer.session.subscriptions.values():
-            if sub.queue.key.startswith("Q:"):
+            if sub.queue.key[:2] in ("Q:", "D:"):  # a topic's link queue keeps each node's copy apart
                 # Another node could take these now: hold them until the peer says whether it has them.
                 for message in sub.inflight.values():
                     (stored if message.persistent else recent).append((sub.queue, message))
@@ -236,8 +237,10 @@ class Custody:
         a peer: hold each until every peer this node has linked with has said."""
         if not self.known_peers:
             return
+        broker = self.mesh.broker
         doubtful = []
-        for queue in self.mesh.broker.queues.values():
+        durable = [b.queue for b in broker.bindings.values() if b.durable and b.peer is None]
+        for queue in (*broker.queues.values(), *durable):
             doubtful.extend((queue, message) for message in queue.take_all())
         self._doubt_about(doubtful, set(self.known_peers))
 
@@ -245,7 +248,7 @@ class Custody:
         for queue, message in doubtful:
             message.recovered = True
             queue.in_doubt += 1
-            self._doubt[message.id] = _InDoubt(queue, message, set(peers))
+            self._doubt[entry_of(queue, message)] = _InDoubt(queue, message, set(peers))
         timeout = self.mesh.config.in_doubt_timeout_ms / 1000.0
         for peer_id in peers:
             if peer_id not in self._doubt_timers:
@@ -254,19 +257,19 @@ class Custody:
     def peer_answered(self, peer_id: str, held: Iterable[str]) -> list[str]:
         """The peer listed the message ids it holds from us (or stopped being
         waited for): forget those, and dispatch again what no one else may hold.
-        Returns the ids forgotten. ``peer_id`` is ``asked(peer)`` for the
-        peer's answer about non-persistent messages."""
+        Returns the entries forgotten (see entry_of). ``peer_id`` is ``asked(peer)``
+        for the peer's answer about non-persistent messages."""
         timer = self._doubt_timers.pop(peer_id, None)
         if timer is not None and timer.active():
             timer.cancel()
         broker = self.mesh.broker
         forgotten = []
-        for message_id in held:
-            entry = self._doubt.pop(message_id, None)
+        for name in held:
+            entry = self._doubt.pop(name, None)
             if entry is not None:
                 entry.queue.in_doubt -= 1
                 broker.consumed(entry.queue, entry.message)
-                forgotten.append(message_id)
+                forgotten.append(name)
         released: dict[Queue, list[Message]] = {}
         for message_id, entry in list(self._doubt.items()):
             entry.waiting.discard(peer_id)
@@ -288,9 +291,9 @@ class Custody:
         waiting_for = (peer_id, asked(peer_id))
         return sum(1 for entry in self._doubt.values() if not entry.waiting.isdisjoint(waiting_for))
 
-    def key(self, message: Message) -> str:
-        """How the receiver knows a queue message from this node: origin and id."""
-        return f"{message.path[0] if message.path else self.mesh.node_id}/{message.id}"
+    def key(self, message: Message, entry: str) -> str:
+        """How the receiver knows a message from this node: origin and entry."""
+        return f"{message.path[0] if message.path else self.mesh.node_id}/{entry}"
 
     # -- recovery -------------------------------------------------------------------------
 
@@ -299,6 +302,13 @@ class Custody:
 
     def _recover_peer(self, key: str, record: Message) -> None:
         self.known_peers[record.id] = record
+
+
+def entry_of(queue: Queue, message: Message) -> str:
+    """How a forwarded message is named between two nodes (mesh.peer.entry_name): by
+    its id, and a durable subscription's copy also by the subscription, as copies
+    of one topic message share the id."""
+    return message.id if queue.key.startswith("Q:") else f"{queue.name}/{message.id}"
 
 
 def not_durable(failure: Failure) -> None:

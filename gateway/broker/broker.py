@@ -134,6 +134,11 @@ class Broker:
                 continue
             queue = by_key.get(key)
             if queue is None:
+                if key.startswith("D:"):
+                    # Its subscription was deleted (on another node, say) while this one was on its way.
+                    log.warning("recovery: a message for deleted durable subscription %r dropped", key[2:])
+                    self.store.remove(key, message)
+                    continue
                 queue = self._queue_for_key(key)
                 by_key[key] = queue
             # It may have been delivered before the restart: say so, without
@@ -148,10 +153,7 @@ class Broker:
         return count
 
     def _queue_for_key(self, key: str) -> Queue:
-        kind, _, name = key.partition(":")
-        if kind == "D":
-            raise BrokerError(f"store holds messages for unknown durable subscription {name!r}")
-        return self._create_queue(name)
+        return self._create_queue(key.partition(":")[2])
 
     # -- time and ids ---------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from gateway.broker.message import TOPIC
 from model.definitions import DURABLE_SUBSCRIPTION, QUEUE_SETTINGS, QueueSettings
 from tests.protocol.mesh_harness import MeshHarness, Sink
+from tests.protocol.test_mesh_in_doubt import lose
 
 FEED = "reader.feed"
 
@@ -192,3 +193,46 @@ def test_definitions_survive_a_restart():
     b.restart()
     assert definitions(b) == before and FEED in b.broker.bindings
     assert b.broker.queue_settings["orders"].max_delivery_attempts == 3
+
+
+def test_a_durable_message_in_flight_when_its_link_went_is_not_sent_twice_when_the_subscriber_moves():
+    mesh = MeshHarness(in_doubt_timeout_ms=5000)
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    to_b = mesh.link(a, b)
+    mesh.link(a, c)
+    mesh.link(b, c)
+    reader, at_b = durable_subscriber(b)
+    mesh.settle()
+    a.send("news.eu", b"once", kind=TOPIC)
+    mesh.clock.advance(0)  # on the a-b link
+    to_b.pump()  # b takes it and delivers it; its STORED never reaches a
+    lose(mesh, to_b, a, b)
+    assert at_b.bodies == [b"once"]
+    reader.close()
+    _, at_c = durable_subscriber(c)  # the subscriber moves while a does not know b has it
+    mesh.settle()
+    assert at_c.bodies == [] and a.broker.bindings[FEED].queue.in_doubt == 1
+    mesh.link(a, b)  # b lists its markers: the message was b's (and delivered), so a drops its copy
+    mesh.settle()
+    mesh.clock.advance(5)  # past in_doubt_timeout_ms: nothing waits any more
+    mesh.settle()
+    assert at_c.bodies == [] and a.broker.bindings[FEED].queue.in_doubt == 0 and not a.stored
+
+
+def test_a_durable_message_the_peer_never_got_follows_the_subscriber_after_the_wait():
+    mesh = MeshHarness(in_doubt_timeout_ms=5000)
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    to_b = mesh.link(a, b)
+    mesh.link(a, c)
+    reader, at_b = durable_subscriber(b)
+    mesh.settle()
+    a.send("news.eu", b"lost on the way", kind=TOPIC)
+    mesh.clock.advance(0)  # in a's buffer only
+    lose(mesh, to_b, a, b)
+    reader.close()
+    _, at_c = durable_subscriber(c)
+    mesh.settle()
+    assert at_c.bodies == []
+    mesh.clock.advance(5)  # b never answers: a stops waiting
+    mesh.settle()
+    assert at_c.bodies == [b"lost on the way"] and at_c.messages[0].redelivered and at_b.bodies == []

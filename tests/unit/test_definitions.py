@@ -104,3 +104,26 @@ def test_a_catalog_from_before_definitions_recovers_its_durable_subscriptions(tm
     assert [m.body for m in again.bindings["app.feed"].queue] == [b"kept"]
     assert again.queue_settings["orders"].max_delivery_attempts == 4
     assert again.definitions.get(DURABLE_SUBSCRIPTION, "app.feed").origin == "node-a"
+
+
+def test_a_stored_message_of_a_deleted_durable_subscription_is_dropped_at_recovery(tmp_path, caplog):
+    reactor = LoopReactor()
+    broker = Broker(JournalStore(tmp_path, reactor), node_id="node-a")
+    broker.recover()
+    session = broker.open_session(None, "reader")
+    session.subscribe("1", TOPIC, "news", "auto", None, None, "app.feed")
+    session.close()
+    broker.send(TOPIC, "news", {}, b"orphan", persistent=True)
+    durable(broker.store, reactor)
+    close(broker.store, reactor)
+    catalog = json.loads((tmp_path / "catalog.json").read_text())
+    catalog["definitions"] = []  # deleted while its message was on the way here
+    (tmp_path / "catalog.json").write_text(json.dumps(catalog))
+    for dropped in (1, 0):  # the first start drops it (no error), the second finds nothing
+        caplog.clear()
+        reactor = LoopReactor()
+        again = Broker(JournalStore(tmp_path, reactor), node_id="node-a")
+        assert again.recover() == 0 and "app.feed" not in again.bindings
+        assert sum("deleted durable subscription 'app.feed' dropped" in r.message for r in caplog.records) == dropped
+        durable(again.store, reactor)
+        close(again.store, reactor)
