@@ -78,7 +78,7 @@ def test_every_admin_action_is_refused_without_admin(node, action):
     raw.send_frame("SEND", {"destination": ADDRESS, "reply-to": reply_to, "meshgate-admin": "true",
                             "correlation-id": "c1"},
                    json.dumps({"action": action, "queue": "q", "destination": "/queue/q", "connection": "x",
-                               "forget": "n"}))
+                               "forget": "n", "kind": "queue", "name": "q"}))
     reply = json.loads(raw.expect("MESSAGE").body)
     assert reply["ok"] is False and reply["error"]["code"] == "forbidden", reply
 
