@@ -44,7 +44,7 @@ SALT_BYTES = 16
 MAX_ITERATIONS = 10_000_000
 
 ACTIONS = frozenset({"read", "write", "admin"})
-DESTINATION_KINDS = ("/queue/", "/topic/", "/temp-queue/")
+DESTINATION_KINDS = ("/queue/", "/topic/", "/temp-queue/", "/exchange/")
 
 
 class UserConfig(Protocol):

@@ -70,8 +70,6 @@ class LocalActions:
                                               "node; try again once the peers have answered for them", self.node_id)
         count = len(queue)
         self.broker.delete_queue(queue)
-        if self.mesh is not None:
-            self.mesh.queue_deleted(name)
         return self._done("delete_queue", "/queue/" + name, count)
 
     # -- mesh-wide definitions --------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from mesh.codec import FrameType
-from model.definitions import QUEUE_SETTINGS, Definition
+from model.definitions import Definition
 
 if TYPE_CHECKING:
     from mesh.link import LinkProtocol
@@ -54,9 +54,6 @@ class DefinitionSync:
             self.mesh.broker.forget_deletions(self.mesh.broker.seconds() - retention)
 
     def _applied(self, records: list[Definition]) -> None:
-        for record in records:
-            if record.kind == QUEUE_SETTINGS and record.deleted and record.name not in self.mesh.broker.queues:
-                self.mesh.queue_deleted(record.name)  # link subscriptions held the queue that went
         self.mesh.demand.durables_changed()
 
     def _send(self, records: list[Definition], source: str | None) -> None:

@@ -72,6 +72,7 @@ class MeshNode:
         self.topology = Topology(self, self.own_summary)
         self.router = Router(self)
         broker.definitions.origin = node_id
+        broker.queue_deleted_watchers.append(self.demand.queue_deleted)
         self.definitions = DefinitionSync(self)
         # The node's own description for the view of the mesh; the node's management
         # layer replaces it with one that knows the listeners, memory and store.
@@ -233,9 +234,6 @@ class MeshNode:
             peer.session.deliver(sub, message)
         peer.retiring.add(sub)  # unsubscribed once the peer has confirmed them all
         return len(messages)
-
-    def queue_deleted(self, name: str) -> None:
-        self.demand.queue_deleted(name)
 
     def _holding(self) -> bool:
         durable = (b.queue for b in self.broker.bindings.values() if b.durable)

@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     broker.add_argument("--config", help="node configuration (TOML); see docs/configuration.md")
     broker.add_argument("--name", help="node name (default: the host name)")
     broker.add_argument("--stomp", metavar="HOST:PORT", help="STOMP listener (default 127.0.0.1:61613)")
+    broker.add_argument("--amqp", metavar="HOST:PORT", help="AMQP 0-9-1 listener (default: none; [amqp] bind)")
     broker.add_argument("--data", metavar="DIR", help="data directory (default ./data/<name>)")
     broker.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
                         help="override a configuration key, e.g. --set broker.memory_limit=64MiB")
@@ -133,6 +134,8 @@ def _broker(args: argparse.Namespace) -> int:
             overrides["name"] = args.name
         if args.stomp:
             overrides["stomp.bind"] = args.stomp
+        if args.amqp:
+            overrides["amqp.bind"] = args.amqp
         if args.data:
             overrides["data_dir"] = args.data
         config = load_config(args.config, overrides)

@@ -91,6 +91,7 @@ class Node:
         self.store: JournalStore | None = None
         self.broker: Broker | None = None
         self.stomp_factory: StompFactory | None = None
+        self.amqp_factory = None
         self.ports: list = []
         self._sweeper: task.LoopingCall | None = None
         self.mesh = None
@@ -142,7 +143,7 @@ class Node:
         if recovered:
             log.info("recovered %d persistent messages", recovered)
         if config.anonymous:
-            exposed = [host for _, (host, _) in config.stomp.binds() if not _loopback(host)]
+            exposed = [host for _, (host, _) in config.client_binds() if not _loopback(host)]
             # Anonymous on loopback is the documented local default; reachable from elsewhere it is a risk.
             log.log(logging.WARNING if exposed else logging.INFO,
                     "no users configured: any client may connect without credentials%s",
@@ -179,6 +180,8 @@ class Node:
             self.ports.append(("ws", (yield self._listen(stomp.websocket.bind, websocket))))
             if stomp.websocket.tls is not None:
                 self.ports.append(("wss", (yield self._listen_tls(stomp.websocket.tls, websocket))))
+        if config.amqp is not None:
+            yield self._start_amqp(config.amqp, authorizer)
         if self.mesh is not None:
             self.mesh.stomp_address = (self.addresses()[0][1], self.addresses()[0][2])
             yield self.mesh.start()
@@ -215,11 +218,25 @@ class Node:
     def metrics_status(self) -> MetricsStatus:
         return self.metrics.publisher.status() if self.metrics is not None else MetricsStatus()
 
+    @defer.inlineCallbacks
+    def _start_amqp(self, amqp, authorizer: Authorizer):
+        from gateway.amqp.protocol import AmqpFactory, AmqpSettings
+
+        settings = AmqpSettings(frame_max=amqp.frame_max, channel_max=amqp.channel_max, heartbeat_s=amqp.heartbeat_s,
+                                max_message_size=amqp.max_message_size, max_connections=amqp.max_connections)
+        self.amqp_factory = AmqpFactory(self.broker, settings, self.stomp_factory.authenticator, authorizer,
+                                        self.reactor, node_name=self.config.name,
+                                        threadpool=self.reactor.getThreadPool())
+        self.ports.append(("amqp", (yield self._listen(amqp.bind, self.amqp_factory))))
+        if amqp.tls is not None:
+            self.ports.append(("amqps", (yield self._listen_tls(amqp.tls, self.amqp_factory))))
+
     def model_addresses(self) -> Addresses:
         listeners = {scheme: address_text(host, port) for scheme, host, port in self.addresses()}
         link = address_text(*self.mesh.link_address) if self.mesh is not None else None
         return Addresses(stomp=listeners.get("stomp"), stomp_tls=listeners.get("stomp+ssl"), link=link,
-                         websocket=listeners.get("ws"), websocket_tls=listeners.get("wss"))
+                         websocket=listeners.get("ws"), websocket_tls=listeners.get("wss"),
+                         amqp=listeners.get("amqp"), amqp_tls=listeners.get("amqps"))
 
     def scale_down_and_stop(self) -> None:
         """An administrator asked this node to hand everything over and go."""
@@ -257,6 +274,8 @@ class Node:
         self.ports = []
         if self.stomp_factory is not None:
             yield self._close_clients(self.stomp_factory.connections)
+        if self.amqp_factory is not None:
+            yield self._close_clients(self.amqp_factory.connections)
         if self.mesh is not None and (self.config.mesh.scale_down or self.scale_down_requested) \
                 and self.fatal is None:
             yield self.mesh.scale_down()

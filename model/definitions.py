@@ -10,13 +10,16 @@ that a node that was away learns of it rather than bringing the old one back."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 QUEUE_SETTINGS = "queue"
 DURABLE_SUBSCRIPTION = "durable"
-DefinitionKind = Literal["queue", "durable"]
+EXCHANGE = "exchange"  # AMQP exchanges and their bindings (docs/amqp.md)
+BINDING = "binding"
+DefinitionKind = Literal["queue", "durable", "exchange", "binding"]
+ExchangeType = Literal["direct", "fanout", "topic", "headers"]
 
 
 class QueueSettings(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -26,6 +29,11 @@ class QueueSettings(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unk
     dead_letter_queue: Annotated[str, msgspec.Meta(min_length=1)] | None = None
     expiry_queue: str | None = None  # "" discards expired messages
     message_ttl_ms: Annotated[int, msgspec.Meta(ge=1)] | None = None  # for messages sent without `expires`
+    # AMQP's x-dead-letter-exchange / -routing-key: where rejected and expired messages are published
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
+    # The x-arguments an AMQP queue.declare gave, kept to answer a redeclare that differs (406)
+    amqp_arguments: dict[str, Any] | None = None
 
 
 class DurableSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -33,6 +41,29 @@ class DurableSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkno
 
     topic: str
     selector: str | None = None
+
+
+class ExchangeSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    type: ExchangeType
+    durable: bool = True
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = {}
+
+
+class BindingSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A route from an exchange to a queue (or to another exchange)."""
+
+    source: str
+    destination: str
+    destination_kind: Literal["queue", "exchange"] = "queue"
+    routing_key: str = ""
+    arguments: dict[str, Any] = {}
+
+    def key(self) -> str:
+        """The binding's name as a definition: everything that tells two bindings apart."""
+        return msgspec.json.encode([self.source, self.destination_kind, self.destination, self.routing_key,
+                                    sorted(self.arguments.items())]).decode()
 
 
 class Definition(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -43,10 +74,12 @@ class Definition(msgspec.Struct, kw_only=True, omit_defaults=True):
     changed_at: float  # wall clock of the change, seconds (shown; tombstones expire by it)
     queue: QueueSettings | None = None
     durable: DurableSpec | None = None
+    exchange: ExchangeSpec | None = None
+    binding: BindingSpec | None = None
 
     @property
     def deleted(self) -> bool:
-        return self.queue is None and self.durable is None
+        return self.queue is None and self.durable is None and self.exchange is None and self.binding is None
 
     def wins_over(self, other: Definition | None) -> bool:
         return other is None or (self.version, self.origin) > (other.version, other.origin)

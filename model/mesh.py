@@ -29,6 +29,8 @@ class Addresses(_Model, kw_only=True):
     link: str | None = None  # the mesh link listener
     websocket: str | None = None  # STOMP over WebSocket (ws://)
     websocket_tls: str | None = None  # (wss://)
+    amqp: str | None = None  # the AMQP 0-9-1 listener
+    amqp_tls: str | None = None
 
 
 class MetricsStatus(_Model, kw_only=True):

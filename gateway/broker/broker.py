@@ -6,17 +6,28 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 from gateway.broker.definitions import Definitions
 from gateway.broker.errors import BrokerError
 from gateway.broker.events import EventSink, NullEvents
+from gateway.broker.exchanges import TOPIC_EXCHANGE, Exchanges
 from gateway.broker.message import QUEUE, TOPIC, Message, SelectorHeaders
 from gateway.broker.queue import ACK_MODES, CLIENT_INDIVIDUAL, Queue, Subscription
 from gateway.broker.session import DeliverySink, Session
 from gateway.store.base import Store
 from gateway.wildcard import compile_pattern
-from model.definitions import DURABLE_SUBSCRIPTION, QUEUE_SETTINGS, Definition, DurableSpec, QueueSettings
+from model.definitions import (
+    BINDING,
+    DURABLE_SUBSCRIPTION,
+    EXCHANGE,
+    QUEUE_SETTINGS,
+    BindingSpec,
+    Definition,
+    DurableSpec,
+    ExchangeSpec,
+    QueueSettings,
+)
 from model.events import ConsumerAttached, ConsumerDetached, DeadLetter, Expired
 
 log = logging.getLogger(__name__)
@@ -93,6 +104,7 @@ class Broker:
         self.expired = 0
         self.dropped = 0
         self._consumer_watchers: list[Callable[[], None]] = []
+        self.queue_deleted_watchers: list[Callable[[str], None]] = []  # the mesh lets go of what held the queue
         self.strict_routing = False  # the mesh's STRICT load balancing, see Queue.put
         self.link_patterns: dict[str, list[str]] = {}  # mesh peer id -> topic patterns subscribed beyond it
         # Addresses answered by the node itself (management), never queued: the
@@ -105,6 +117,8 @@ class Broker:
         # Queue settings and durable subscriptions as the whole mesh holds them (model.definitions).
         self.definitions = Definitions(node_id)
         self.queue_settings: dict[str, QueueSettings] = {}
+        self.exchanges = Exchanges()
+        self._topic_queues = False  # some queue is bound to amq.topic: STOMP topic messages reach it too
         self.on_definition: Callable[[Definition], None] | None = None  # the mesh ships changes made here
 
     # -- start-up -------------------------------------------------------------------------
@@ -199,8 +213,11 @@ class Broker:
             self.consumed(queue, message)
         if queue.temporary:
             self.temp_queues.pop(queue.name, None)
-        elif self.queues.pop(queue.name, None) is not None and save:
-            self._save_catalog(required=False)
+        elif self.queues.pop(queue.name, None) is not None:
+            if save:
+                self._save_catalog(required=False)
+            for watcher in self.queue_deleted_watchers:
+                watcher(queue.name)
 
     def _save_catalog(self, required: bool = True) -> None:
         """Write the catalog. When the store cannot (a full disk), the client request
@@ -225,13 +242,59 @@ class Broker:
         if persistent and self.store.failure is not None:
             raise BrokerError(f"persistent messages are refused for now: the store cannot write ({self.store.failure})")
         if not expires and kind == QUEUE and self.queue_settings:
-            settings = self.queue_settings.get(address)
-            if settings is not None and settings.message_ttl_ms:
-                expires = self.now_ms() + settings.message_ttl_ms
+            expires = self._queue_expiry(address)
+            if expires:
                 headers = {**headers, "expires": str(expires)}  # as if sent with it: consumers see it
         message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
         message.created = (session.received_at if session is not None else 0.0) or self.seconds()
         return message if self.route(message, session) else None
+
+    def _queue_expiry(self, name: str) -> int:
+        settings = self.queue_settings.get(name)
+        return self.now_ms() + settings.message_ttl_ms if settings is not None and settings.message_ttl_ms else 0
+
+    def publish(self, exchange: str, routing_key: str, headers: dict[str, str], body: bytes, persistent: bool = False,
+                priority: int = 4, expires: int = 0, session: Session | None = None,
+                match: dict | None = None) -> int:
+        """Publish through an exchange (AMQP): a copy to each queue its bindings
+        lead to — the default exchange ``""`` to the queue named ``routing_key`` if
+        there is one — and, for amq.topic, to the topic ``routing_key`` as a STOMP
+        SEND to ``/topic/`` would. Returns how many took it (0: unroutable);
+        ``match`` is what a headers exchange matches (typed AMQP headers)."""
+        if persistent and self.store.failure is not None:
+            raise BrokerError(f"persistent messages are refused for now: the store cannot write ({self.store.failure})")
+        created = (session.received_at if session is not None else 0.0) or self.seconds()
+        if exchange == TOPIC_EXCHANGE:
+            message = Message(self.next_message_id(), TOPIC, routing_key, headers, body, persistent, priority, expires)
+            message.created = created
+            takers = len(self._topic_cache.get(routing_key) or self._match_bindings(routing_key))
+            takers += len(self.exchanges.queues_for(TOPIC_EXCHANGE, routing_key, match or {}))
+            self.route(message, session)  # which puts it in amq.topic's queues too
+            return takers
+        if exchange == "":
+            names = [routing_key] if routing_key in self.queues else []
+        else:
+            names = sorted(self.exchanges.queues_for(exchange, routing_key, match or {}))
+        if expires and expires <= self.now_ms():
+            self.expired += 1
+            return len(names)
+        message = Message(self.next_message_id(), QUEUE, "", headers, body, persistent, priority, expires)
+        message.created = created
+        self._into_queues(message, names)
+        return len(names)
+
+    def _into_queues(self, message: Message, names: list[str]) -> None:
+        """A copy of ``message`` in each named queue, each with an id of its own (the
+        mesh tells queue messages apart by id)."""
+        for index, name in enumerate(names):
+            copy = message if index == 0 else message.copy()
+            if index:
+                copy.id = f"{message.id}.{index}"
+            copy.kind, copy.address = QUEUE, name
+            if not message.expires and self.queue_settings:
+                copy.expires = self._queue_expiry(name)
+            queue = self.queues.get(name)
+            self._enqueue(queue if queue is not None else self._create_queue(name), copy)
 
     def route(self, message: Message, session: Session | None = None) -> bool:
         """Put a message (new, or arriving from another node) where it belongs."""
@@ -266,6 +329,13 @@ class Broker:
                     continue
                 self._enqueue(binding.queue, message if first else message.copy())
                 first = False
+            if self._topic_queues and not path:
+                # Queues bound to amq.topic take it too, on the node where it was published.
+                names = sorted(self.exchanges.queues_for(TOPIC_EXCHANGE, address, message.headers))
+                if names:
+                    copy = message.copy()
+                    copy.id = message.id + ".q"
+                    self._into_queues(copy, names)
         elif kind == TEMP:
             queue = self.temp_queues.get(address)
             if queue is None:
@@ -508,10 +578,36 @@ class Broker:
         self._apply_definition(record, save=False)
         return record
 
-    def _define(self, kind: str, name: str, *, queue: QueueSettings | None = None,
-                durable: DurableSpec | None = None) -> Definition:
+    def declare_exchange(self, name: str, spec: ExchangeSpec) -> None:
+        """Make an exchange on every node (nothing changes if it exists alike)."""
+        current = self.definitions.get(EXCHANGE, name)
+        if current is not None and current.exchange == spec:
+            return
+        self._apply_definition(self._define(EXCHANGE, name, exchange=spec), save=False)
+
+    def delete_exchange(self, name: str) -> None:
+        """Delete an exchange and the bindings from and to it, on every node."""
+        for exchange in self.exchanges.exchanges.values():
+            for binding, _ in list(exchange.bindings.values()):
+                if binding.source == name or (binding.destination == name and binding.destination_kind == EXCHANGE):
+                    self.unbind(binding)
+        self._apply_definition(self._define(EXCHANGE, name), save=False)
+
+    def bind(self, binding: BindingSpec) -> None:
+        key = binding.key()
+        current = self.definitions.get(BINDING, key)
+        if current is None or current.deleted:
+            self._apply_definition(self._define(BINDING, key, binding=binding), save=False)
+
+    def unbind(self, binding: BindingSpec) -> None:
+        key = binding.key()
+        current = self.definitions.get(BINDING, key)
+        if current is not None and not current.deleted:
+            self._apply_definition(self._define(BINDING, key), save=False)
+
+    def _define(self, kind: str, name: str, **spec: Any) -> Definition:
         """A definition changed here: record it, save it, let the mesh ship it."""
-        record = self.definitions.change(kind, name, self.seconds(), queue=queue, durable=durable)
+        record = self.definitions.change(kind, name, self.seconds(), **spec)
         self._save_catalog()
         if self.on_definition is not None:
             self.on_definition(record)
@@ -541,6 +637,17 @@ class Broker:
                 queue = self.queues.get(name)
                 if queue is not None and not queue.consumers:
                     self.delete_queue(queue, save=False)
+        elif record.kind == EXCHANGE:
+            if record.exchange is not None:
+                self.exchanges.declare(name, record.exchange)
+            else:
+                self.exchanges.delete(name)
+        elif record.kind == BINDING:
+            if record.binding is not None:
+                self.exchanges.bind(record.binding)
+            else:
+                self.exchanges.unbind_key(name)
+            self._topic_queues = self.exchanges.topic_bound()
         else:
             binding = self.bindings.get(name)
             spec = record.durable
@@ -577,6 +684,9 @@ class Broker:
             dead_letter_queue = settings.dead_letter_queue or dead_letter_queue
         for message in messages:
             if message.deliveries >= attempts and queue.name != dead_letter_queue:
+                if settings is not None and settings.dead_letter_exchange is not None:
+                    self.dead_letter(queue, message, "max-delivery-attempts")
+                    continue
                 queue.dead_lettered += 1
                 self.events.count(DeadLetter(queue=queue.name, reason="max-delivery-attempts",
                                              dead_letter_queue=dead_letter_queue, count=0))
@@ -587,11 +697,32 @@ class Broker:
             queue.put_back(keep)
             queue.dispatch()
 
+    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
+        """A message refused for good (AMQP reject or nack without requeue): to the
+        queue's dead-letter exchange if it has one, else dropped, as RabbitMQ does."""
+        settings = self.queue_settings.get(queue.name) if self.queue_settings else None
+        exchange = settings.dead_letter_exchange if settings is not None else None
+        if exchange is None or exchange not in self.exchanges.exchanges:
+            self.consumed(queue, message)
+            return
+        queue.dead_lettered += 1
+        self.events.count(DeadLetter(queue=queue.name, reason=reason, dead_letter_queue="exchange:" + exchange,
+                                     count=0))
+        self.consumed(queue, message)
+        headers = {**message.headers, "original-destination": f"/queue/{queue.name}",
+                   "original-message-id": message.id, "dead-letter-reason": reason}
+        headers.pop("expires", None)
+        routing_key = settings.dead_letter_routing_key or headers.get("amqp-routing-key", queue.name)
+        self.publish(exchange, routing_key, headers, message.body, message.persistent, message.priority)
+
     def expire(self, queue: Queue, message: Message) -> None:
         self.expired += 1
         queue.expired += 1
         self.events.count(Expired(queue=queue.name, count=0))
         settings = self.queue_settings.get(queue.name) if self.queue_settings else None
+        if settings is not None and settings.dead_letter_exchange is not None:
+            self.dead_letter(queue, message, "expired")
+            return
         expiry_queue = self.expiry_queue if settings is None or settings.expiry_queue is None else settings.expiry_queue
         if expiry_queue and queue.name != expiry_queue:
             self._move(queue, message, expiry_queue, "expired")

@@ -4,11 +4,11 @@ shipping them the mesh's."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import msgspec
 
-from model.definitions import Definition, DefinitionKind, DurableSpec, QueueSettings
+from model.definitions import Definition, DefinitionKind
 
 
 class Definitions:
@@ -27,12 +27,11 @@ class Definitions:
     def records(self) -> list[Definition]:
         return sorted(self._records.values(), key=lambda r: (r.kind, r.name))
 
-    def change(self, kind: DefinitionKind, name: str, now: float, *, queue: QueueSettings | None = None,
-               durable: DurableSpec | None = None) -> Definition:
-        """A change made on this node (neither ``queue`` nor ``durable``: a deletion)."""
+    def change(self, kind: DefinitionKind, name: str, now: float, **spec: Any) -> Definition:
+        """A change made on this node: ``queue=``, ``durable=``, ``exchange=`` or
+        ``binding=`` the new value, none of them for a deletion."""
         self._clock += 1
-        record = Definition(kind=kind, name=name, version=self._clock, origin=self.origin, changed_at=now,
-                            queue=queue, durable=durable)
+        record = Definition(kind=kind, name=name, version=self._clock, origin=self.origin, changed_at=now, **spec)
         self._records[(kind, name)] = record
         return record
 

@@ -97,6 +97,17 @@ class StompConfig:
 
 
 @dataclass(frozen=True)
+class AmqpConfig:
+    bind: tuple[str, int] = _key(("127.0.0.1", 5672), parse_address)
+    frame_max: int = _key(131072, _integer(4096))
+    channel_max: int = _key(2047, _integer(1))
+    heartbeat_s: int = _key(60, _integer(0))  # offered; a client may ask for less, or none
+    max_message_size: int = _key(100 * MiB, parse_size)
+    max_connections: int = _key(100_000, _integer(1))
+    tls: TlsConfig | None = field(default=None, metadata=_parse(_table(TlsConfig)))
+
+
+@dataclass(frozen=True)
 class BrokerConfig:
     memory_limit: int = _key(256 * MiB, parse_size)
     default_prefetch: int = _key(1000, _integer(1))
@@ -166,6 +177,8 @@ class NodeConfig:
     name: str = _key(parse=_string(*_NODE_NAME), factory=socket.gethostname)
     data_dir: str = _key("", _path(must_exist=False))  # "" = ./data/<name>
     stomp: StompConfig = field(default_factory=StompConfig, metadata=_parse(_table(StompConfig)))
+    # None (no [amqp] table) = no AMQP listener.
+    amqp: AmqpConfig | None = field(default=None, metadata=_parse(_table(AmqpConfig)))
     broker: BrokerConfig = field(default_factory=BrokerConfig, metadata=_parse(_table(BrokerConfig)))
     store: StoreConfig = field(default_factory=StoreConfig, metadata=_parse(_table(StoreConfig)))
     security: SecurityConfig = field(default_factory=SecurityConfig, metadata=_parse(_table(SecurityConfig)))
@@ -179,13 +192,27 @@ class NodeConfig:
     def __post_init__(self) -> None:
         if not self.data_dir:
             object.__setattr__(self, "data_dir", f"./data/{self.name}")
+        listeners = self.client_binds()
+        for index, (key, address) in enumerate(listeners):
+            for other, taken in listeners[:index]:
+                if _same_listener(address, taken):
+                    raise ConfigError(key, f"same port as {other} ({taken[0]}:{taken[1]})")
         if self.mesh is not None:
-            for key, address in self.stomp.binds():
+            for key, address in listeners:
                 if _same_listener(self.mesh.bind, address):
                     raise ConfigError(
                         "mesh.bind",
                         f"same port as {key} ({address[0]}:{address[1]}); the mesh needs its own listener",
                     )
+
+    def client_binds(self) -> list[tuple[str, tuple[str, int]]]:
+        """(key, address) of every client listener configured, STOMP's and AMQP's."""
+        found = self.stomp.binds()
+        if self.amqp is not None:
+            found.append(("amqp.bind", self.amqp.bind))
+            if self.amqp.tls is not None:
+                found.append(("amqp.tls.bind", self.amqp.tls.bind))
+        return found
 
     @property
     def anonymous(self) -> bool:

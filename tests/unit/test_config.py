@@ -391,7 +391,7 @@ def test_odd_user_names_are_quoted_in_paths(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "destination",
-    ["orders", "/exchange/x", "/queue/", "/queue/a.>.b", "/queue/a*", "/topic/a..b"],
+    ["orders", "/amq/x", "/queue/", "/queue/a.>.b", "/queue/a*", "/topic/a..b"],
 )
 def test_bad_authorization_destination(tmp_path: Path, destination: str) -> None:
     message = error(

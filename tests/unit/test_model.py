@@ -123,7 +123,8 @@ def test_wire_field_names_are_stable(value, keys):
 def test_nested_wire_field_names_are_stable():
     raw = msgspec.json.decode(msgspec.json.encode(snapshot()))
     assert list(raw) == ["schema_version", "seq", "taken_at", "node", "links", "queues", "subscriptions"]
-    assert list(raw["node"]["addresses"]) == ["stomp", "stomp_tls", "link", "websocket", "websocket_tls"]
+    assert list(raw["node"]["addresses"]) == ["stomp", "stomp_tls", "link", "websocket", "websocket_tls", "amqp",
+                                               "amqp_tls"]
     assert list(raw["node"]["metrics"]) == ["state", "buffered", "dropped", "last_error"]
     assert list(raw["queues"][0]["remote_demand"][0]) == ["node", "via", "consumers", "hops"]
 

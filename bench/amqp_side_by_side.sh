@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Measure Meshgate's AMQP 0-9-1 listener and RabbitMQ one after the other on this
+# machine with the same load generator (bench/amqp_bench.py), and print both tables.
+#   bench/amqp_side_by_side.sh [REPEAT] [COUNT]
+# REPEAT runs per scenario (default 3, the table shows the median), COUNT messages
+# per scenario (default 100000). If `meshgate broker` has no --amqp option yet,
+# only RabbitMQ is measured. AMQP_USER / AMQP_PASSWORD (default guest/guest) are
+# the credentials used for both brokers.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+PY="$ROOT/.venv/bin/python"
+REPEAT="${1:-3}"
+COUNT="${2:-100000}"
+WORK="$(mktemp -d /tmp/meshgate-amqp-bench.XXXXXX)"
+SCENARIOS=(publish-256 publish-256-confirms consume-prefetch)
+MG_PID=""
+RMQ_STARTED=""
+
+bench() {  # label port pid [extra...]
+    local label=$1 port=$2 pid=$3; shift 3
+    "$PY" "$ROOT/bench/amqp_bench.py" --port "$port" --broker-pid "$pid" --label "$label" \
+        --user "${AMQP_USER:-guest}" --password "${AMQP_PASSWORD:-guest}" \
+        --count "$COUNT" --repeat "$REPEAT" --wait-quiet 60 --scenario "${SCENARIOS[@]}" "$@"
+}
+free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+cleanup() {
+    # Only what this script started, by PID.
+    if [ -n "$MG_PID" ] && kill -0 "$MG_PID" 2>/dev/null; then
+        kill "$MG_PID"; wait "$MG_PID" || true
+    fi
+    if [ -n "$RMQ_STARTED" ]; then
+        "$ROOT/bench/rabbitmq.sh" stop "$WORK/rmq" || true
+    fi
+}
+trap cleanup EXIT
+
+meshgate() {  # a fresh node: no state left over from earlier runs
+    local stomp_port amqp_port
+    stomp_port=$(free_port)
+    amqp_port=$(free_port)
+    rm -rf "$WORK/mg"
+    "$ROOT/.venv/bin/meshgate" broker --name bench --stomp "127.0.0.1:$stomp_port" --amqp "127.0.0.1:$amqp_port" \
+        --data "$WORK/mg" --log-level WARNING > "$WORK/meshgate.log" 2>&1 &
+    MG_PID=$!
+    local deadline=$((SECONDS + 60))
+    # "listening on" may be logged for STOMP before AMQP is up: wait for the port too.
+    until grep -q "listening on" "$WORK/meshgate.log" && port_open "$amqp_port"; do
+        if ! kill -0 "$MG_PID" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+            echo "meshgate did not open AMQP 127.0.0.1:$amqp_port; see $WORK/meshgate.log" >&2
+            tail -n 20 "$WORK/meshgate.log" >&2 || true
+            return 1
+        fi
+        sleep 0.1
+    done
+    MG_AMQP_PORT=$amqp_port
+}
+
+status=0
+if "$ROOT/.venv/bin/meshgate" broker --help | grep -q -- --amqp; then
+    # A node that fails to start still leaves the RabbitMQ figures to take.
+    if meshgate; then
+        bench meshgate "$MG_AMQP_PORT" "$MG_PID" | tee "$WORK/meshgate.txt" || status=1
+    else
+        echo "note: meshgate failed to start; measuring RabbitMQ only" | tee "$WORK/meshgate.txt"
+        status=1
+    fi
+    if kill -0 "$MG_PID" 2>/dev/null; then
+        kill "$MG_PID"; wait "$MG_PID" || true
+    fi
+    MG_PID=""
+else
+    echo "note: 'meshgate broker' has no --amqp option yet (no AMQP listener); measuring RabbitMQ only" \
+        | tee "$WORK/meshgate.txt"
+fi
+
+RMQ_PORT=$(free_port)
+RMQ_STARTED=1
+"$ROOT/bench/rabbitmq.sh" start "$WORK/rmq" "$RMQ_PORT"
+RMQ_LABEL="rabbitmq-$(dpkg-query -W -f '${Version}' rabbitmq-server | cut -d- -f1)"
+bench "$RMQ_LABEL" "$RMQ_PORT" "$(cat "$WORK/rmq/rabbitmq.pid")" | tee "$WORK/rabbitmq.txt" || status=1
+"$ROOT/bench/rabbitmq.sh" stop "$WORK/rmq"
+RMQ_STARTED=""
+
+# Both tables as one, for docs/performance.md: the header once, then every row.
+echo
+grep -h '^|' "$WORK/meshgate.txt" "$WORK/rabbitmq.txt" | awk '!(/^\| broker \|/ || /^\|---/) || !seen[$0]++'
+echo "results in $WORK"
+exit $status

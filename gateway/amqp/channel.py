@@ -1,0 +1,517 @@
+"""An AMQP channel on the broker core: one core session per channel, one handler
+per method (``method_basic_publish`` …), deliveries numbered by delivery tag,
+publisher confirms sent once what they confirm is durable."""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections import OrderedDict
+from typing import TYPE_CHECKING
+
+from gateway.amqp import properties as props
+from gateway.amqp import spec
+from gateway.amqp.codec import AmqpError, Command, encode_content, encode_method
+from gateway.broker.errors import BrokerError
+from gateway.broker.exchanges import PREDECLARED, TOPIC_EXCHANGE
+from gateway.broker.message import QUEUE, Message
+from gateway.broker.queue import AUTO, CLIENT_INDIVIDUAL, Queue, Subscription
+from model.definitions import BindingSpec, ExchangeSpec, QueueSettings
+
+if TYPE_CHECKING:
+    from gateway.amqp.protocol import AmqpProtocol
+
+UNLIMITED = 2 ** 31  # a prefetch of 0 means no limit
+_ARGUMENT_SETTINGS = {"x-message-ttl": "message_ttl_ms", "x-dead-letter-exchange": "dead_letter_exchange",
+                      "x-dead-letter-routing-key": "dead_letter_routing_key"}
+# Kept (a redeclare must match them) but not settings of the queue on every node:
+# x-expires is kept by the node where the queue was declared (AmqpFactory.expire_unused).
+_KEPT_ARGUMENTS = {"x-expires", "x-max-priority", "x-queue-type", "x-queue-mode", "x-ha-policy"}
+
+
+class Channel:
+    def __init__(self, connection: AmqpProtocol, number: int) -> None:
+        self.connection = connection
+        self.number = number
+        broker = connection.factory.broker
+        self.broker = broker
+        self.session = broker.open_session(self, f"{connection.name}-ch{number}")
+        self.session.principal = connection.principal
+        self.session.connection = connection.connection_info()
+        self.consumers: dict[str, Subscription] = {}
+        self.prefetch = UNLIMITED  # basic.qos for consumers made from now on
+        self.unacked: OrderedDict[int, tuple[Queue, Message, Subscription | None]] = OrderedDict()
+        self._tags = itertools.count(1)
+        self._consumer_tags = itertools.count(1)
+        self.confirming = False
+        self._published = 0  # publish sequence number, with confirms
+        self.closing = False
+        self.transactional = False
+        self._tx: list[tuple] = []
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def command(self, command: Command) -> None:
+        if self.closing:
+            # After our channel.close only its close_ok counts.
+            if command.spec.name == "channel.close_ok":
+                self._finish()
+            elif command.spec.name == "channel.close":
+                self.connection.write(encode_method(self.number, "channel.close_ok"))
+            return
+        handler = getattr(self, command.spec.handler, None)
+        if handler is None:
+            raise AmqpError(spec.COMMAND_INVALID, f"a client does not send {command.spec.name}", 0,
+                            command.spec.class_id, command.spec.method_id)
+        try:
+            handler(command.args, command)
+        except BrokerError as error:
+            raise AmqpError(spec.PRECONDITION_FAILED, str(error), self.number, command.spec.class_id,
+                            command.spec.method_id) from None
+
+    def _error(self, code: int, text: str, command: Command) -> AmqpError:
+        return AmqpError(code, text, self.number, command.spec.class_id, command.spec.method_id)
+
+    def _reply(self, name: str, **values) -> None:
+        self.connection.write(encode_method(self.number, name, **values))
+
+    def _allowed(self, action: str, destination: str, command: Command) -> None:
+        authorizer = self.connection.factory.authorizer
+        principal = self.connection.principal
+        if authorizer is not None and authorizer.enabled and not authorizer.allowed(principal, action, destination):
+            raise self._error(spec.ACCESS_REFUSED, f"{action} on {destination} is not allowed for "
+                                                   f"{getattr(principal, 'name', '?')}", command)
+
+    # -- channel --------------------------------------------------------------------------
+
+    def method_channel_close(self, args, command: Command) -> None:
+        self.connection.write(encode_method(self.number, "channel.close_ok"))
+        self._finish()
+
+    def method_channel_flow(self, args, command: Command) -> None:
+        self.session.set_writable(args.active)
+        self._reply("channel.flow_ok", active=args.active)
+
+    def close_with(self, error: AmqpError) -> None:
+        self.closing = True
+        self.closed()
+        self._reply("channel.close", reply_code=error.code, reply_text=error.text[:255], class_id=error.class_id,
+                    method_id=error.method_id)
+
+    def _finish(self) -> None:
+        self.closed()
+        self.connection.channel_closed(self.number)
+
+    def closed(self) -> None:
+        """The channel or its connection went: unacked messages return, consumers go."""
+        if self.session.closed:
+            return
+        by_queue: dict[Queue, list[Message]] = {}
+        for queue, message, sub in self.unacked.values():
+            if sub is None:  # a basic.get
+                by_queue.setdefault(queue, []).append(message)
+        self.unacked.clear()
+        queues = {sub.queue.name for sub in self.consumers.values()}
+        self.consumers.clear()
+        self.session.close()
+        for queue, messages in by_queue.items():
+            self.broker.requeue(queue, messages)
+        for name in queues:
+            self.connection.factory.consumer_gone(name)
+
+    # -- exchanges ------------------------------------------------------------------------
+
+    def method_exchange_declare(self, args, command: Command) -> None:
+        name = args.exchange
+        current = self.broker.exchanges.exchanges.get(name)
+        if args.passive:
+            if current is None:
+                raise self._error(spec.NOT_FOUND, f"no exchange {name!r}", command)
+        else:
+            if name.startswith("amq.") and name not in PREDECLARED:
+                raise self._error(spec.ACCESS_REFUSED, f"exchange names starting amq. are reserved ({name!r})",
+                                  command)
+            if args.type not in ("direct", "fanout", "topic", "headers"):
+                raise AmqpError(spec.COMMAND_INVALID, f"unknown exchange type {args.type!r}", 0,
+                                command.spec.class_id, command.spec.method_id)
+            wanted = ExchangeSpec(type=args.type, durable=args.durable, auto_delete=args.auto_delete,
+                                  internal=args.internal, arguments=args.arguments or {})
+            if current is not None and current.spec.type != wanted.type:
+                raise self._error(spec.PRECONDITION_FAILED, f"exchange {name!r} is of type {current.spec.type}, "
+                                                            f"not {wanted.type}", command)
+            if current is None:
+                self._allowed("admin", "/exchange/" + name, command)
+                self.broker.declare_exchange(name, wanted)
+        if not args.nowait:
+            self._reply("exchange.declare_ok")
+
+    def method_exchange_delete(self, args, command: Command) -> None:
+        name = args.exchange
+        if name in PREDECLARED:
+            raise self._error(spec.ACCESS_REFUSED, f"exchange {name or 'the default'!r} cannot be deleted", command)
+        exchange = self.broker.exchanges.exchanges.get(name)
+        if exchange is not None:
+            if args.if_unused and exchange.bindings:
+                raise self._error(spec.PRECONDITION_FAILED, f"exchange {name!r} has bindings", command)
+            self._allowed("admin", "/exchange/" + name, command)
+            self.broker.delete_exchange(name)
+        if not args.nowait:
+            self._reply("exchange.delete_ok")
+
+    def method_exchange_bind(self, args, command: Command) -> None:
+        self._exchange_binding(args, command, bind=True)
+        if not args.nowait:
+            self._reply("exchange.bind_ok")
+
+    def method_exchange_unbind(self, args, command: Command) -> None:
+        self._exchange_binding(args, command, bind=False)
+        if not args.nowait:
+            self._reply("exchange.unbind_ok")
+
+    def _exchange_binding(self, args, command: Command, bind: bool) -> None:
+        exchanges = self.broker.exchanges.exchanges
+        for name in (args.source, args.destination):
+            if name not in exchanges:
+                raise self._error(spec.NOT_FOUND, f"no exchange {name!r}", command)
+        self._allowed("admin", "/exchange/" + args.destination, command)
+        binding = BindingSpec(source=args.source, destination=args.destination, destination_kind="exchange",
+                              routing_key=args.routing_key, arguments=args.arguments or {})
+        (self.broker.bind if bind else self.broker.unbind)(binding)
+
+    # -- queues ---------------------------------------------------------------------------
+
+    def method_queue_declare(self, args, command: Command) -> None:
+        name = args.queue or "amq.gen-" + secrets.token_urlsafe(16)
+        broker = self.broker
+        if name in broker.services:
+            raise self._error(spec.ACCESS_REFUSED, f"{name!r} is a service address, not a queue", command)
+        self._not_exclusive_elsewhere(name, command)
+        queue = broker.queues.get(name)
+        if args.passive:
+            if queue is None:
+                raise self._error(spec.NOT_FOUND, f"no queue {name!r}", command)
+        else:
+            self._allowed("read", "/queue/" + name, command)
+            settings = _settings(args.arguments or {}, command, self)
+            current = broker.queue_settings.get(name)
+            if current is not None and (current.amqp_arguments or {}) != (settings.amqp_arguments or {}):
+                raise self._error(spec.PRECONDITION_FAILED,
+                                  f"queue {name!r} was declared with arguments {current.amqp_arguments or {}}, "
+                                  f"not {settings.amqp_arguments or {}}", command)
+            if current is None:
+                broker.define_queue(name, settings)
+            queue = broker.queues.get(name) or broker.queue(name)
+            factory = self.connection.factory
+            if args.exclusive:
+                factory.exclusive[name] = self.connection
+            if args.auto_delete:
+                factory.auto_delete.add(name)
+            expires = (args.arguments or {}).get("x-expires")
+            if expires is not None:
+                if not isinstance(expires, int) or isinstance(expires, bool) or expires < 1:
+                    raise self._error(spec.PRECONDITION_FAILED, f"x-expires must be a whole number >= 1, got "
+                                                                f"{expires!r}", command)
+                factory.expire_unused(name, expires)
+        if not args.nowait:
+            self._reply("queue.declare_ok", queue=name, message_count=len(queue), consumer_count=len(queue.consumers))
+
+    def method_queue_bind(self, args, command: Command) -> None:
+        binding = self._queue_binding(args, command)
+        self.broker.bind(binding)
+        if not args.nowait:
+            self._reply("queue.bind_ok")
+
+    def method_queue_unbind(self, args, command: Command) -> None:
+        self.broker.unbind(self._queue_binding(args, command))
+        self._reply("queue.unbind_ok")
+
+    def _queue_binding(self, args, command: Command) -> BindingSpec:
+        if args.exchange not in self.broker.exchanges.exchanges:
+            raise self._error(spec.NOT_FOUND, f"no exchange {args.exchange!r}", command)
+        if args.exchange == "":
+            raise self._error(spec.ACCESS_REFUSED, "the default exchange takes no bindings", command)
+        if args.queue not in self.broker.queues:
+            raise self._error(spec.NOT_FOUND, f"no queue {args.queue!r}", command)
+        self._allowed("write", "/queue/" + args.queue, command)
+        return BindingSpec(source=args.exchange, destination=args.queue, routing_key=args.routing_key,
+                           arguments=args.arguments or {})
+
+    def method_queue_purge(self, args, command: Command) -> None:
+        queue = self._existing_queue(args.queue, command)
+        self._allowed("read", "/queue/" + args.queue, command)
+        messages = queue.take_all()
+        for message in messages:
+            self.broker.consumed(queue, message)
+        if not args.nowait:
+            self._reply("queue.purge_ok", message_count=len(messages))
+
+    def method_queue_delete(self, args, command: Command) -> None:
+        queue = self.broker.queues.get(args.queue)
+        count = 0
+        if queue is not None:
+            if args.if_unused and queue.consumers:
+                raise self._error(spec.PRECONDITION_FAILED, f"queue {args.queue!r} has consumers", command)
+            if args.if_empty and len(queue):
+                raise self._error(spec.PRECONDITION_FAILED, f"queue {args.queue!r} is not empty", command)
+            self._allowed("admin", "/queue/" + args.queue, command)
+            count = len(queue)
+            for sub in list(queue.consumers):  # cancelled, as RabbitMQ does
+                channel = sub.session.sink
+                if isinstance(channel, Channel):
+                    channel.cancel_from_server(sub)
+            self.connection.factory.delete_queue(args.queue)
+        if not args.nowait:
+            self._reply("queue.delete_ok", message_count=count)
+
+    def _existing_queue(self, name: str, command: Command) -> Queue:
+        queue = self.broker.queues.get(name)
+        if queue is None:
+            raise self._error(spec.NOT_FOUND, f"no queue {name!r}", command)
+        self._not_exclusive_elsewhere(name, command)
+        return queue
+
+    def _not_exclusive_elsewhere(self, name: str, command: Command) -> None:
+        owner = self.connection.factory.exclusive.get(name)
+        if owner is not None and owner is not self.connection:
+            raise self._error(spec.RESOURCE_LOCKED, f"queue {name!r} is exclusive to another connection", command)
+
+    # -- consuming ------------------------------------------------------------------------
+
+    def method_basic_qos(self, args, command: Command) -> None:
+        self.prefetch = args.prefetch_count or UNLIMITED
+        self._reply("basic.qos_ok")
+
+    def method_basic_consume(self, args, command: Command) -> None:
+        self._existing_queue(args.queue, command)
+        self._allowed("read", "/queue/" + args.queue, command)
+        tag = args.consumer_tag or f"amq.ctag-{self.connection.name}-{self.number}-{next(self._consumer_tags)}"
+        if tag in self.consumers:
+            raise AmqpError(spec.NOT_ALLOWED, f"consumer tag {tag!r} is already in use on this channel", 0,
+                            command.spec.class_id, command.spec.method_id)
+        # consume_ok goes first: a delivery may follow at once.
+        if not args.nowait:
+            self._reply("basic.consume_ok", consumer_tag=tag)
+        sub = self.session.subscribe(tag, QUEUE, args.queue, AUTO if args.no_ack else CLIENT_INDIVIDUAL,
+                                     self.prefetch, None)
+        self.consumers[tag] = sub
+
+    def method_basic_cancel(self, args, command: Command) -> None:
+        sub = self.consumers.pop(args.consumer_tag, None)
+        if sub is not None:
+            self._forget_consumer(sub)
+            self.session.unsubscribe(args.consumer_tag)
+            self.connection.factory.consumer_gone(sub.queue.name)
+        if not args.nowait:
+            self._reply("basic.cancel_ok", consumer_tag=args.consumer_tag)
+
+    def cancel_from_server(self, sub: Subscription) -> None:
+        """The queue went (deleted): the client hears basic.cancel."""
+        if self.consumers.pop(sub.id, None) is not None:
+            self._forget_consumer(sub)
+            self.session.unsubscribe(sub.id)
+            self._reply("basic.cancel", consumer_tag=sub.id, nowait=True)
+
+    def _forget_consumer(self, sub: Subscription) -> None:
+        for tag, (_, _, held_by) in list(self.unacked.items()):
+            if held_by is sub:
+                del self.unacked[tag]
+
+    def deliver(self, sub: Subscription, message: Message) -> None:
+        """The core hands a message to one of this channel's consumers."""
+        tag = next(self._tags)
+        if sub.ack_mode != AUTO:
+            self.unacked[tag] = (sub.queue, message, sub)
+        exchange, routing_key = _route_of(message)
+        connection = self.connection
+        frames = [encode_method(self.number, "basic.deliver", consumer_tag=sub.id, delivery_tag=tag,
+                                redelivered=message.redelivered, exchange=exchange, routing_key=routing_key)]
+        frames += encode_content(self.number, _properties(message), message.body, connection.frame_max)
+        connection.writeSequence(frames)
+
+    def method_basic_get(self, args, command: Command) -> None:
+        queue = self._existing_queue(args.queue, command)
+        self._allowed("read", "/queue/" + args.queue, command)
+        taken = queue.take(1)
+        if not taken:
+            self._reply("basic.get_empty")
+            return
+        message = taken[0]
+        message.deliveries += 1
+        tag = next(self._tags)
+        if args.no_ack:
+            self.broker.consumed(queue, message)
+            queue.acknowledged([message], self.broker.seconds())
+        else:
+            self.unacked[tag] = (queue, message, None)
+        exchange, routing_key = _route_of(message)
+        frames = [encode_method(self.number, "basic.get_ok", delivery_tag=tag, redelivered=message.redelivered,
+                                exchange=exchange, routing_key=routing_key, message_count=len(queue))]
+        frames += encode_content(self.number, _properties(message), message.body, self.connection.frame_max)
+        self.connection.writeSequence(frames)
+
+    def method_basic_ack(self, args, command: Command) -> None:
+        for _, (queue, message, sub) in self._settled(args.delivery_tag, args.multiple, command):
+            if sub is None:
+                self.broker.consumed(queue, message)
+                queue.acknowledged([message], self.broker.seconds())
+                queue.dispatch()
+            elif message.id in sub.inflight:
+                self.session.settle(sub, message.id, cumulative=False)
+
+    def method_basic_nack(self, args, command: Command) -> None:
+        self._refuse(self._settled(args.delivery_tag, args.multiple, command), args.requeue)
+
+    def method_basic_reject(self, args, command: Command) -> None:
+        self._refuse(self._settled(args.delivery_tag, False, command), args.requeue)
+
+    def method_basic_recover(self, args, command: Command) -> None:
+        self._refuse(list(self.unacked.items()), requeue=True)
+        self.unacked.clear()
+        self._reply("basic.recover_ok")
+
+    def method_basic_recover_async(self, args, command: Command) -> None:
+        self._refuse(list(self.unacked.items()), requeue=True)
+        self.unacked.clear()
+
+    def _settled(self, delivery_tag: int, multiple: bool, command: Command) -> list:
+        unacked = self.unacked
+        if multiple:
+            tags = [tag for tag in unacked if tag <= delivery_tag] if delivery_tag else list(unacked)
+        elif delivery_tag in unacked:
+            tags = [delivery_tag]
+        else:
+            raise self._error(spec.PRECONDITION_FAILED, f"unknown delivery tag {delivery_tag}", command)
+        return [(tag, unacked.pop(tag)) for tag in tags]
+
+    def _refuse(self, settled: list, requeue: bool) -> None:
+        for _, (queue, message, sub) in settled:
+            if sub is not None:
+                if message.id not in sub.inflight:
+                    continue
+                del sub.inflight[message.id]
+            if requeue:
+                self.broker.requeue(queue, [message])
+            else:
+                self.broker.dead_letter(queue, message, "rejected")
+            queue.dispatch()
+
+    # -- publishing -----------------------------------------------------------------------
+
+    def method_basic_publish(self, args, command: Command) -> None:
+        broker = self.broker
+        exchange, routing_key = args.exchange, args.routing_key
+        if exchange and exchange not in broker.exchanges.exchanges:
+            raise self._error(spec.NOT_FOUND, f"no exchange {exchange!r}", command)
+        if exchange == TOPIC_EXCHANGE:
+            self._allowed("write", "/topic/" + routing_key, command)
+        elif exchange:
+            self._allowed("write", "/exchange/" + exchange, command)
+        else:
+            self._allowed("write", "/queue/" + routing_key, command)
+        try:
+            publish = props.from_properties(command.properties or {}, broker.now_ms())
+        except ValueError as error:
+            raise self._error(spec.PRECONDITION_FAILED, str(error), command) from None
+        headers = publish.headers
+        if exchange or routing_key:
+            headers[props.EXCHANGE] = exchange
+            headers[props.ROUTING_KEY] = routing_key
+        if self.transactional:
+            self._tx.append((exchange, routing_key, headers, command.body, publish, args.mandatory))
+            return
+        self._publish(exchange, routing_key, headers, command.body, publish, args.mandatory)
+
+    def _publish(self, exchange: str, routing_key: str, headers: dict, body: bytes, publish, mandatory: bool) -> None:
+        broker = self.broker
+        store = broker.store
+        before = store.position
+        routed = broker.publish(exchange, routing_key, headers, body, publish.persistent, publish.priority,
+                                publish.expires, self.session, publish.match)
+        if not routed and mandatory:
+            frames = [encode_method(self.number, "basic.return", reply_code=spec.NO_ROUTE, reply_text="NO_ROUTE",
+                                    exchange=exchange, routing_key=routing_key)]
+            frames += encode_content(self.number, props.to_properties(headers, publish.persistent, publish.priority),
+                                     body, self.connection.frame_max)
+            self.connection.writeSequence(frames)
+        if self.confirming:
+            self._published += 1
+            sequence = self._published
+            if store.position != before:
+                store.when_durable(told_of_failed_writes=True).addCallbacks(
+                    self._confirm, self._not_confirmed, (sequence,), None, (sequence,))
+            else:
+                self._confirm(None, sequence)
+        connection = self.connection
+        if broker.memory_full or (publish.persistent and store.blocked is not None):
+            connection.pause_reading(store.when_room if store.blocked is not None and not broker.memory_full
+                                     else broker.when_memory_available)
+
+    def _confirm(self, _: object, sequence: int) -> None:
+        if not self.session.closed:
+            self._reply("basic.ack", delivery_tag=sequence, multiple=False)
+
+    def _not_confirmed(self, failure, sequence: int) -> None:
+        if not self.session.closed:
+            self._reply("basic.nack", delivery_tag=sequence, multiple=False, requeue=False)
+
+    def method_confirm_select(self, args, command: Command) -> None:
+        if self.transactional:
+            raise self._error(spec.PRECONDITION_FAILED, "a transactional channel cannot be put in confirm mode",
+                              command)
+        self.confirming = True
+        if not args.nowait:
+            self._reply("confirm.select_ok")
+
+    # -- transactions ---------------------------------------------------------------------
+
+    def method_tx_select(self, args, command: Command) -> None:
+        if self.confirming:
+            raise self._error(spec.PRECONDITION_FAILED, "a channel in confirm mode cannot be transactional", command)
+        self.transactional = True
+        self._reply("tx.select_ok")
+
+    def method_tx_commit(self, args, command: Command) -> None:
+        if not self.transactional:
+            raise self._error(spec.PRECONDITION_FAILED, "tx.commit on a channel that is not transactional", command)
+        held, self._tx = self._tx, []
+        for exchange, routing_key, headers, body, publish, mandatory in held:
+            self._publish(exchange, routing_key, headers, body, publish, mandatory)
+        self._reply("tx.commit_ok")
+
+    def method_tx_rollback(self, args, command: Command) -> None:
+        if not self.transactional:
+            raise self._error(spec.PRECONDITION_FAILED, "tx.rollback on a channel that is not transactional",
+                              command)
+        self._tx = []
+        self._reply("tx.rollback_ok")
+
+
+def _route_of(message: Message) -> tuple[str, str]:
+    headers = message.headers
+    if props.ROUTING_KEY in headers:
+        return headers.get(props.EXCHANGE, ""), headers[props.ROUTING_KEY]
+    if message.kind == QUEUE:
+        return "", message.address
+    return TOPIC_EXCHANGE, message.address
+
+
+def _properties(message: Message) -> dict:
+    cached = message.encoded.get("amqp")
+    if cached is None:
+        cached = message.encoded["amqp"] = props.to_properties(message.headers, message.persistent, message.priority)
+    return cached
+
+
+def _settings(arguments: dict, command: Command, channel: Channel) -> QueueSettings:
+    values = {}
+    for key, value in arguments.items():
+        field = _ARGUMENT_SETTINGS.get(key)
+        if field is None:
+            if key in _KEPT_ARGUMENTS:
+                continue
+            raise channel._error(spec.PRECONDITION_FAILED, f"queue argument {key!r} is not supported", command)
+        if field == "message_ttl_ms" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise channel._error(spec.PRECONDITION_FAILED, f"x-message-ttl must be a whole number >= 0, got {value!r}",
+                                 command)
+        values[field] = value or None if field == "message_ttl_ms" else str(value)
+    return QueueSettings(**values, amqp_arguments=dict(arguments) or None)

@@ -1,0 +1,529 @@
+"""AMQP 0-9-1 frames without I/O: a reader fed bytes hands back whole commands (a
+method, with its content when it carries one), and encoders make the bytes of a
+method, of a content, of a heartbeat. Field values follow RabbitMQ's table types,
+which is what pika, py-amqp and kombu send."""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from decimal import Decimal
+from types import SimpleNamespace
+from typing import Any
+
+from gateway.amqp.spec import (
+    BASIC_CLASS,
+    BASIC_PROPERTIES,
+    BY_NAME,
+    FRAME_BODY,
+    FRAME_END,
+    FRAME_ERROR,
+    FRAME_HEADER,
+    FRAME_HEARTBEAT,
+    FRAME_METHOD,
+    METHODS,
+    NOT_IMPLEMENTED,
+    PRECONDITION_FAILED,
+    PROTOCOL_HEADER,
+    SYNTAX_ERROR,
+    UNEXPECTED_FRAME,
+    MethodSpec,
+)
+
+_FRAME_HEAD = struct.Struct(">BHI")
+_METHOD_HEAD = struct.Struct(">HH")
+_CONTENT_HEAD = struct.Struct(">HHQH")
+_B, _b = struct.Struct(">B"), struct.Struct(">b")
+_H, _h = struct.Struct(">H"), struct.Struct(">h")
+_I, _i = struct.Struct(">I"), struct.Struct(">i")
+_Q, _q = struct.Struct(">Q"), struct.Struct(">q")
+_f, _d = struct.Struct(">f"), struct.Struct(">d")
+_HEARTBEAT = _FRAME_HEAD.pack(FRAME_HEARTBEAT, 0, 0) + bytes([FRAME_END])
+
+
+class AmqpError(Exception):
+    """What went wrong, with its reply code. ``channel`` 0 (or a hard code) closes
+    the connection; otherwise the channel."""
+
+    def __init__(self, code: int, text: str, channel: int = 0, class_id: int = 0, method_id: int = 0) -> None:
+        super().__init__(text)
+        self.code = code
+        self.text = text
+        self.channel = channel
+        self.class_id = class_id
+        self.method_id = method_id
+
+
+# -- events -------------------------------------------------------------------------------
+
+
+class ProtocolHeader:
+    """The 8 bytes a client opens with; ``ok`` if they are AMQP 0-9-1's."""
+
+    __slots__ = ("ok", "raw")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self.ok = raw == PROTOCOL_HEADER
+
+
+class Command:
+    """A method, with its content (properties and body) when it carries one."""
+
+    __slots__ = ("channel", "spec", "args", "properties", "body")
+
+    def __init__(self, channel: int, spec: MethodSpec, args: SimpleNamespace,
+                 properties: dict | None = None, body: bytes | None = None) -> None:
+        self.channel = channel
+        self.spec = spec
+        self.args = args
+        self.properties = properties
+        self.body = body
+
+    def __repr__(self) -> str:
+        return f"Command({self.channel}, {self.spec.name}, {vars(self.args)})"
+
+
+class Heartbeat:
+    __slots__ = ()
+
+
+class ContentRefused:
+    """A content on ``channel`` was refused (too large): its frames are skipped."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: AmqpError) -> None:
+        self.error = error
+
+
+HEARTBEAT = Heartbeat()
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+class _Partial:
+    __slots__ = ("channel", "spec", "args", "properties", "size", "chunks", "received", "refused")
+
+    def __init__(self, channel: int, spec: MethodSpec, args: SimpleNamespace) -> None:
+        self.channel = channel
+        self.spec = spec
+        self.args = args
+        self.properties: dict | None = None
+        self.size = -1  # body size, once the header frame came
+        self.chunks: list[bytes] = []
+        self.received = 0
+        self.refused = False
+
+
+class FrameReader:
+    """Feed it bytes; it returns events in order. Raises AmqpError for what no
+    connection can go on after (a malformed frame, a frame out of order)."""
+
+    def __init__(self, *, frame_max: int = 131072, max_body: int = 100 * 1024 * 1024,
+                 expect_header: bool = True) -> None:
+        self.frame_max = frame_max
+        self.max_body = max_body
+        self._buffer = bytearray()
+        self._expect_header = expect_header
+        self._content: dict[int, _Partial] = {}
+
+    def feed(self, data: bytes) -> list:
+        buffer = self._buffer
+        buffer += data
+        events: list = []
+        if self._expect_header:
+            if len(buffer) < 8 and PROTOCOL_HEADER.startswith(bytes(buffer)):
+                return events  # the rest of a right header may follow
+            self._expect_header = False
+            header = ProtocolHeader(bytes(buffer[:8]))
+            del buffer[:8]
+            events.append(header)
+            if not header.ok:
+                buffer.clear()
+                return events
+        position = 0
+        length = len(buffer)
+        frame_max = self.frame_max
+        try:
+            while length - position >= 7:
+                kind, channel, size = _FRAME_HEAD.unpack_from(buffer, position)
+                if size + 8 > frame_max:
+                    raise AmqpError(FRAME_ERROR, f"a frame of {size + 8} bytes is over frame_max ({frame_max})")
+                end = position + 7 + size
+                if end >= length:
+                    break
+                if buffer[end] != FRAME_END:
+                    raise AmqpError(FRAME_ERROR, f"a frame does not end with 0xCE (got {buffer[end]:#04x})")
+                payload = bytes(buffer[position + 7:end])
+                position = end + 1
+                if kind == FRAME_METHOD:
+                    self._method(channel, payload, events)
+                elif kind == FRAME_HEADER:
+                    self._header(channel, payload, events)
+                elif kind == FRAME_BODY:
+                    self._body(channel, payload, events)
+                elif kind == FRAME_HEARTBEAT:
+                    if channel:
+                        raise AmqpError(FRAME_ERROR, f"a heartbeat frame on channel {channel}, not 0")
+                    events.append(HEARTBEAT)
+                else:
+                    raise AmqpError(FRAME_ERROR, f"unknown frame type {kind}")
+        finally:
+            del buffer[:position]
+        return events
+
+    def _method(self, channel: int, payload: bytes, events: list) -> None:
+        if channel in self._content:
+            raise AmqpError(UNEXPECTED_FRAME, f"a method frame on channel {channel} while its content is unfinished")
+        if len(payload) < 4:
+            raise AmqpError(FRAME_ERROR, "a method frame shorter than its class and method ids")
+        class_id, method_id = _METHOD_HEAD.unpack_from(payload)
+        spec = METHODS.get((class_id, method_id))
+        if spec is None:
+            raise AmqpError(NOT_IMPLEMENTED, f"unknown method {class_id}.{method_id}", channel, class_id, method_id)
+        try:
+            args, end = decode_fields(spec.fields, payload, 4)
+        except (struct.error, ValueError, IndexError, UnicodeDecodeError) as error:
+            raise AmqpError(SYNTAX_ERROR, f"{spec.name}: malformed arguments ({error})", channel, class_id,
+                            method_id) from None
+        if end != len(payload):
+            raise AmqpError(SYNTAX_ERROR, f"{spec.name}: {len(payload) - end} bytes after its arguments", channel,
+                            class_id, method_id)
+        if spec.has_content:
+            self._content[channel] = _Partial(channel, spec, args)
+        else:
+            events.append(Command(channel, spec, args))
+
+    def _header(self, channel: int, payload: bytes, events: list) -> None:
+        partial = self._content.get(channel)
+        if partial is None or partial.size >= 0:
+            raise AmqpError(UNEXPECTED_FRAME, f"a content header frame on channel {channel} with no method before it")
+        try:
+            class_id, _, size, flags = _CONTENT_HEAD.unpack_from(payload)
+            if class_id != BASIC_CLASS:
+                raise ValueError(f"content class {class_id}, not basic (60)")
+            partial.properties = decode_properties(flags, payload, _CONTENT_HEAD.size)
+        except (struct.error, ValueError, IndexError, UnicodeDecodeError) as error:
+            raise AmqpError(FRAME_ERROR, f"malformed content header on channel {channel} ({error})") from None
+        partial.size = size
+        if size > self.max_body:
+            partial.refused = True
+            events.append(ContentRefused(AmqpError(
+                PRECONDITION_FAILED, f"message of {size} bytes is over the node's limit of {self.max_body} bytes",
+                channel, partial.spec.class_id, partial.spec.method_id)))
+        if size == 0:
+            self._complete(partial, events)
+
+    def _body(self, channel: int, payload: bytes, events: list) -> None:
+        partial = self._content.get(channel)
+        if partial is None or partial.size < 0:
+            raise AmqpError(UNEXPECTED_FRAME, f"a content body frame on channel {channel} with no header before it")
+        partial.received += len(payload)
+        if partial.received > partial.size:
+            raise AmqpError(FRAME_ERROR, f"content on channel {channel} longer than its header said ({partial.size})")
+        if not partial.refused:
+            partial.chunks.append(payload)
+        if partial.received == partial.size:
+            self._complete(partial, events)
+
+    def _complete(self, partial: _Partial, events: list) -> None:
+        del self._content[partial.channel]
+        if partial.refused:
+            return
+        chunks = partial.chunks
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        events.append(Command(partial.channel, partial.spec, partial.args, partial.properties, body))
+
+    def forget_channel(self, channel: int) -> None:
+        """The channel closed: a content half received on it is dropped."""
+        self._content.pop(channel, None)
+
+
+# -- values -------------------------------------------------------------------------------
+
+
+def _shortstr(data: bytes, offset: int) -> tuple[str, int]:
+    size = data[offset]
+    end = offset + 1 + size
+    if end > len(data):
+        raise ValueError("a short string past the end")
+    return data[offset + 1:end].decode(), end
+
+
+def _longstr(data: bytes, offset: int) -> tuple[bytes, int]:
+    (size,) = _I.unpack_from(data, offset)
+    end = offset + 4 + size
+    if end > len(data):
+        raise ValueError("a long string past the end")
+    return data[offset + 4:end], end
+
+
+def decode_fields(fields: list[tuple[str, str]], data: bytes, offset: int) -> tuple[SimpleNamespace, int]:
+    values: dict[str, Any] = {}
+    bit = 0
+    bits = 0
+    for name, kind in fields:
+        if kind == "bit":
+            if bit == 0:
+                bits = data[offset]
+                offset += 1
+            values[name] = bool(bits & (1 << bit))
+            bit = (bit + 1) % 8
+            continue
+        bit = 0
+        if kind == "shortstr":
+            values[name], offset = _shortstr(data, offset)
+        elif kind == "short":
+            (values[name],) = _H.unpack_from(data, offset)
+            offset += 2
+        elif kind == "long":
+            (values[name],) = _I.unpack_from(data, offset)
+            offset += 4
+        elif kind in ("longlong", "timestamp"):
+            (values[name],) = _Q.unpack_from(data, offset)
+            offset += 8
+        elif kind == "octet":
+            values[name] = data[offset]
+            offset += 1
+        elif kind == "longstr":
+            values[name], offset = _longstr(data, offset)
+        elif kind == "table":
+            values[name], offset = decode_table(data, offset)
+        else:  # pragma: no cover - the spec table has no other types
+            raise ValueError(f"unknown field type {kind}")
+    return SimpleNamespace(**values), offset
+
+
+def decode_properties(flags: int, data: bytes, offset: int) -> dict:
+    properties: dict[str, Any] = {}
+    if flags & 1:
+        raise ValueError("continued property flags (more than 15 properties) are not basic's")
+    for index, (name, kind) in enumerate(BASIC_PROPERTIES):
+        if not flags & (1 << (15 - index)):
+            continue
+        if kind == "shortstr":
+            properties[name], offset = _shortstr(data, offset)
+        elif kind == "octet":
+            properties[name] = data[offset]
+            offset += 1
+        elif kind == "timestamp":
+            (properties[name],) = _Q.unpack_from(data, offset)
+            offset += 8
+        else:
+            properties[name], offset = decode_table(data, offset)
+    if offset != len(data):
+        raise ValueError(f"{len(data) - offset} bytes after the properties")
+    return properties
+
+
+def decode_table(data: bytes, offset: int) -> tuple[dict, int]:
+    (size,) = _I.unpack_from(data, offset)
+    offset += 4
+    end = offset + size
+    if end > len(data):
+        raise ValueError("a table past the end")
+    table = {}
+    while offset < end:
+        key, offset = _shortstr(data, offset)
+        table[key], offset = _decode_value(data, offset)
+    if offset != end:
+        raise ValueError("a table value past the table's end")
+    return table, end
+
+
+def _decode_value(data: bytes, offset: int) -> tuple[Any, int]:
+    kind = chr(data[offset])
+    offset += 1
+    if kind == "S":
+        raw, offset = _longstr(data, offset)
+        try:
+            return raw.decode(), offset
+        except UnicodeDecodeError:
+            return raw, offset
+    if kind == "I":
+        return _i.unpack_from(data, offset)[0], offset + 4
+    if kind == "t":
+        return bool(data[offset]), offset + 1
+    if kind == "l":
+        return _q.unpack_from(data, offset)[0], offset + 8
+    if kind == "F":
+        return decode_table(data, offset)
+    if kind == "A":
+        (size,) = _I.unpack_from(data, offset)
+        offset += 4
+        end = offset + size
+        if end > len(data):
+            raise ValueError("an array past the end")
+        items = []
+        while offset < end:
+            item, offset = _decode_value(data, offset)
+            items.append(item)
+        if offset != end:
+            raise ValueError("an array value past the array's end")
+        return items, end
+    if kind == "V":
+        return None, offset
+    if kind == "b":
+        return _b.unpack_from(data, offset)[0], offset + 1
+    if kind == "B":
+        return data[offset], offset + 1
+    if kind == "s":
+        return _h.unpack_from(data, offset)[0], offset + 2
+    if kind == "u":
+        return _H.unpack_from(data, offset)[0], offset + 2
+    if kind == "i":
+        return _I.unpack_from(data, offset)[0], offset + 4
+    if kind == "L":
+        return _Q.unpack_from(data, offset)[0], offset + 8
+    if kind == "f":
+        return _f.unpack_from(data, offset)[0], offset + 4
+    if kind == "d":
+        return _d.unpack_from(data, offset)[0], offset + 8
+    if kind == "D":
+        scale = data[offset]
+        (value,) = _i.unpack_from(data, offset + 1)
+        return Decimal(value).scaleb(-scale), offset + 5
+    if kind == "T":
+        (seconds,) = _Q.unpack_from(data, offset)
+        return datetime.datetime.fromtimestamp(seconds, datetime.UTC), offset + 8
+    if kind == "x":
+        return _longstr(data, offset)
+    raise ValueError(f"unknown field value type {kind!r}")
+
+
+# -- writing ------------------------------------------------------------------------------
+
+
+def _encode_shortstr(value: str | bytes) -> bytes:
+    raw = value.encode() if isinstance(value, str) else value
+    if len(raw) > 255:
+        raise ValueError(f"a short string of {len(raw)} bytes (at most 255)")
+    return _B.pack(len(raw)) + raw
+
+
+def encode_table(table: dict | None) -> bytes:
+    if not table:
+        return b"\x00\x00\x00\x00"
+    parts = []
+    for key, value in table.items():
+        parts.append(_encode_shortstr(key))
+        parts.append(_encode_value(value))
+    body = b"".join(parts)
+    return _I.pack(len(body)) + body
+
+
+def _encode_value(value: Any) -> bytes:
+    if isinstance(value, bool):
+        return b"t" + _B.pack(value)
+    if isinstance(value, int):
+        if -2 ** 31 <= value < 2 ** 31:
+            return b"I" + _i.pack(value)
+        return b"l" + _q.pack(value)
+    if isinstance(value, str):
+        raw = value.encode()
+        return b"S" + _I.pack(len(raw)) + raw
+    if isinstance(value, (bytes, bytearray)):
+        return b"x" + _I.pack(len(value)) + bytes(value)
+    if isinstance(value, float):
+        return b"d" + _d.pack(value)
+    if isinstance(value, dict):
+        return b"F" + encode_table(value)
+    if isinstance(value, (list, tuple)):
+        body = b"".join(_encode_value(item) for item in value)
+        return b"A" + _I.pack(len(body)) + body
+    if value is None:
+        return b"V"
+    if isinstance(value, Decimal):
+        sign, digits, exponent = value.as_tuple()
+        scale = max(0, -int(exponent))
+        return b"D" + _B.pack(scale) + _i.pack(int(value.scaleb(scale)))
+    if isinstance(value, datetime.datetime):
+        return b"T" + _Q.pack(int(value.timestamp()))
+    raise ValueError(f"no AMQP field type for {type(value).__name__}")
+
+
+def encode_fields(fields: list[tuple[str, str]], values: dict) -> bytes:
+    parts = []
+    bit = 0
+    bits = 0
+    for name, kind in fields:
+        value = values.get(name)
+        if kind == "bit":
+            if value:
+                bits |= 1 << bit
+            bit += 1
+            if bit == 8:
+                parts.append(_B.pack(bits))
+                bit = bits = 0
+            continue
+        if bit:
+            parts.append(_B.pack(bits))
+            bit = bits = 0
+        if kind == "shortstr":
+            parts.append(_encode_shortstr(value or ""))
+        elif kind == "short":
+            parts.append(_H.pack(value or 0))
+        elif kind == "long":
+            parts.append(_I.pack(value or 0))
+        elif kind in ("longlong", "timestamp"):
+            parts.append(_Q.pack(value or 0))
+        elif kind == "octet":
+            parts.append(_B.pack(value or 0))
+        elif kind == "longstr":
+            raw = value.encode() if isinstance(value, str) else (value or b"")
+            parts.append(_I.pack(len(raw)) + raw)
+        elif kind == "table":
+            parts.append(encode_table(value))
+    if bit:
+        parts.append(_B.pack(bits))
+    return b"".join(parts)
+
+
+def _frame(kind: int, channel: int, payload: bytes) -> bytes:
+    return _FRAME_HEAD.pack(kind, channel, len(payload)) + payload + b"\xce"
+
+
+def encode_method(channel: int, name: str, **values: Any) -> bytes:
+    spec = BY_NAME[name]
+    payload = _METHOD_HEAD.pack(spec.class_id, spec.method_id) + encode_fields(spec.fields, values)
+    return _frame(FRAME_METHOD, channel, payload)
+
+
+def encode_properties(properties: dict) -> tuple[int, bytes]:
+    flags = 0
+    parts = []
+    for index, (name, kind) in enumerate(BASIC_PROPERTIES):
+        value = properties.get(name)
+        if value is None:
+            continue
+        flags |= 1 << (15 - index)
+        if kind == "shortstr":
+            parts.append(_encode_shortstr(value))
+        elif kind == "octet":
+            parts.append(_B.pack(value))
+        elif kind == "timestamp":
+            parts.append(_Q.pack(value))
+        else:
+            parts.append(encode_table(value))
+    return flags, b"".join(parts)
+
+
+def encode_content(channel: int, properties: dict, body: bytes, frame_max: int) -> list[bytes]:
+    """The header frame and body frames of a content, each within frame_max."""
+    flags, encoded = encode_properties(properties)
+    frames = [_frame(FRAME_HEADER, channel, _CONTENT_HEAD.pack(BASIC_CLASS, 0, len(body), flags) + encoded)]
+    room = frame_max - 8
+    if len(body) <= room:
+        if body:
+            frames.append(_frame(FRAME_BODY, channel, body))
+        return frames
+    view = memoryview(body)
+    for start in range(0, len(body), room):
+        frames.append(_frame(FRAME_BODY, channel, bytes(view[start:start + room])))
+    return frames
+
+
+def encode_heartbeat() -> bytes:
+    return _HEARTBEAT

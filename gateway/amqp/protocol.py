@@ -1,0 +1,442 @@
+"""The Twisted side of AMQP 0-9-1: bytes in and out, the connection's handshake
+(protocol header, start, tune, open), heart-beats, flow control, and connection
+errors. Channels, and what they do with the broker core, are gateway.amqp.channel."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+
+from twisted.internet import interfaces, task, threads
+from twisted.internet.protocol import Protocol, ServerFactory
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from gateway import __version__
+from gateway.amqp import spec
+from gateway.amqp.channel import Channel
+from gateway.amqp.codec import (
+    AmqpError,
+    Command,
+    ContentRefused,
+    FrameReader,
+    Heartbeat,
+    ProtocolHeader,
+    decode_table,
+    encode_heartbeat,
+    encode_method,
+)
+from gateway.auth import ANONYMOUS, Principal
+from gateway.broker.broker import Broker
+from gateway.broker.session import ConnectionInfo
+from model.events import AuthenticationFailed
+
+log = logging.getLogger(__name__)
+
+HANDSHAKE_TIMEOUT = 30.0
+CLOSE_TIMEOUT = 2.0  # after a connection.close, how long the client has to answer
+_HARD = {spec.CONNECTION_FORCED, spec.INVALID_PATH, spec.FRAME_ERROR, spec.SYNTAX_ERROR, spec.COMMAND_INVALID,
+         spec.CHANNEL_ERROR, spec.UNEXPECTED_FRAME, spec.RESOURCE_ERROR, spec.NOT_ALLOWED, spec.NOT_IMPLEMENTED,
+         spec.INTERNAL_ERROR}
+SERVER_CAPABILITIES = {
+    "publisher_confirms": True, "exchange_exchange_bindings": True, "basic.nack": True,
+    "consumer_cancel_notify": True, "connection.blocked": True, "authentication_failure_close": True,
+    "per_consumer_qos": True, "consumer_priorities": False, "direct_reply_to": False,
+}
+
+
+@dataclass
+class AmqpSettings:
+    frame_max: int = 131072
+    channel_max: int = 2047
+    heartbeat_s: int = 60  # offered; the client's choice wins, 0 turns them off
+    max_message_size: int = 100 * 1024 * 1024
+    max_connections: int = 100000
+
+
+@implementer(interfaces.IPushProducer)
+class AmqpProtocol(Protocol):
+    factory: AmqpFactory
+
+    def __init__(self) -> None:
+        self.reader = FrameReader()
+        self.state = "header"  # header, start, tune, open, open, closing, closed
+        self.channels: dict[int, Channel] = {}
+        self.principal: Principal | None = None
+        self.frame_max = spec.FRAME_MIN_SIZE
+        self.channel_max = 0
+        self.heartbeat = 0
+        self.name = ""
+        self.client_properties: dict = {}
+        self.blocked = False  # connection.blocked sent
+        self._reading_paused = False
+        self._timers: list = []
+        self._sent = False
+        self._received = False
+
+    # -- connection lifecycle -------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        factory = self.factory
+        self.clock = factory.clock
+        factory.connections.add(self)
+        self.reader = FrameReader(frame_max=factory.settings.frame_max,
+                                  max_body=factory.settings.max_message_size)
+        self.transport.registerProducer(self, True)
+        self._timers.append(self.clock.callLater(HANDSHAKE_TIMEOUT, self._handshake_timeout))
+
+    def connectionLost(self, reason: Failure = None) -> None:
+        self.state = "closed"
+        self.factory.connections.discard(self)
+        for timer in self._timers:
+            if timer.active():
+                timer.cancel()
+        for channel in list(self.channels.values()):
+            channel.closed()
+        self.channels.clear()
+        self.factory.connection_gone(self)
+
+    def _handshake_timeout(self) -> None:
+        if self.state not in ("open", "closed"):
+            log.info("amqp: %s did not finish the handshake in time", self.transport.getPeer())
+            self.transport.abortConnection()
+
+    # -- bytes in -------------------------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.state == "closed":
+            return
+        self._received = True
+        try:
+            events = self.reader.feed(data)
+        except AmqpError as error:
+            self.close_connection(error)
+            return
+        for event in events:
+            if self.state == "closed":
+                return
+            try:
+                if isinstance(event, Command):
+                    self._command(event)
+                elif isinstance(event, Heartbeat):
+                    pass
+                elif isinstance(event, ProtocolHeader):
+                    self._protocol_header(event)
+                elif isinstance(event, ContentRefused):
+                    self.channel_error(event.error)
+            except AmqpError as error:
+                if error.code in _HARD or not error.channel:
+                    self.close_connection(error)
+                else:
+                    self.channel_error(error)
+
+    def _command(self, command: Command) -> None:
+        name = command.spec.name
+        if self.state == "closing":
+            if name == "connection.close_ok":
+                self.transport.loseConnection()
+            elif name == "connection.close":
+                self.write(encode_method(0, "connection.close_ok"))
+            return
+        if command.channel == 0:
+            if not name.startswith("connection."):
+                raise AmqpError(spec.COMMAND_INVALID, f"{name} on channel 0", 0, command.spec.class_id,
+                                command.spec.method_id)
+            handler = getattr(self, "method_" + name.replace(".", "_"), None)
+            if handler is None:
+                raise AmqpError(spec.COMMAND_INVALID, f"a client does not send {name}", 0, command.spec.class_id,
+                                command.spec.method_id)
+            handler(command)
+            return
+        if self.state != "open":
+            raise AmqpError(spec.CHANNEL_ERROR, f"{name} before the connection was opened", 0,
+                            command.spec.class_id, command.spec.method_id)
+        channel = self.channels.get(command.channel)
+        if name == "channel.open":
+            self._open_channel(command)
+        elif channel is None:
+            raise AmqpError(spec.CHANNEL_ERROR, f"{name} on channel {command.channel}, which is not open", 0,
+                            command.spec.class_id, command.spec.method_id)
+        else:
+            channel.command(command)
+
+    def _protocol_header(self, header: ProtocolHeader) -> None:
+        if not header.ok:
+            # The spec: answer with the protocol header we speak, then close.
+            self.transport.write(spec.PROTOCOL_HEADER)
+            self.state = "closed"
+            self.transport.loseConnection()
+            return
+        self.state = "start"
+        self.write(encode_method(
+            0, "connection.start", version_major=0, version_minor=9,
+            server_properties={"product": "Meshgate", "version": __version__, "platform": "Python/Twisted",
+                               "cluster_name": self.factory.node_name, "capabilities": SERVER_CAPABILITIES},
+            mechanisms="PLAIN AMQPLAIN", locales="en_US"))
+
+    # -- the handshake --------------------------------------------------------------------
+
+    def method_connection_start_ok(self, command: Command) -> None:
+        if self.state != "start":
+            raise AmqpError(spec.COMMAND_INVALID, "connection.start_ok out of turn", 0, 10, 11)
+        args = command.args
+        self.client_properties = args.client_properties or {}
+        login, password = _credentials(args.mechanism, args.response)
+        self.state = "authenticating"
+        authenticator = self.factory.authenticator
+        if authenticator.anonymous:
+            self._authenticated(ANONYMOUS, login)
+            return
+        d = threads.deferToThreadPool(self.clock, self.factory.threadpool, authenticator.authenticate, login,
+                                      password)
+        d.addCallback(self._authenticated, login)
+
+    def _authenticated(self, principal: Principal | None, login: str | None) -> None:
+        if self.state != "authenticating":
+            return
+        if principal is None:
+            peer = self.transport.getPeer()
+            self.factory.broker.events.emit(AuthenticationFailed(
+                user=login or "", remote=f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"))
+            self.close_connection(AmqpError(spec.ACCESS_REFUSED, f"login refused for user {login!r}: wrong user "
+                                                                  "or password", 0, 10, 11))
+            return
+        self.principal = principal
+        self.state = "tune"
+        settings = self.factory.settings
+        self.write(encode_method(0, "connection.tune", channel_max=settings.channel_max,
+                                 frame_max=settings.frame_max, heartbeat=settings.heartbeat_s))
+
+    def method_connection_tune_ok(self, command: Command) -> None:
+        if self.state != "tune":
+            raise AmqpError(spec.COMMAND_INVALID, "connection.tune_ok out of turn", 0, 10, 31)
+        args = command.args
+        settings = self.factory.settings
+        if args.frame_max and args.frame_max < spec.FRAME_MIN_SIZE:
+            raise AmqpError(spec.NOT_ALLOWED, f"frame_max {args.frame_max} is under the minimum of "
+                                              f"{spec.FRAME_MIN_SIZE}", 0, 10, 31)
+        self.frame_max = min(args.frame_max or settings.frame_max, settings.frame_max)
+        self.reader.frame_max = self.frame_max
+        self.channel_max = min(args.channel_max or settings.channel_max, settings.channel_max)
+        self.heartbeat = args.heartbeat
+        self.state = "opening"
+        if self.heartbeat:
+            self._timers.append(self.clock.callLater(self.heartbeat / 2, self._beat))
+            self._timers.append(self.clock.callLater(self.heartbeat * 2, self._check_alive))
+
+    def method_connection_open(self, command: Command) -> None:
+        if self.state != "opening":
+            raise AmqpError(spec.COMMAND_INVALID, "connection.open out of turn", 0, 10, 40)
+        factory = self.factory
+        self.name = f"{factory.node_name}-amqp-{next(factory.connection_ids)}"
+        self.state = "open"
+        self.write(encode_method(0, "connection.open_ok"))
+        if factory.broker.memory_full:
+            self.set_blocked(True)
+
+    def method_connection_close(self, command: Command) -> None:
+        self.write(encode_method(0, "connection.close_ok"))
+        self.state = "closed"
+        self.transport.loseConnection()
+
+    def method_connection_close_ok(self, command: Command) -> None:
+        self.transport.loseConnection()
+
+    # -- channels -------------------------------------------------------------------------
+
+    def _open_channel(self, command: Command) -> None:
+        number = command.channel
+        if number in self.channels:
+            raise AmqpError(spec.CHANNEL_ERROR, f"channel {number} is already open", 0, 20, 10)
+        if number > self.channel_max:
+            raise AmqpError(spec.CHANNEL_ERROR, f"channel {number} is over channel_max ({self.channel_max})", 0,
+                            20, 10)
+        self.channels[number] = Channel(self, number)
+        self.write(encode_method(number, "channel.open_ok"))
+
+    def channel_error(self, error: AmqpError) -> None:
+        """A soft error: the channel closes, the connection goes on."""
+        channel = self.channels.get(error.channel)
+        self.reader.forget_channel(error.channel)
+        if channel is None or channel.closing:
+            return
+        log.info("amqp: closing channel %d of %s: %d %s", error.channel, self.name, error.code, error.text)
+        channel.close_with(error)
+
+    def channel_closed(self, number: int) -> None:
+        self.channels.pop(number, None)
+        self.reader.forget_channel(number)
+
+    def close_connection(self, error: AmqpError) -> None:
+        """A hard error (or a refusal): say why, close, wait briefly for close_ok."""
+        if self.state in ("closing", "closed"):
+            return
+        log.info("amqp: closing %s: %d %s", self.name or self.transport.getPeer(), error.code, error.text)
+        self.write(encode_method(0, "connection.close", reply_code=error.code, reply_text=error.text[:255],
+                                 class_id=error.class_id, method_id=error.method_id))
+        self.state = "closing"
+        for channel in list(self.channels.values()):
+            channel.closed()
+        self.channels.clear()
+        self._timers.append(self.clock.callLater(CLOSE_TIMEOUT, self.transport.loseConnection))
+
+    def close_from_admin(self, reason: str) -> None:
+        self.close_connection(AmqpError(spec.CONNECTION_FORCED, reason))
+
+    # -- heart-beats ----------------------------------------------------------------------
+
+    def _beat(self) -> None:
+        if self.state in ("closing", "closed"):
+            return
+        if not self._sent:
+            self.transport.write(encode_heartbeat())
+        self._sent = False
+        self._timers.append(self.clock.callLater(self.heartbeat / 2, self._beat))
+
+    def _check_alive(self) -> None:
+        if self.state == "closed":
+            return
+        if not self._received:
+            log.info("amqp: closing %s: no heartbeat from the client for %d s", self.name, self.heartbeat * 2)
+            self.state = "closed"
+            self.transport.abortConnection()
+            return
+        self._received = False
+        self._timers.append(self.clock.callLater(self.heartbeat * 2, self._check_alive))
+
+    # -- bytes out and flow control -------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        self._sent = True
+        self.transport.write(data)
+
+    def writeSequence(self, frames: list[bytes]) -> None:
+        self._sent = True
+        self.transport.writeSequence(frames)
+
+    def pause_reading(self, until) -> None:
+        """Stop reading the client (a producer the broker cannot take from now) until
+        ``until`` calls back; it hears connection.blocked meanwhile."""
+        if not self._reading_paused:
+            self._reading_paused = True
+            self.transport.pauseProducing()
+            self.set_blocked(True)
+            until(self._resume_reading)
+
+    def _resume_reading(self) -> None:
+        if self._reading_paused and self.state != "closed":
+            self._reading_paused = False
+            self.set_blocked(False)
+            self.transport.resumeProducing()
+
+    def set_blocked(self, blocked: bool) -> None:
+        if blocked == self.blocked or self.state != "open":
+            return
+        capabilities = self.client_properties.get("capabilities") or {}
+        self.blocked = blocked
+        if capabilities.get("connection.blocked"):
+            if blocked:
+                self.write(encode_method(0, "connection.blocked", reason="low on memory or disk"))
+            else:
+                self.write(encode_method(0, "connection.unblocked"))
+
+    # IPushProducer: the socket's send buffer is full (pause) or drained (resume).
+    def pauseProducing(self) -> None:
+        for channel in self.channels.values():
+            channel.session.set_writable(False)
+
+    def resumeProducing(self) -> None:
+        for channel in list(self.channels.values()):
+            channel.session.set_writable(True)
+
+    def stopProducing(self) -> None:
+        pass
+
+    def connection_info(self) -> ConnectionInfo:
+        peer = self.transport.getPeer()
+        remote = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"
+        return ConnectionInfo("amqp", "0-9-1", remote, self.clock.seconds(), self.close_from_admin)
+
+
+class AmqpFactory(ServerFactory):
+    protocol = AmqpProtocol
+
+    def __init__(self, broker: Broker, settings: AmqpSettings, authenticator, authorizer, clock,
+                 node_name: str = "meshgate", threadpool=None) -> None:
+        self.broker = broker
+        self.settings = settings
+        self.authenticator = authenticator
+        self.authorizer = authorizer
+        self.clock = clock
+        self.node_name = node_name
+        self.threadpool = threadpool
+        self.connections: set[AmqpProtocol] = set()
+        self.connection_ids = itertools.count(1)
+        self.exclusive: dict[str, AmqpProtocol] = {}  # queue -> the connection it belongs to
+        self.auto_delete: set[str] = set()  # queues deleted once their last consumer goes
+        self._expiring: dict[str, tuple[int, float]] = {}  # queue -> (x-expires ms, unused since)
+        self._sweep = None
+
+    def expire_unused(self, queue: str, expires_ms: int) -> None:
+        """x-expires: the queue goes once it has had no consumer for that long."""
+        self._expiring[queue] = (expires_ms, self.clock.seconds())
+        if self._sweep is None:
+            self._sweep = task.LoopingCall(self._expire)
+            self._sweep.clock = self.clock
+            self._sweep.start(1.0, now=False)
+
+    def _expire(self) -> None:
+        now = self.clock.seconds()
+        for name, (expires_ms, since) in list(self._expiring.items()):
+            queue = self.broker.queues.get(name)
+            if queue is None:
+                del self._expiring[name]
+            elif queue.consumers:
+                self._expiring[name] = (expires_ms, now)
+            elif now - since >= expires_ms / 1000.0:
+                del self._expiring[name]
+                self.delete_queue(name)
+
+    def consumer_gone(self, queue: str) -> None:
+        if queue in self.auto_delete:
+            held = self.broker.queues.get(queue)
+            if held is None or not held.consumers:
+                self.auto_delete.discard(queue)
+                self.delete_queue(queue)
+
+    def connection_gone(self, connection: AmqpProtocol) -> None:
+        for queue in [name for name, owner in self.exclusive.items() if owner is connection]:
+            del self.exclusive[queue]
+            self.auto_delete.discard(queue)
+            self.delete_queue(queue)
+
+    def delete_queue(self, name: str) -> None:
+        """Delete a queue on every node: its bindings, its definition, what waits in it."""
+        broker = self.broker
+        for binding in broker.exchanges.bound_to(name):
+            broker.unbind(binding)
+        if name in broker.queue_settings:
+            broker.define_queue(name, None)
+        queue = broker.queues.get(name)
+        if queue is not None and not queue.consumers:
+            broker.delete_queue(queue)
+
+
+def _credentials(mechanism: str, response: bytes) -> tuple[str | None, str | None]:
+    """The login and password a client gave (PLAIN: authzid NUL login NUL password;
+    AMQPLAIN: a field table without its length, LOGIN and PASSWORD)."""
+    if mechanism == "PLAIN":
+        parts = response.split(b"\x00")
+        if len(parts) == 3:
+            return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
+        raise AmqpError(spec.ACCESS_REFUSED, "a PLAIN response is authzid NUL login NUL password", 0, 10, 11)
+    if mechanism == "AMQPLAIN":
+        try:
+            table, _ = decode_table(len(response).to_bytes(4, "big") + response, 0)
+        except (ValueError, IndexError) as error:
+            raise AmqpError(spec.ACCESS_REFUSED, f"a malformed AMQPLAIN response ({error})", 0, 10, 11) from None
+        login, password = table.get("LOGIN"), table.get("PASSWORD")
+        return (None if login is None else str(login)), (None if password is None else str(password))
+    raise AmqpError(spec.ACCESS_REFUSED, f"unknown mechanism {mechanism!r}; use PLAIN or AMQPLAIN", 0, 10, 11)
+

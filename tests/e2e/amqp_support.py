@@ -1,0 +1,53 @@
+"""AMQP clients for the end-to-end tests: pika connections to a broker process's
+AMQP listener (found in what the process printed), always closed at teardown."""
+
+from __future__ import annotations
+
+import re
+
+import pika
+from e2e_support import HOST
+
+AMQP_ON = "amqp.bind=127.0.0.1:0"  # a --set that gives a node an AMQP listener on a free port
+
+
+def amqp_port(process) -> int:
+    """The port a broker (or a mesh member's process) printed for its AMQP listener."""
+    ports = re.findall(r"listening on amqp://[^\s:]+:(\d+)", process.stdout())
+    assert ports, f"no AMQP listener in the broker's output:\n{process.stdout()[-2000:]}"
+    return int(ports[-1])
+
+
+class Pika:
+    """Opens pika BlockingConnections; ``close_all`` at teardown."""
+
+    def __init__(self) -> None:
+        self.connections: list[pika.BlockingConnection] = []
+
+    def __call__(self, process, user: str = "guest", password: str = "guest", **options) -> pika.BlockingConnection:
+        parameters = pika.ConnectionParameters(HOST, amqp_port(process), credentials=pika.PlainCredentials(
+            user, password), connection_attempts=1, socket_timeout=10, blocked_connection_timeout=30, **options)
+        connection = pika.BlockingConnection(parameters)
+        self.connections.append(connection)
+        return connection
+
+    def close_all(self) -> None:
+        for connection in self.connections:
+            if connection.is_open:
+                try:
+                    connection.close()
+                except Exception:  # noqa: BLE001 - already broken by the test: nothing to close
+                    pass
+
+
+def drain(channel, queue: str, count: int, timeout: float = 10.0) -> list:
+    """``count`` deliveries (method, properties, body) from ``queue``, acked."""
+    got = []
+    for method, properties, body in channel.consume(queue, inactivity_timeout=timeout):
+        assert method is not None, f"timed out after {len(got)} of {count} messages from {queue}"
+        got.append((method, properties, body))
+        channel.basic_ack(method.delivery_tag)
+        if len(got) == count:
+            break
+    channel.cancel()
+    return got

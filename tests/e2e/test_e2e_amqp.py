@@ -1,0 +1,283 @@
+"""AMQP 0-9-1 with real clients against a real node: pika publishes and consumes
+through every exchange type with acks, nacks, rejects, confirms, transactions,
+TTL and dead-letter exchanges; STOMP and AMQP clients share queues and topics;
+errors close the channel or the connection with the right reply code and touch
+nothing else."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pika
+import pika.exceptions
+import pytest
+from amqp_support import AMQP_ON, Pika, amqp_port, drain
+from e2e_support import HOST, BrokerProcess, unique
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    broker = BrokerProcess(tmp_path_factory.mktemp("amqp"), name="amqp", sets=[AMQP_ON])
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.cleanup()
+
+
+@pytest.fixture
+def amqp():
+    clients = Pika()
+    yield clients
+    clients.close_all()
+
+
+def test_publish_consume_ack_with_properties_and_typed_headers(node, amqp):
+    channel = amqp(node).channel()
+    queue = unique("orders")
+    channel.queue_declare(queue, durable=True)
+    sent = pika.BasicProperties(content_type="application/json", delivery_mode=2, priority=7, correlation_id="c-1",
+                                reply_to="replies", message_id="m-1", type="order", app_id="shop",
+                                headers={"retries": 0, "eta": None, "limits": [None, 30], "ok": True, "who": "x"})
+    for i in range(20):
+        channel.basic_publish("", queue, b"order %d" % i, sent)
+    got = drain(channel, queue, 20)
+    assert [body for _, _, body in got] == [b"order %d" % i for i in range(20)]
+    method, properties, _ = got[0]
+    assert method.exchange == "" and method.routing_key == queue and not method.redelivered
+    assert properties.headers == sent.headers
+    for field in ("content_type", "delivery_mode", "priority", "correlation_id", "reply_to", "message_id", "type",
+                  "app_id"):
+        assert getattr(properties, field) == getattr(sent, field), field
+    assert channel.queue_declare(queue, passive=True).method.message_count == 0
+
+
+def test_nack_requeues_marked_redelivered_and_reject_dead_letters_through_the_dlx(node, amqp):
+    channel = amqp(node).channel()
+    queue, dead = unique("work"), unique("dead")
+    channel.exchange_declare(dead, "fanout")
+    channel.queue_declare(dead)
+    channel.queue_bind(dead, dead)
+    channel.queue_declare(queue, arguments={"x-dead-letter-exchange": dead})
+    channel.basic_publish("", queue, b"twice")
+    channel.basic_publish("", queue, b"poison")
+    method, _, body = channel.basic_get(queue)
+    assert body == b"twice" and not method.redelivered
+    channel.basic_nack(method.delivery_tag, requeue=True)  # back at the head, as in RabbitMQ
+    method, _, body = channel.basic_get(queue)
+    assert body == b"twice" and method.redelivered
+    channel.basic_ack(method.delivery_tag)
+    method, _, body = channel.basic_get(queue)
+    assert body == b"poison"
+    channel.basic_reject(method.delivery_tag, requeue=False)
+    method, properties, body = channel.basic_get(dead, auto_ack=True)
+    assert body == b"poison" and properties.headers["dead-letter-reason"] == "rejected"
+    assert channel.basic_get(queue) == (None, None, None)
+
+
+def test_queue_ttl_expires_into_the_dead_letter_exchange(node, amqp):
+    channel = amqp(node).channel()
+    queue, expired = unique("short"), unique("expired")
+    channel.queue_declare(expired)
+    channel.queue_declare(queue, arguments={"x-message-ttl": 200, "x-dead-letter-exchange": "",
+                                            "x-dead-letter-routing-key": expired})
+    channel.basic_publish("", queue, b"stale")
+    channel.basic_publish("", queue, b"per message", pika.BasicProperties(expiration="60000"))
+    deadline = time.monotonic() + 10
+    while channel.queue_declare(expired, passive=True).method.message_count < 1:
+        assert time.monotonic() < deadline, "the expired message never reached the dead-letter exchange"
+        time.sleep(0.1)
+    assert channel.basic_get(expired, auto_ack=True)[2] == b"stale"
+    assert channel.basic_get(queue, auto_ack=True)[2] == b"per message"
+
+
+def test_every_exchange_type_routes_and_mandatory_unroutable_comes_back(node, amqp):
+    channel = amqp(node).channel()
+    channel.confirm_delivery()
+    names = {kind: unique(kind) for kind in ("direct", "fanout", "topic", "headers")}
+    for kind, name in names.items():
+        channel.exchange_declare(name, kind)
+    queues = {q: channel.queue_declare("", exclusive=True).method.queue for q in ("pdf", "all", "eu", "match")}
+    channel.queue_bind(queues["pdf"], names["direct"], "pdf")
+    channel.queue_bind(queues["all"], names["fanout"])
+    channel.queue_bind(queues["eu"], names["topic"], "eu.#")
+    channel.queue_bind(queues["match"], names["headers"], arguments={"x-match": "all", "format": "pdf"})
+    channel.exchange_bind(names["fanout"], names["topic"], "eu.#")  # exchange to exchange
+    channel.basic_publish(names["direct"], "pdf", b"direct")
+    channel.basic_publish(names["topic"], "eu.orders.new", b"topic")
+    channel.basic_publish(names["headers"], "", b"headers", pika.BasicProperties(headers={"format": "pdf"}))
+    with pytest.raises(pika.exceptions.UnroutableError):
+        channel.basic_publish(names["direct"], "gif", b"nowhere", mandatory=True)
+    with pytest.raises(pika.exceptions.UnroutableError):
+        channel.basic_publish("", unique("no-such-queue"), b"nowhere", mandatory=True)
+
+    def bodies(queue: str) -> list[bytes]:
+        found = []
+        while (got := channel.basic_get(queue, auto_ack=True))[0] is not None:
+            found.append(got[2])
+        return found
+
+    assert bodies(queues["pdf"]) == [b"direct"]
+    assert bodies(queues["eu"]) == [b"topic"]
+    assert bodies(queues["all"]) == [b"topic"]  # through the topic exchange's binding to the fanout
+    assert bodies(queues["match"]) == [b"headers"]
+
+
+def test_confirms_come_once_persistent_messages_are_durable(node, amqp):
+    channel = amqp(node).channel()
+    queue = unique("confirmed")
+    channel.queue_declare(queue, durable=True)
+    channel.confirm_delivery()
+    for i in range(500):
+        channel.basic_publish("", queue, b"%d" % i, pika.BasicProperties(delivery_mode=2))  # raises on a nack
+    assert channel.queue_declare(queue, passive=True).method.message_count == 500
+
+
+def test_transactions_publish_on_commit_only(node, amqp):
+    channel = amqp(node).channel()
+    queue = unique("tx")
+    channel.queue_declare(queue)
+    channel.tx_select()
+    channel.basic_publish("", queue, b"rolled back")
+    channel.tx_rollback()
+    channel.basic_publish("", queue, b"committed")
+    assert channel.queue_declare(queue, passive=True).method.message_count == 0
+    channel.tx_commit()
+    assert channel.basic_get(queue, auto_ack=True)[2] == b"committed"
+    assert channel.basic_get(queue) == (None, None, None)
+
+
+def test_purge_and_delete_say_how_many_and_delete_cancels_consumers(node, amqp):
+    connection = amqp(node)
+    channel = connection.channel()
+    queue = unique("counted")
+    channel.queue_declare(queue)
+    for _ in range(5):
+        channel.basic_publish("", queue, b"x")
+    assert channel.queue_purge(queue).method.message_count == 5
+    channel.basic_publish("", queue, b"taken")
+    channel.basic_publish("", queue, b"left")
+    cancelled = []
+    watcher = connection.channel()
+    watcher.basic_qos(prefetch_count=1)
+    watcher.add_on_cancel_callback(cancelled.append)
+    watcher.basic_consume(queue, lambda *a: None)
+    connection.process_data_events(time_limit=0.5)
+    other = connection.channel()
+    assert other.queue_delete(queue).method.message_count == 1
+    connection.process_data_events(time_limit=1)
+    assert cancelled, "the consumer of a deleted queue hears basic.cancel"
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+        channel.queue_declare(queue, passive=True)
+    assert closed.value.reply_code == 404
+
+
+def test_an_exclusive_queue_is_locked_to_its_connection_and_goes_with_it(node, amqp):
+    owner = amqp(node)
+    queue = owner.channel().queue_declare("", exclusive=True).method.queue
+    assert queue.startswith("amq.gen-")
+    other = amqp(node).channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as locked:
+        other.basic_consume(queue, lambda *a: None)
+    assert locked.value.reply_code == 405
+    owner.close()
+    probe = amqp(node).channel()
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            probe.queue_declare(queue, passive=True)
+        except pika.exceptions.ChannelClosedByBroker as gone:
+            assert gone.reply_code == 404
+            break
+        assert time.monotonic() < deadline, "the exclusive queue outlived its connection"
+        time.sleep(0.1)
+        probe = amqp(node).channel()
+
+
+def test_channel_errors_close_the_channel_with_their_code_and_the_connection_goes_on(node, amqp):
+    connection = amqp(node)
+    queue = unique("args")
+    connection.channel().queue_declare(queue, arguments={"x-message-ttl": 1000})
+    for action, code in [
+        (lambda ch: ch.basic_consume(unique("missing"), lambda *a: None), 404),
+        (lambda ch: ch.queue_declare(queue, arguments={"x-message-ttl": 2000}), 406),
+        (lambda ch: ch.basic_publish(unique("no-exchange"), "k", b"x"), 404),
+        (lambda ch: ch.exchange_declare("amq.mine", "direct"), 403),
+        (lambda ch: ch.queue_declare(unique("bad"), arguments={"x-message-ttl": "soon"}), 406),
+        (lambda ch: ch.basic_ack(999), 406),
+    ]:
+        channel = connection.channel()
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as closed:
+            action(channel)
+            channel.queue_declare(queue, passive=True, arguments={})  # a round trip: errors after a publish show
+        assert closed.value.reply_code == code, closed.value
+    assert connection.is_open
+    assert connection.channel().queue_declare(queue, passive=True).method.queue == queue
+
+
+def _raw_handshake(node) -> socket.socket:
+    sock = socket.create_connection((HOST, amqp_port(node)), timeout=10)
+    sock.sendall(b"AMQP\x00\x00\x09\x01")
+    return sock
+
+
+def _read_frames(sock: socket.socket, until: bytes, limit: float = 10) -> bytes:
+    data = b""
+    deadline = time.monotonic() + limit
+    while until not in data and time.monotonic() < deadline:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def test_a_malformed_frame_closes_only_its_connection_with_501(node, amqp):
+    bystander = amqp(node).channel()
+    queue = unique("bystander")
+    bystander.queue_declare(queue)
+    sock = _raw_handshake(node)
+    _read_frames(sock, b"PLAIN")  # connection.start
+    sock.sendall(b"\x01\x00\x00\x00\x00\x00\x04\x00\x0a\x00\x0b\x00")  # no 0xCE frame end
+    data = _read_frames(sock, b"\xce", limit=5)
+    close = data[data.index(b"\x00\x0a\x00\x32"):]  # connection.close: class 10, method 50
+    assert struct.unpack(">H", close[4:6])[0] == 501 and b"0xCE" in close
+    sock.close()
+    bystander.basic_publish("", queue, b"still fine")
+    assert bystander.basic_get(queue, auto_ack=True)[2] == b"still fine"
+
+
+def test_a_wrong_protocol_header_gets_ours_back(node):
+    sock = socket.create_connection((HOST, amqp_port(node)), timeout=10)
+    sock.sendall(b"AMQP\x01\x01\x00\x0a")
+    assert _read_frames(sock, b"\x09\x01") == b"AMQP\x00\x00\x09\x01"
+    assert sock.recv(100) == b""  # and closed
+    sock.close()
+
+
+def test_stomp_and_amqp_clients_share_queues_and_topics(node, amqp, connect):
+    channel = amqp(node).channel()
+    queue = unique("shared")
+    channel.queue_declare(queue)
+    stomp = connect(node)
+    stomp.send("/queue/" + queue, "from stomp", headers={"correlation-id": "c-9", "color": "red"}, receipt=True)
+    _, properties, body = channel.basic_get(queue, auto_ack=True)
+    assert body == b"from stomp" and properties.correlation_id == "c-9" and properties.headers["color"] == "red"
+    stomp.subscribe("/queue/" + queue)
+    channel.basic_publish("", queue, b"from amqp", pika.BasicProperties(content_type="text/plain",
+                                                                          headers={"n": 3}))
+    (message,) = stomp.listener.wait_for(1)
+    assert message.body == "from amqp" and message.headers["content-type"] == "text/plain"
+    assert message.headers["n"] == "3"
+    # Topics: amq.topic is STOMP's /topic/, both ways.
+    news = channel.queue_declare("", exclusive=True).method.queue
+    channel.queue_bind(news, "amq.topic", "news.#")
+    stomp.subscribe("/topic/news.eu")
+    stomp.send("/topic/news.eu", "stomp news", receipt=True)
+    channel.basic_publish("amq.topic", "news.eu", b"amqp news")
+    stomp.listener.wait_until(lambda: len(stomp.listener.messages) >= 3, "both news on STOMP")
+    assert sorted(m.body for m in stomp.listener.messages[1:]) == ["amqp news", "stomp news"]
+    got = sorted(channel.basic_get(news, auto_ack=True)[2] for _ in range(2))
+    assert got == [b"amqp news", b"stomp news"]

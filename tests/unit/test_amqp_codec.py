@@ -1,0 +1,194 @@
+"""The AMQP 0-9-1 codec (gateway/amqp/codec.py) against pika's own encoder, byte by
+byte and split anywhere; arbitrary bytes never raise anything but AmqpError; and
+the property mapping keeps header types from AMQP to AMQP."""
+
+from __future__ import annotations
+
+import datetime
+from decimal import Decimal
+
+import pika.frame
+import pika.spec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.amqp import properties as props
+from gateway.amqp.codec import (
+    AmqpError,
+    Command,
+    ContentRefused,
+    FrameReader,
+    ProtocolHeader,
+    decode_table,
+    encode_content,
+    encode_method,
+    encode_table,
+)
+from gateway.amqp.spec import FRAME_ERROR, PROTOCOL_HEADER, SYNTAX_ERROR, UNEXPECTED_FRAME
+
+
+def pika_method(channel: int, method) -> bytes:
+    return pika.frame.Method(channel, method).marshal()
+
+
+def pika_content(channel: int, properties: pika.spec.BasicProperties, body: bytes, frame_max: int = 131072) -> bytes:
+    header = pika.frame.Header(channel, len(body), properties).marshal()
+    room = frame_max - 8
+    bodies = b"".join(pika.frame.Body(channel, body[i:i + room]).marshal() for i in range(0, len(body), room))
+    return header + bodies
+
+
+def reader() -> FrameReader:
+    r = FrameReader()
+    assert [e.ok for e in r.feed(PROTOCOL_HEADER)] == [True]
+    return r
+
+
+def test_methods_from_pika_decode_with_their_arguments():
+    data = pika_method(1, pika.spec.Queue.Declare(queue="orders", durable=True, arguments={"x-message-ttl": 5000}))
+    data += pika_method(1, pika.spec.Basic.Qos(prefetch_count=10))
+    data += pika_method(2, pika.spec.Basic.Ack(delivery_tag=7, multiple=True))
+    declare, qos, ack = reader().feed(data)
+    assert declare.spec.name == "queue.declare" and declare.channel == 1
+    assert (declare.args.queue, declare.args.durable, declare.args.exclusive) == ("orders", True, False)
+    assert declare.args.arguments == {"x-message-ttl": 5000}
+    assert qos.args.prefetch_count == 10 and not qos.args.global_
+    assert (ack.channel, ack.args.delivery_tag, ack.args.multiple) == (2, 7, True)
+
+
+def test_a_publish_with_its_content_split_anywhere_is_one_command():
+    properties = pika.spec.BasicProperties(content_type="application/json", delivery_mode=2, priority=7,
+                                           headers={"n": 1, "big": 2 ** 40, "s": "x", "ok": True,
+                                                    "list": [1, "a", None], "nested": {"k": "v"},
+                                                    "when": datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC),
+                                                    "d": Decimal("1.25")},
+                                           correlation_id="c-1", reply_to="replies", expiration="60000",
+                                           message_id="m-1", timestamp=1_700_000_000, type="t", user_id="guest",
+                                           app_id="app")
+    body = bytes(range(256)) * 1000  # several body frames
+    data = pika_method(1, pika.spec.Basic.Publish(exchange="ex", routing_key="rk", mandatory=True))
+    data += pika_content(1, properties, body, frame_max=4096)
+    for cut in (1, 7, 8, 100, 4096, len(data) - 1):
+        r = reader()
+        r.frame_max = 4096
+        events = r.feed(data[:cut]) + r.feed(data[cut:])
+        (command,) = events
+        assert isinstance(command, Command) and command.spec.name == "basic.publish"
+        assert (command.args.exchange, command.args.routing_key, command.args.mandatory) == ("ex", "rk", True)
+        assert command.body == body
+        p = command.properties
+        assert p["headers"]["big"] == 2 ** 40 and p["headers"]["list"] == [1, "a", None]
+        assert p["headers"]["d"] == Decimal("1.25") and p["headers"]["when"].year == 2026
+        assert (p["content_type"], p["delivery_mode"], p["priority"], p["expiration"]) == (
+            "application/json", 2, 7, "60000")
+
+
+def test_what_the_broker_encodes_pika_decodes():
+    frames = encode_method(3, "basic.deliver", consumer_tag="ctag", delivery_tag=9, redelivered=True,
+                           exchange="amq.topic", routing_key="a.b")
+    frames += b"".join(encode_content(3, {"content_type": "text/plain", "delivery_mode": 2,
+                                          "headers": {"n": 5, "s": "x"}}, b"x" * 10000, frame_max=4096))
+    offset = 0
+    decoded = []
+    while offset < len(frames):
+        consumed, frame = pika.frame.decode_frame(frames[offset:])
+        decoded.append(frame)
+        offset += consumed
+    method, header, *bodies = decoded
+    assert isinstance(method.method, pika.spec.Basic.Deliver)
+    assert (method.method.delivery_tag, method.method.redelivered, method.method.routing_key) == (9, True, "a.b")
+    assert header.properties.headers == {"n": 5, "s": "x"} and header.body_size == 10000
+    assert b"".join(b.fragment for b in bodies) == b"x" * 10000 and all(len(b.fragment) <= 4088 for b in bodies)
+
+
+def test_a_wrong_protocol_header_is_reported_and_nothing_else_is_read():
+    r = FrameReader()
+    (header,) = r.feed(b"GET / HTTP/1.1\r\n\r\n")
+    assert isinstance(header, ProtocolHeader) and not header.ok
+    r = FrameReader()
+    assert r.feed(b"AMQP") == []  # the rest may follow
+    (header,) = r.feed(b"\x00\x00\x09\x00")
+    assert not header.ok  # 0-9-0
+
+
+@pytest.mark.parametrize("data, code, words", [
+    (b"\x01\x00\x01\x00\x00\x00\x04\x00\x3c\x00\x28\x00", FRAME_ERROR, "0xCE"),
+    (b"\x09\x00\x00\x00\x00\x00\x00\xce", FRAME_ERROR, "unknown frame type"),
+    (b"\x08\x00\x05\x00\x00\x00\x00\xce", FRAME_ERROR, "heartbeat frame on channel 5"),
+    (b"\x02\x00\x01\x00\x00\x00\x0e\x00\x3c\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\xce", UNEXPECTED_FRAME,
+     "no method before it"),
+    (b"\x01\x00\x01\x00\x00\x00\x06\x00\x3c\x00\x28\x00\x00\xce", SYNTAX_ERROR, "basic.publish"),
+    (b"\x01\x00\x01\x00\x00\x00\x04\x00\x3c\x03\xe7\xce", 540, "unknown method 60.999"),
+])
+def test_malformed_frames_name_the_problem(data, code, words):
+    with pytest.raises(AmqpError) as raised:
+        reader().feed(data)
+    assert raised.value.code == code and words in raised.value.text
+
+
+def test_a_frame_over_frame_max_is_refused_before_it_is_read():
+    r = reader()
+    with pytest.raises(AmqpError, match="over frame_max"):
+        r.feed(b"\x03\x00\x01\x7f\x00\x00\x00")
+
+
+def test_a_content_over_the_limit_is_refused_for_its_channel_and_skipped():
+    r = FrameReader(max_body=10)
+    r.feed(PROTOCOL_HEADER)
+    data = pika_method(1, pika.spec.Basic.Publish(routing_key="q")) + pika_content(1, pika.spec.BasicProperties(),
+                                                                                  b"x" * 50)
+    data += pika_method(1, pika.spec.Basic.Publish(routing_key="q")) + pika_content(1, pika.spec.BasicProperties(),
+                                                                                  b"small")
+    refused, command = r.feed(data)
+    assert isinstance(refused, ContentRefused) and refused.error.channel == 1 and "over the node's limit" in \
+        refused.error.text
+    assert command.body == b"small"
+
+
+def test_tables_round_trip():
+    table = {"i": -5, "l": 2 ** 40, "s": "text", "t": True, "f": 0.5, "n": None, "a": [1, [2]], "F": {"x": "y"},
+             "b": b"\x00\xff"}
+    data = encode_table(table)
+    assert decode_table(data, 0) == (table, len(data))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=400), st.integers(min_value=1, max_value=50))
+def test_arbitrary_bytes_never_raise_anything_but_amqp_errors(data, cut):
+    r = reader()
+    try:
+        r.feed(data[:cut])
+        r.feed(data[cut:])
+    except AmqpError:
+        pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_arbitrary_method_payloads_never_raise_anything_but_amqp_errors(payload):
+    frame = b"\x01\x00\x01" + len(payload).to_bytes(4, "big") + payload + b"\xce"
+    try:
+        reader().feed(frame)
+    except AmqpError:
+        pass
+
+
+def test_typed_headers_survive_the_trip_through_the_core():
+    properties = {"headers": {"retries": 0, "ok": False, "eta": None, "timelimit": [None, 30], "name": "x",
+                              "ratio": 0.25},
+                  "content_type": "application/json", "correlation_id": "c", "reply_to": "r", "message_id": "m",
+                  "delivery_mode": 2, "priority": 5, "timestamp": 1700000000}
+    published = props.from_properties(properties, now_ms=1000)
+    assert published.persistent and published.priority == 5
+    assert published.headers["retries"] == "0" and published.headers["correlation-id"] == "c"  # STOMP reads these
+    back = props.to_properties(published.headers, published.persistent, published.priority)
+    assert back["headers"] == properties["headers"]
+    assert {k: back[k] for k in ("content_type", "correlation_id", "reply_to", "message_id", "timestamp")} == {
+        k: properties[k] for k in ("content_type", "correlation_id", "reply_to", "message_id", "timestamp")}
+
+
+def test_an_expiration_becomes_the_message_expiry_and_a_bad_one_is_refused():
+    assert props.from_properties({"expiration": "1500"}, now_ms=1000).expires == 2500
+    with pytest.raises(ValueError, match="expiration"):
+        props.from_properties({"expiration": "soon"}, now_ms=1000)
