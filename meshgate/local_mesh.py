@@ -111,6 +111,8 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
                     lambda: f"udp://239.255.{random.randint(0, 255)}.{random.randint(1, 254)}:"
                             f"{random.randint(40000, 60000)}")
     stomp_ports = [base_port + 10 * i for i in range(nodes)]
+    # AMQP on RabbitMQ's 5672 (5682, …) with the default ports, else beside each node's STOMP port.
+    amqp_ports = [(5672 if base_port == 61613 else base_port + 2) + 10 * i for i in range(nodes)]
     for i, port in enumerate(stomp_ports):
         name = f"node{i + 1}"
         config = data / f"{name}.toml"
@@ -118,6 +120,7 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
         config.write_text(
             f'name = "{name}"\ndata_dir = "{data / name}"\n\n[stomp]\nbind = "127.0.0.1:{port}"\n\n'
             f'[stomp.websocket]\nbind = "127.0.0.1:{port + 1}"\n\n'
+            f'[amqp]\nbind = "127.0.0.1:{amqp_ports[i]}"\n\n'
             f'[mesh]\nbind = "127.0.0.1:{port + 3}"\ncluster_password = "{password}"\n\n'
             f'[mesh.discovery]\ngroup = "{group}"\ninterface = "127.0.0.1"\n' + metrics
         )
@@ -126,8 +129,8 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
     print(f"meshgate local mesh: {nodes} nodes finding each other on {group} (127.0.0.1), data under {data}",
           flush=True)
     for i, port in enumerate(stomp_ports):
-        print(f"  node{i + 1}: stomp://127.0.0.1:{port}, ws://127.0.0.1:{port + 1}/ws  "
-              f"(mesh link 127.0.0.1:{port + 3})", flush=True)
+        print(f"  node{i + 1}: stomp://127.0.0.1:{port}, ws://127.0.0.1:{port + 1}/ws, "
+              f"amqp://127.0.0.1:{amqp_ports[i]}  (mesh link 127.0.0.1:{port + 3})", flush=True)
     print("  access: anonymous, any client may connect (the local default, on 127.0.0.1 only); to require "
           "logins add [security.users] to the nodes' configs: docs/configuration.md", flush=True)
     if redis_url:

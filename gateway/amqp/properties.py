@@ -79,10 +79,13 @@ def from_properties(properties: dict, now_ms: int) -> Publish:
             raise ValueError(f"expiration {expiration!r} is not a whole number of milliseconds")
         expires = now_ms + int(expiration)
         headers["expires"] = str(expires)
+    persistent = properties.get("delivery_mode") == 2
+    if persistent:
+        headers["persistent"] = "true"  # what a STOMP consumer reads
     priority = min(int(properties.get("priority") or 4), 9)
     if "priority" in properties:
         headers["priority"] = str(priority)
-    return Publish(headers, properties.get("delivery_mode") == 2, priority, expires, table)
+    return Publish(headers, persistent, priority, expires, table)
 
 
 def to_properties(headers: dict[str, str], persistent: bool, priority: int) -> dict[str, Any]:

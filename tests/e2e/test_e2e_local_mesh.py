@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import pika
 import pytest
 from e2e_support import HOST, manage
 
@@ -20,7 +21,7 @@ from model.requests import Nodes
 def _free_base() -> int:
     while True:
         base = random.randrange(20000, 30000, 10)
-        ports = [base + 10 * i + offset for i in range(3) for offset in (0, 3)]
+        ports = [base + 10 * i + offset for i in range(3) for offset in (0, 1, 2, 3)]
         try:
             sockets = []
             for port in ports:
@@ -55,6 +56,15 @@ def test_local_mesh_links_three_nodes_with_their_own_redis_and_stops_cleanly(tmp
         assert all(len(summary.links) == 2 and summary.answered for summary in nodes), nodes
         # each node writes its snapshots to the redis-server the local mesh started
         assert all(summary.node.metrics.state == "ok" for summary in nodes), nodes
+        # and speaks AMQP beside STOMP
+        assert sorted(summary.node.addresses.amqp for summary in nodes) == [
+            f"127.0.0.1:{base + 2 + 10 * i}" for i in range(3)]
+        connection = pika.BlockingConnection(pika.ConnectionParameters(HOST, base + 2))
+        channel = connection.channel()
+        channel.queue_declare("hello")
+        channel.basic_publish("", "hello", b"over amqp")
+        assert channel.basic_get("hello", auto_ack=True)[2] == b"over amqp"
+        connection.close()
     finally:
         process.send_signal(signal.SIGINT)
         output = process.communicate(timeout=30)[0].decode()

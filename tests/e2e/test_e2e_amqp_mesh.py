@@ -1,0 +1,158 @@
+"""AMQP across the mesh with real processes: a queue and exchange declared with pika
+on one node route on every node; AMQP and STOMP clients on different nodes read
+each other's messages; a Celery worker on one node runs tasks sent through
+another, with results in Redis, and a task whose worker is killed mid-run is run
+again by the next worker."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pika
+import pytest
+from amqp_support import AMQP_ON, Pika, amqp_port
+from e2e_support import HOST, unique
+from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
+
+
+@pytest.fixture
+def amqp():
+    clients = Pika()
+    yield clients
+    clients.close_all()
+
+
+def test_definitions_made_over_amqp_route_on_every_node_and_stomp_reads_them(mesh, amqp):
+    a, b = mesh(2, sets=[AMQP_ON])
+    on_a = amqp(a.proc).channel()
+    exchange, queue = unique("orders"), unique("invoices")
+    on_a.exchange_declare(exchange, "topic", durable=True)
+    on_a.queue_declare(queue, durable=True)
+    on_a.queue_bind(queue, exchange, "invoice.#")
+    to_b = amqp(b.proc)
+
+    def routed_on_b() -> bool:
+        """b learns the exchange and the binding over the link; until then a publish there has no route."""
+        channel = to_b.channel()
+        channel.confirm_delivery()
+        try:
+            channel.basic_publish(exchange, "invoice.eu", b"probe", mandatory=True)
+            return True
+        except (pika.exceptions.UnroutableError, pika.exceptions.ChannelClosedByBroker):
+            return False
+
+    wait_until(routed_on_b, "b to route to the queue declared on a", timeout=15, interval=0.2)
+    on_b = to_b.channel()
+    for i in range(10):
+        on_b.basic_publish(exchange, "invoice.eu", b"from b %d" % i, pika.BasicProperties(delivery_mode=2))
+    # A STOMP consumer on a reads what was published over AMQP on b (it waits on b, follows the consumer).
+    reader = a.client()
+    reader.subscribe("/queue/" + queue)
+    reader.listener.wait_until(lambda: len(reader.listener.messages) >= 11, "the messages published on b")
+    bodies = [m.body for m in reader.listener.messages]
+    assert bodies[0] == "probe" and bodies[1:] == [f"from b {i}" for i in range(10)]
+    assert reader.listener.messages[1].headers["persistent"] == "true"
+    # And the other way: a STOMP SEND on b reaches an AMQP consumer on a.
+    stomp_on_b = b.client()
+    stomp_on_b.send("/queue/" + queue, "from stomp on b", receipt=True)
+    reader.disconnect()
+    got = []
+    for method, _, body in on_a.consume(queue, inactivity_timeout=10):
+        assert method is not None, "the STOMP message never reached the AMQP consumer"
+        got.append(body)
+        on_a.basic_ack(method.delivery_tag)
+        break
+    assert got == [b"from stomp on b"]
+
+
+CELERY_APP = """
+    import os, time
+    from celery import Celery
+    app = Celery("meshtasks", broker=os.environ["BROKER"], backend=os.environ["BACKEND"])
+    app.conf.update(broker_connection_retry_on_startup=True, task_acks_late=True,
+                    task_reject_on_worker_lost=True, worker_prefetch_multiplier=1,
+                    broker_heartbeat=0, result_expires=600)
+
+    @app.task
+    def add(x, y):
+        return x + y
+
+    @app.task
+    def slow(marker):
+        open(marker, "a").write("started\\n")
+        time.sleep(30)
+        return "slow done"
+
+    @app.task
+    def quick(marker):
+        open(marker, "a").write("ran again\\n")
+        return "quick done"
+"""
+
+
+class Worker:
+    def __init__(self, workdir, broker_url: str, backend: str, name: str) -> None:
+        env = {**os.environ, "BROKER": broker_url, "BACKEND": backend, "PYTHONPATH": str(workdir)}
+        env.pop("DJANGO_SETTINGS_MODULE", None)  # the test run's: Celery would set Django up in the worker
+        self.log = open(workdir / f"{name}.log", "w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "meshtasks", "worker", "--pool=solo", "--concurrency=1",
+             "--loglevel=INFO", "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.path = workdir / f"{name}.log"
+
+    def output(self) -> str:
+        return self.path.read_text()
+
+    def wait_ready(self) -> None:
+        wait_until(lambda: "ready." in self.output() or self.proc.poll() is not None, "the Celery worker to start",
+                   timeout=60)
+        assert self.proc.poll() is None, self.output()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def test_a_celery_worker_on_one_node_runs_tasks_sent_through_another_and_a_killed_task_runs_again(
+        mesh, redis_server, tmp_path, monkeypatch):
+    a, b = mesh(2, sets=[AMQP_ON])
+    (tmp_path / "meshtasks.py").write_text(textwrap.dedent(CELERY_APP))
+    backend = redis_server.url
+    url_a = f"amqp://guest:guest@{HOST}:{amqp_port(a.proc)}//"
+    url_b = f"amqp://guest:guest@{HOST}:{amqp_port(b.proc)}//"
+    workers = [Worker(tmp_path, url_b, backend, "w1")]
+    try:
+        workers[0].wait_ready()
+        monkeypatch.setenv("BROKER", url_a)
+        monkeypatch.setenv("BACKEND", backend)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        import meshtasks  # noqa: PLC0415 - the app the test just wrote
+
+        results = [meshtasks.add.delay(i, i) for i in range(20)]
+        assert [r.get(timeout=60) for r in results] == [2 * i for i in range(20)]
+
+        marker = tmp_path / "marker.txt"
+        slow = meshtasks.slow.delay(str(marker))
+        wait_until(lambda: marker.exists() and "started" in marker.read_text(), "the slow task to start",
+                   timeout=60)
+        workers[0].stop(signal.SIGKILL)  # mid-task: acks_late, so the message was not acknowledged
+        workers.append(Worker(tmp_path, url_b, backend, "w2"))
+        workers[1].wait_ready()
+        wait_until(lambda: marker.read_text().count("started") >= 2, "the killed task to be delivered again",
+                   timeout=60)
+        assert slow.id in workers[1].output()  # the same task, run by the next worker
+        meshtasks.app.close()
+    finally:
+        for worker in workers:
+            worker.stop(signal.SIGKILL)
