@@ -82,7 +82,8 @@ def from_properties(properties: dict, now_ms: int) -> Publish:
     persistent = properties.get("delivery_mode") == 2
     if persistent:
         headers["persistent"] = "true"  # what a STOMP consumer reads
-    priority = min(int(properties.get("priority") or 4), 9)
+    priority = properties.get("priority")
+    priority = 4 if priority is None else min(priority, 9)
     if "priority" in properties:
         headers["priority"] = str(priority)
     return Publish(headers, persistent, priority, expires, table)

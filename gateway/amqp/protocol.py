@@ -73,7 +73,7 @@ class AmqpProtocol(Protocol):
         self._reading_paused = False
         self._timers: list = []
         self._sent = False
-        self._received = False
+        self._last_received = 0.0
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -107,7 +107,7 @@ class AmqpProtocol(Protocol):
     def dataReceived(self, data: bytes) -> None:
         if self.state == "closed":
             return
-        self._received = True
+        self._last_received = self.clock.seconds()
         try:
             events = self.reader.feed(data)
         except AmqpError as error:
@@ -223,7 +223,7 @@ class AmqpProtocol(Protocol):
         self.state = "opening"
         if self.heartbeat:
             self._timers.append(self.clock.callLater(self.heartbeat / 2, self._beat))
-            self._timers.append(self.clock.callLater(self.heartbeat * 2, self._check_alive))
+            self._timers.append(self.clock.callLater(self.heartbeat / 2, self._check_alive))
 
     def method_connection_open(self, command: Command) -> None:
         if self.state != "opening":
@@ -297,13 +297,12 @@ class AmqpProtocol(Protocol):
     def _check_alive(self) -> None:
         if self.state == "closed":
             return
-        if not self._received:
+        if self.clock.seconds() - self._last_received > self.heartbeat * 2:
             log.info("amqp: closing %s: no heartbeat from the client for %d s", self.name, self.heartbeat * 2)
             self.state = "closed"
             self.transport.abortConnection()
             return
-        self._received = False
-        self._timers.append(self.clock.callLater(self.heartbeat * 2, self._check_alive))
+        self._timers.append(self.clock.callLater(self.heartbeat / 2, self._check_alive))
 
     # -- bytes out and flow control -------------------------------------------------------
 

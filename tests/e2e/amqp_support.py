@@ -4,6 +4,7 @@ AMQP listener (found in what the process printed), always closed at teardown."""
 from __future__ import annotations
 
 import re
+import time
 
 import pika
 from e2e_support import HOST
@@ -11,10 +12,13 @@ from e2e_support import HOST
 AMQP_ON = "amqp.bind=127.0.0.1:0"  # a --set that gives a node an AMQP listener on a free port
 
 
-def amqp_port(process) -> int:
-    """The port a broker (or a mesh member's process) printed for its AMQP listener."""
-    ports = re.findall(r"listening on amqp://[^\s:]+:(\d+)", process.stdout())
-    assert ports, f"no AMQP listener in the broker's output:\n{process.stdout()[-2000:]}"
+def amqp_port(process, timeout: float = 10.0) -> int:
+    """The port a broker (or a mesh member's process) printed for its AMQP listener
+    (the line after its STOMP one, which is what starting it waited for)."""
+    deadline = time.monotonic() + timeout
+    while not (ports := re.findall(r"listening on amqp://[^\s:]+:(\d+)", process.stdout())):
+        assert time.monotonic() < deadline, f"no AMQP listener in the broker's output:\n{process.stdout()[-2000:]}"
+        time.sleep(0.02)
     return int(ports[-1])
 
 
