@@ -57,9 +57,9 @@ def test_definitions_made_over_amqp_route_on_every_node_and_stomp_reads_them(mes
     assert bodies[0] == "probe" and bodies[1:] == [f"from b {i}" for i in range(10)]
     assert reader.listener.messages[1].headers["persistent"] == "true"
     # And the other way: a STOMP SEND on b reaches an AMQP consumer on a.
+    reader.disconnect()  # first: else the STOMP reader could still take it
     stomp_on_b = b.client()
     stomp_on_b.send("/queue/" + queue, "from stomp on b", receipt=True)
-    reader.disconnect()
     got = []
     for method, _, body in on_a.consume(queue, inactivity_timeout=10):
         assert method is not None, "the STOMP message never reached the AMQP consumer"
