@@ -39,6 +39,9 @@ class Channel:
         self.session.principal = connection.principal
         self.session.connection = connection.connection_info()
         self.consumers: dict[str, Subscription] = {}
+        # Cancelled consumers whose deliveries are still unacknowledged: AMQP lets the
+        # client ack (or nack) them after basic.cancel.
+        self._cancelled: list[Subscription] = []
         self.prefetch = UNLIMITED  # basic.qos for consumers made from now on
         self.unacked: OrderedDict[int, tuple[Queue, Message, Subscription | None]] = OrderedDict()
         self._tags = itertools.count(1)
@@ -113,6 +116,11 @@ class Channel:
         self.unacked.clear()
         queues = {sub.queue.name for sub in self.consumers.values()}
         self.consumers.clear()
+        for sub in self._cancelled:
+            if sub.inflight:
+                by_queue.setdefault(sub.queue, []).extend(sub.inflight.values())
+                sub.inflight.clear()
+        self._cancelled.clear()
         self.session.close()
         for queue, messages in by_queue.items():
             self.broker.requeue(queue, messages)
@@ -298,8 +306,11 @@ class Channel:
     def method_basic_cancel(self, args, command: Command) -> None:
         sub = self.consumers.pop(args.consumer_tag, None)
         if sub is not None:
-            self._forget_consumer(sub)
-            self.session.unsubscribe(args.consumer_tag)
+            # No more deliveries; what it holds stays unacked, to be acked or nacked still.
+            del self.session.subscriptions[sub.id]
+            self.broker.unsubscribe(sub, [])
+            if sub.inflight:
+                self._cancelled.append(sub)
             self.connection.factory.consumer_gone(sub.queue.name)
         if not args.nowait:
             self._reply("basic.cancel_ok", consumer_tag=args.consumer_tag)
@@ -425,8 +436,15 @@ class Channel:
         broker = self.broker
         store = broker.store
         before = store.position
-        routed = broker.publish(exchange, routing_key, headers, body, publish.persistent, publish.priority,
-                                publish.expires, self.session, publish.match)
+        try:
+            routed = broker.publish(exchange, routing_key, headers, body, publish.persistent, publish.priority,
+                                    publish.expires, self.session, publish.match)
+        except BrokerError:
+            if not self.confirming:
+                raise  # the channel closes, saying why
+            self._published += 1
+            self._not_confirmed(None, self._published)  # a publisher with confirms hears nack (the store failed)
+            return
         if not routed and mandatory:
             frames = [encode_method(self.number, "basic.return", reply_code=spec.NO_ROUTE, reply_text="NO_ROUTE",
                                     exchange=exchange, routing_key=routing_key)]

@@ -281,3 +281,23 @@ def test_stomp_and_amqp_clients_share_queues_and_topics(node, amqp, connect):
     assert sorted(m.body for m in stomp.listener.messages[1:]) == ["amqp news", "stomp news"]
     got = sorted(channel.basic_get(news, auto_ack=True)[2] for _ in range(2))
     assert got == [b"amqp news", b"stomp news"]
+
+
+def test_deliveries_can_be_acked_or_nacked_after_their_consumer_is_cancelled(node, amqp):
+    connection = amqp(node)
+    channel = connection.channel()
+    queue = unique("cancelled")
+    channel.queue_declare(queue)
+    for body in (b"one", b"two"):
+        channel.basic_publish("", queue, body)
+    held = []
+    tag = channel.basic_consume(queue, lambda ch, method, props, body: held.append((method.delivery_tag, body)))
+    while len(held) < 2:
+        connection.process_data_events(time_limit=0.1)
+    channel.basic_cancel(tag)
+    channel.basic_ack(held[0][0])
+    channel.basic_nack(held[1][0], requeue=True)
+    assert channel.is_open
+    method, _, body = channel.basic_get(queue, auto_ack=True)
+    assert body == b"two" and method.redelivered
+    assert channel.basic_get(queue) == (None, None, None)
