@@ -47,7 +47,11 @@ class Channel:
         self._tags = itertools.count(1)
         self._consumer_tags = itertools.count(1)
         self.confirming = False
-        self._published = 0  # publish sequence number, with confirms
+        # Publisher confirms settle in order: _confirmed is the last publish acked or nacked,
+        # _published the last one published, _refused those the store refused meanwhile.
+        self._published = self._confirmed = 0
+        self._confirm_waiting = False
+        self._refused: set[int] = set()
         self.closing = False
         self.transactional = False
         self._tx: list[tuple] = []
@@ -442,8 +446,11 @@ class Channel:
         except BrokerError:
             if not self.confirming:
                 raise  # the channel closes, saying why
-            self._published += 1
-            self._not_confirmed(None, self._published)  # a publisher with confirms hears nack (the store failed)
+            self._published += 1  # a publisher with confirms hears nack (the store failed)
+            if self._confirmed == self._published - 1 and not self._confirm_waiting:
+                self._settle(self._published, ok=False)
+            else:
+                self._refused.add(self._published)
             return
         if not routed and mandatory:
             frames = [encode_method(self.number, "basic.return", reply_code=spec.NO_ROUTE, reply_text="NO_ROUTE",
@@ -453,24 +460,47 @@ class Channel:
             self.connection.writeSequence(frames)
         if self.confirming:
             self._published += 1
-            sequence = self._published
-            if store.position != before:
-                store.when_durable(told_of_failed_writes=True).addCallbacks(
-                    self._confirm, self._not_confirmed, (sequence,), None, (sequence,))
+            if store.position != before or self._confirm_waiting or self._confirmed != self._published - 1:
+                self._confirm_when_durable()
             else:
-                self._confirm(None, sequence)
+                self._settle(self._published, ok=True)
         connection = self.connection
         if broker.memory_full or (publish.persistent and store.blocked is not None):
             connection.pause_reading(store.when_room if store.blocked is not None and not broker.memory_full
                                      else broker.when_memory_available)
 
-    def _confirm(self, _: object, sequence: int) -> None:
-        if not self.session.closed:
-            self._reply("basic.ack", delivery_tag=sequence, multiple=False)
+    def _confirm_when_durable(self) -> None:
+        """One store waiter at a time, for every publish made so far: a sync that
+        covers a thousand publishes sends one basic.ack (multiple)."""
+        if not self._confirm_waiting:
+            self._confirm_waiting = True
+            upto = self._published
+            self.broker.store.when_durable(told_of_failed_writes=True).addCallbacks(
+                self._durable, self._durable, (upto, True), None, (upto, False))
 
-    def _not_confirmed(self, failure, sequence: int) -> None:
-        if not self.session.closed:
-            self._reply("basic.nack", delivery_tag=sequence, multiple=False, requeue=False)
+    def _durable(self, _: object, upto: int, ok: bool) -> None:
+        self._confirm_waiting = False
+        self._settle(upto, ok)
+        if self._published > upto:
+            self._confirm_when_durable()
+
+    def _settle(self, upto: int, ok: bool) -> None:
+        if self.session.closed:
+            return
+        refused = [sequence for sequence in self._refused if sequence <= upto]
+        if not refused or not ok:
+            method = "basic.ack" if ok else "basic.nack"
+            multiple = upto > self._confirmed + 1
+            values = {"requeue": False} if not ok else {}
+            self._reply(method, delivery_tag=upto, multiple=multiple, **values)
+        else:  # some in between were refused: each its own answer
+            for sequence in range(self._confirmed + 1, upto + 1):
+                if sequence in self._refused:
+                    self._reply("basic.nack", delivery_tag=sequence, multiple=False, requeue=False)
+                else:
+                    self._reply("basic.ack", delivery_tag=sequence, multiple=False)
+        self._refused.difference_update(refused)
+        self._confirmed = upto
 
     def method_confirm_select(self, args, command: Command) -> None:
         if self.transactional:

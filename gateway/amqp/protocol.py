@@ -130,6 +130,10 @@ class AmqpProtocol(Protocol):
                     self.close_connection(error)
                 else:
                     self.channel_error(error)
+            except Exception as error:  # a bug here: the client hears 541, the node goes on
+                log.exception("amqp: internal error on %s", self.name)
+                self.close_connection(AmqpError(spec.INTERNAL_ERROR, f"internal error: {error!r}"))
+                return
 
     def _command(self, command: Command) -> None:
         name = command.spec.name
