@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import re
 import socket
 import ssl
+import time
 from pathlib import Path
 
+import pika
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -140,5 +143,28 @@ def test_stomp_over_websocket_over_tls(broker_factory, tmp_path):
                         f"SEND\ndestination:{destination}\n\nover wss\0")
         message = connection.recv()
         assert message.startswith("MESSAGE\n") and message.endswith("\n\nover wss\0")
+    finally:
+        connection.close()
+
+
+def test_amqps_listener_serves_pika_over_tls(broker_factory, tmp_path):
+    ca_cert, ca_key, ca_path, _ = _issue(tmp_path, "ca", "Test CA", ca=True)
+    _, _, cert_path, key_path = _issue(tmp_path, "server", "localhost", issuer=(ca_cert, ca_key))
+    broker = broker_factory(config=f'[amqp]\nbind = "127.0.0.1:0"\n\n[amqp.tls]\nbind = "127.0.0.1:0"\n'
+                                   f'certificate = "{cert_path}"\nprivate_key = "{key_path}"\n')
+    deadline = time.monotonic() + 10
+    while not (ports := re.findall(r"listening on amqps://[^\s:]+:(\d+)", broker.stdout())):
+        assert time.monotonic() < deadline, broker.describe()
+        time.sleep(0.02)
+    context = ssl.create_default_context(cafile=str(ca_path))
+    parameters = pika.ConnectionParameters("127.0.0.1", int(ports[0]), ssl_options=pika.SSLOptions(context,
+                                                                                                   "localhost"))
+    connection = pika.BlockingConnection(parameters)
+    try:
+        channel = connection.channel()
+        queue = unique("tls")
+        channel.queue_declare(queue)
+        channel.basic_publish("", queue, b"over tls")
+        assert channel.basic_get(queue, auto_ack=True)[2] == b"over tls"
     finally:
         connection.close()
