@@ -156,9 +156,16 @@ def format_definitions(records: list[Definition], names: dict[str, str]) -> str:
             what = "deleted"
         elif r.durable is not None:
             what = f"/topic/{r.durable.topic}" + (f" where {r.durable.selector}" if r.durable.selector else "")
+        elif r.exchange is not None:
+            what = r.exchange.type + ("" if r.exchange.durable else ", not durable")
+        elif r.binding is not None:
+            b = r.binding
+            what = f"{b.source or '(default)'} -> {b.destination_kind} {b.destination}" + (
+                f" on {b.routing_key!r}" if b.routing_key else "")
         else:
             what = ", ".join(f"{k}={v}" for k, v in sorted(msgspec.to_builtins(r.queue).items())) or "defaults"
-        rows.append([r.kind, r.name, what, r.version, names.get(r.origin, r.origin[:8]), since(r.changed_at)])
+        name = "" if r.binding is not None else r.name  # a binding's name is what the definition column says
+        rows.append([r.kind, name, what, r.version, names.get(r.origin, r.origin[:8]), since(r.changed_at)])
     return table(["kind", "name", "definition", "version", "changed on", "changed"], rows, right={3})
 
 

@@ -29,6 +29,8 @@ class QueueSettings(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unk
     dead_letter_queue: Annotated[str, msgspec.Meta(min_length=1)] | None = None
     expiry_queue: str | None = None  # "" discards expired messages
     message_ttl_ms: Annotated[int, msgspec.Meta(ge=1)] | None = None  # for messages sent without `expires`
+    # Messages waiting in the queue on one node at most; the oldest go (dead-lettered) to make room.
+    max_length: Annotated[int, msgspec.Meta(ge=0)] | None = None
     # AMQP's x-dead-letter-exchange / -routing-key: where rejected and expired messages are published
     dead_letter_exchange: str | None = None
     dead_letter_routing_key: str | None = None

@@ -384,6 +384,7 @@ class QueueSettingsInput(serializers.Serializer):
     dead_letter_queue = serializers.CharField(required=False)
     expiry_queue = serializers.CharField(required=False, allow_blank=True, help_text='"" discards expired messages')
     message_ttl_ms = serializers.IntegerField(required=False, min_value=1)
+    max_length = serializers.IntegerField(required=False, min_value=0)
 
 
 _ONE_DONE = {200: {"type": "object", "properties": {"result": {"$ref": "#/components/schemas/Done"},

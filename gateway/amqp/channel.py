@@ -23,10 +23,12 @@ if TYPE_CHECKING:
 
 UNLIMITED = 2 ** 31  # a prefetch of 0 means no limit
 _ARGUMENT_SETTINGS = {"x-message-ttl": "message_ttl_ms", "x-dead-letter-exchange": "dead_letter_exchange",
-                      "x-dead-letter-routing-key": "dead_letter_routing_key"}
+                      "x-dead-letter-routing-key": "dead_letter_routing_key", "x-max-length": "max_length"}
+_WHOLE_NUMBERS = ("message_ttl_ms", "max_length")
 # Kept (a redeclare must match them) but not settings of the queue on every node:
-# x-expires is kept by the node where the queue was declared (AmqpFactory.expire_unused).
-_KEPT_ARGUMENTS = {"x-expires", "x-max-priority", "x-queue-type", "x-queue-mode", "x-ha-policy"}
+# x-expires is kept by the node where the queue was declared (AmqpFactory.expire_unused);
+# x-overflow may only say what Meshgate does.
+_KEPT_ARGUMENTS = {"x-expires", "x-max-priority", "x-queue-type", "x-queue-mode", "x-ha-policy", "x-overflow"}
 
 
 class Channel:
@@ -552,14 +554,19 @@ def _properties(message: Message) -> dict:
 
 def _settings(arguments: dict, command: Command, channel: Channel) -> QueueSettings:
     values = {}
+    if arguments.get("x-overflow", "drop-head") != "drop-head":
+        raise channel._error(spec.PRECONDITION_FAILED, f"x-overflow {arguments['x-overflow']!r} is not supported: "
+                                                       "only drop-head", command)
     for key, value in arguments.items():
         field = _ARGUMENT_SETTINGS.get(key)
         if field is None:
             if key in _KEPT_ARGUMENTS:
                 continue
             raise channel._error(spec.PRECONDITION_FAILED, f"queue argument {key!r} is not supported", command)
-        if field == "message_ttl_ms" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise channel._error(spec.PRECONDITION_FAILED, f"x-message-ttl must be a whole number >= 0, got {value!r}",
+        if field in _WHOLE_NUMBERS and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise channel._error(spec.PRECONDITION_FAILED, f"{key} must be a whole number >= 0, got {value!r}",
                                  command)
-        values[field] = value or None if field == "message_ttl_ms" else str(value)
+        if field == "message_ttl_ms":
+            value = value or None
+        values[field] = value if field in _WHOLE_NUMBERS else str(value)
     return QueueSettings(**values, amqp_arguments=dict(arguments) or None)

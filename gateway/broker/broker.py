@@ -351,6 +351,16 @@ class Broker:
             self.store.add(queue.key, message)
         self.memory_used += message.size
         queue.put(message)
+        if self.queue_settings:
+            settings = self.queue_settings.get(queue.name)
+            if settings is not None and settings.max_length is not None and len(queue) > settings.max_length:
+                self._drop_head(queue, len(queue) - settings.max_length)
+
+    def _drop_head(self, queue: Queue, count: int) -> None:
+        """Past max_length the oldest waiting messages go, as AMQP's x-max-length
+        (drop-head) has it: to the dead-letter exchange if the queue has one."""
+        for message in queue.take(count):
+            self.dead_letter(queue, message, "maxlen")
 
     def _match_bindings(self, address: str) -> list[_Binding]:
         bindings = [b for b in self.bindings.values() if b.matches(address)]

@@ -301,3 +301,20 @@ def test_deliveries_can_be_acked_or_nacked_after_their_consumer_is_cancelled(nod
     method, _, body = channel.basic_get(queue, auto_ack=True)
     assert body == b"two" and method.redelivered
     assert channel.basic_get(queue) == (None, None, None)
+
+
+def test_a_max_length_queue_drops_its_oldest_into_the_dead_letter_exchange(node, amqp):
+    channel = amqp(node).channel()
+    queue, dropped = unique("bounded"), unique("dropped")
+    channel.queue_declare(dropped)
+    channel.queue_declare(queue, arguments={"x-max-length": 3, "x-dead-letter-exchange": "",
+                                            "x-dead-letter-routing-key": dropped})
+    for i in range(5):
+        channel.basic_publish("", queue, b"%d" % i)
+    assert [channel.basic_get(queue, auto_ack=True)[2] for _ in range(3)] == [b"2", b"3", b"4"]
+    method, properties, body = channel.basic_get(dropped, auto_ack=True)
+    assert body == b"0" and properties.headers["dead-letter-reason"] == "maxlen"
+    assert channel.basic_get(dropped, auto_ack=True)[2] == b"1"
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        channel.queue_declare(unique("reject"), arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
+    assert refused.value.reply_code == 406
