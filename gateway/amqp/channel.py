@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gateway.amqp import properties as props
 from gateway.amqp import spec
-from gateway.amqp.codec import AmqpError, Command, encode_content, encode_method
+from gateway.amqp.codec import AmqpError, Command, encode_content, encode_deliver, encode_method, encode_properties
 from gateway.broker.errors import BrokerError
 from gateway.broker.exchanges import PREDECLARED, TOPIC_EXCHANGE
 from gateway.broker.message import QUEUE, Message
@@ -338,11 +338,16 @@ class Channel:
         tag = next(self._tags)
         if sub.ack_mode != AUTO:
             self.unacked[tag] = (sub.queue, message, sub)
-        exchange, routing_key = _route_of(message)
+        encoded = message.encoded.get("amqp")
+        if encoded is None:  # shared by the copies a fan-out made, and by every redelivery
+            exchange, routing_key = _route_of(message)
+            encoded = message.encoded["amqp"] = (
+                exchange.encode(), routing_key.encode(),
+                encode_properties(props.to_properties(message.headers, message.persistent, message.priority)))
         connection = self.connection
-        frames = [encode_method(self.number, "basic.deliver", consumer_tag=sub.id, delivery_tag=tag,
-                                redelivered=message.redelivered, exchange=exchange, routing_key=routing_key)]
-        frames += encode_content(self.number, _properties(message), message.body, connection.frame_max)
+        frames = encode_content(self.number, encoded[2], message.body, connection.frame_max)
+        frames.insert(0, encode_deliver(self.number, sub.id.encode(), tag, message.redelivered, encoded[0],
+                                        encoded[1]))
         connection.writeSequence(frames)
 
     def method_basic_get(self, args, command: Command) -> None:
@@ -363,17 +368,27 @@ class Channel:
         exchange, routing_key = _route_of(message)
         frames = [encode_method(self.number, "basic.get_ok", delivery_tag=tag, redelivered=message.redelivered,
                                 exchange=exchange, routing_key=routing_key, message_count=len(queue))]
-        frames += encode_content(self.number, _properties(message), message.body, self.connection.frame_max)
+        properties = props.to_properties(message.headers, message.persistent, message.priority)
+        frames += encode_content(self.number, properties, message.body, self.connection.frame_max)
         self.connection.writeSequence(frames)
 
     def method_basic_ack(self, args, command: Command) -> None:
+        by_sub: dict[Subscription | None, list[Message]] = {}
+        queues: dict[Subscription | None, Queue] = {}
         for _, (queue, message, sub) in self._settled(args.delivery_tag, args.multiple, command):
-            if sub is None:
-                self.broker.consumed(queue, message)
-                queue.acknowledged([message], self.broker.seconds())
-                queue.dispatch()
-            elif message.id in sub.inflight:
-                self.session.settle(sub, message.id, cumulative=False)
+            if sub is not None:
+                if sub.inflight.pop(message.id, None) is None:
+                    continue  # returned already (the consumer's queue went)
+            by_sub.setdefault(sub, []).append(message)
+            queues[sub] = queue
+        consumed = self.broker.consumed
+        now = self.broker.seconds()
+        for sub, messages in by_sub.items():
+            queue = queues[sub]
+            for message in messages:
+                consumed(queue, message)
+            queue.acknowledged(messages, now)
+            queue.dispatch()
 
     def method_basic_nack(self, args, command: Command) -> None:
         self._refuse(self._settled(args.delivery_tag, args.multiple, command), args.requeue)
@@ -393,7 +408,14 @@ class Channel:
     def _settled(self, delivery_tag: int, multiple: bool, command: Command) -> list:
         unacked = self.unacked
         if multiple:
-            tags = [tag for tag in unacked if tag <= delivery_tag] if delivery_tag else list(unacked)
+            if delivery_tag:
+                tags = []
+                for tag in unacked:  # in delivery order: the ones up to delivery_tag come first
+                    if tag > delivery_tag:
+                        break
+                    tags.append(tag)
+            else:
+                tags = list(unacked)
         elif delivery_tag in unacked:
             tags = [delivery_tag]
         else:
@@ -426,11 +448,11 @@ class Channel:
         else:
             self._allowed("write", "/queue/" + routing_key, command)
         try:
-            publish = props.from_properties(command.properties or {}, broker.now_ms())
+            publish = props.from_properties(command.properties or {}, broker.now_ms)
         except ValueError as error:
             raise self._error(spec.PRECONDITION_FAILED, str(error), command) from None
         headers = publish.headers
-        if exchange or routing_key:
+        if exchange:  # through the default exchange, the routing key is the queue's name
             headers[props.EXCHANGE] = exchange
             headers[props.ROUTING_KEY] = routing_key
         if self.transactional:
@@ -543,13 +565,6 @@ def _route_of(message: Message) -> tuple[str, str]:
     if message.kind == QUEUE:
         return "", message.address
     return TOPIC_EXCHANGE, message.address
-
-
-def _properties(message: Message) -> dict:
-    cached = message.encoded.get("amqp")
-    if cached is None:
-        cached = message.encoded["amqp"] = props.to_properties(message.headers, message.persistent, message.priority)
-    return cached
 
 
 def _settings(arguments: dict, command: Command, channel: Channel) -> QueueSettings:

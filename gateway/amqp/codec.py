@@ -184,7 +184,8 @@ class FrameReader:
         if spec is None:
             raise AmqpError(NOT_IMPLEMENTED, f"unknown method {class_id}.{method_id}", channel, class_id, method_id)
         try:
-            args, end = decode_fields(spec.fields, payload, 4)
+            fast = _FAST.get(spec.name)
+            args, end = fast(payload) if fast is not None else decode_fields(spec.fields, payload, 4)
         except (struct.error, ValueError, IndexError, UnicodeDecodeError) as error:
             raise AmqpError(SYNTAX_ERROR, f"{spec.name}: malformed arguments ({error})", channel, class_id,
                             method_id) from None
@@ -294,6 +295,26 @@ def decode_fields(fields: list[tuple[str, str]], data: bytes, offset: int) -> tu
         else:  # pragma: no cover - the spec table has no other types
             raise ValueError(f"unknown field type {kind}")
     return SimpleNamespace(**values), offset
+
+
+def _decode_publish(data: bytes) -> tuple[SimpleNamespace, int]:
+    """basic.publish, the busiest method there is, without the generic loop."""
+    exchange, offset = _shortstr(data, 6)
+    routing_key, offset = _shortstr(data, offset)
+    bits = data[offset]
+    return SimpleNamespace(reserved_1=0, exchange=exchange, routing_key=routing_key, mandatory=bool(bits & 1),
+                           immediate=bool(bits & 2)), offset + 1
+
+
+_ACK = struct.Struct(">QB")
+
+
+def _decode_ack(data: bytes) -> tuple[SimpleNamespace, int]:
+    delivery_tag, bits = _ACK.unpack_from(data, 4)
+    return SimpleNamespace(delivery_tag=delivery_tag, multiple=bool(bits & 1)), 4 + _ACK.size
+
+
+_FAST = {"basic.publish": _decode_publish, "basic.ack": _decode_ack}
 
 
 def decode_properties(flags: int, data: bytes, offset: int) -> dict:
@@ -510,9 +531,10 @@ def encode_properties(properties: dict) -> tuple[int, bytes]:
     return flags, b"".join(parts)
 
 
-def encode_content(channel: int, properties: dict, body: bytes, frame_max: int) -> list[bytes]:
-    """The header frame and body frames of a content, each within frame_max."""
-    flags, encoded = encode_properties(properties)
+def encode_content(channel: int, properties: dict | tuple[int, bytes], body: bytes, frame_max: int) -> list[bytes]:
+    """The header frame and body frames of a content, each within frame_max.
+    ``properties`` may come encoded already (encode_properties' answer)."""
+    flags, encoded = properties if isinstance(properties, tuple) else encode_properties(properties)
     frames = [_frame(FRAME_HEADER, channel, _CONTENT_HEAD.pack(BASIC_CLASS, 0, len(body), flags) + encoded)]
     room = frame_max - 8
     if len(body) <= room:
@@ -523,6 +545,18 @@ def encode_content(channel: int, properties: dict, body: bytes, frame_max: int) 
     for start in range(0, len(body), room):
         frames.append(_frame(FRAME_BODY, channel, bytes(view[start:start + room])))
     return frames
+
+
+_DELIVER_HEAD = struct.Struct(">BHIHHB")  # frame head, class, method, then the consumer tag's length
+
+
+def encode_deliver(channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool, exchange: bytes,
+                   routing_key: bytes) -> bytes:
+    """basic.deliver, once per message delivered: the strings come encoded."""
+    size = 4 + 1 + len(consumer_tag) + 8 + 1 + 1 + len(exchange) + 1 + len(routing_key)
+    return b"".join((_DELIVER_HEAD.pack(FRAME_METHOD, channel, size, BASIC_CLASS, 60, len(consumer_tag)),
+                     consumer_tag, _Q.pack(delivery_tag), b"\x01" if redelivered else b"\x00",
+                     _B.pack(len(exchange)), exchange, _B.pack(len(routing_key)), routing_key, b"\xce"))
 
 
 def encode_heartbeat() -> bytes:

@@ -15,7 +15,9 @@ STOMP plugin maps them, so that STOMP and AMQP clients read each other's message
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
+
+from gateway.broker.message import EXCHANGE_HEADER, ROUTING_KEY_HEADER
 
 _TO_HEADER = {
     "content_type": "content-type", "content_encoding": "content-encoding", "correlation_id": "correlation-id",
@@ -24,7 +26,7 @@ _TO_HEADER = {
 }
 _TO_PROPERTY = {header: name for name, header in _TO_HEADER.items()}
 TYPES = "amqp-types"  # header: JSON {name: "int" | "bool" | "float" | "json"} for AMQP headers that were not strings
-EXCHANGE, ROUTING_KEY = "amqp-exchange", "amqp-routing-key"
+EXCHANGE, ROUTING_KEY = EXCHANGE_HEADER, ROUTING_KEY_HEADER
 # Headers a protocol or the broker sets, never copied into an AMQP headers table.
 _NOT_APPLICATION = frozenset({
     "destination", "message-id", "subscription", "ack", "receipt", "content-length", "expires", "persistent",
@@ -46,7 +48,7 @@ class Publish:
         self.match = match  # the typed headers table, for headers exchanges
 
 
-def from_properties(properties: dict, now_ms: int) -> Publish:
+def from_properties(properties: dict, now_ms: Callable[[], int]) -> Publish:
     """Raises ValueError for a property that makes no sense (an expiration that is not a number)."""
     headers: dict[str, str] = {}
     table = properties.get("headers") or {}
@@ -77,7 +79,7 @@ def from_properties(properties: dict, now_ms: int) -> Publish:
     if expiration is not None:
         if not expiration.isdigit():
             raise ValueError(f"expiration {expiration!r} is not a whole number of milliseconds")
-        expires = now_ms + int(expiration)
+        expires = now_ms() + int(expiration)
         headers["expires"] = str(expires)
     persistent = properties.get("delivery_mode") == 2
     if persistent:

@@ -12,7 +12,7 @@ from gateway.broker.definitions import Definitions
 from gateway.broker.errors import BrokerError
 from gateway.broker.events import EventSink, NullEvents
 from gateway.broker.exchanges import TOPIC_EXCHANGE, Exchanges
-from gateway.broker.message import QUEUE, TOPIC, Message, SelectorHeaders
+from gateway.broker.message import EXCHANGE_HEADER, QUEUE, ROUTING_KEY_HEADER, TOPIC, Message, SelectorHeaders
 from gateway.broker.queue import ACK_MODES, CLIENT_INDIVIDUAL, Queue, Subscription
 from gateway.broker.session import DeliverySink, Session
 from gateway.store.base import Store
@@ -335,6 +335,8 @@ class Broker:
                 if names:
                     copy = message.copy()
                     copy.id = message.id + ".q"
+                    copy.headers = {**message.headers, EXCHANGE_HEADER: TOPIC_EXCHANGE, ROUTING_KEY_HEADER: address}
+                    copy.encoded = {}
                     self._into_queues(copy, names)
         elif kind == TEMP:
             queue = self.temp_queues.get(address)
@@ -719,10 +721,11 @@ class Broker:
         self.events.count(DeadLetter(queue=queue.name, reason=reason, dead_letter_queue="exchange:" + exchange,
                                      count=0))
         self.consumed(queue, message)
+        routing_key = settings.dead_letter_routing_key or message.headers.get(ROUTING_KEY_HEADER, queue.name)
         headers = {**message.headers, "original-destination": f"/queue/{queue.name}",
-                   "original-message-id": message.id, "dead-letter-reason": reason}
+                   "original-message-id": message.id, "dead-letter-reason": reason,
+                   EXCHANGE_HEADER: exchange, ROUTING_KEY_HEADER: routing_key}
         headers.pop("expires", None)
-        routing_key = settings.dead_letter_routing_key or headers.get("amqp-routing-key", queue.name)
         self.publish(exchange, routing_key, headers, message.body, message.persistent, message.priority)
 
     def expire(self, queue: Queue, message: Message) -> None:

@@ -7,6 +7,9 @@ import json
 QUEUE = "queue"
 TOPIC = "topic"
 DEFAULT_PRIORITY = 4
+# Where a message was published when it went through an exchange (AMQP); a queue
+# copy made by a fan-out carries them, as its consumers are told them.
+EXCHANGE_HEADER, ROUTING_KEY_HEADER = "amqp-exchange", "amqp-routing-key"
 # What a queued message costs beyond its body and headers (object, dict, deque
 # slot); counted so a flood of tiny messages still meets the memory limit.
 MESSAGE_OVERHEAD = 400

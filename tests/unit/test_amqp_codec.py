@@ -179,7 +179,7 @@ def test_typed_headers_survive_the_trip_through_the_core():
                               "ratio": 0.25},
                   "content_type": "application/json", "correlation_id": "c", "reply_to": "r", "message_id": "m",
                   "delivery_mode": 2, "priority": 5, "timestamp": 1700000000}
-    published = props.from_properties(properties, now_ms=1000)
+    published = props.from_properties(properties, now_ms=lambda: 1000)
     assert published.persistent and published.priority == 5
     assert published.headers["retries"] == "0" and published.headers["correlation-id"] == "c"  # STOMP reads these
     back = props.to_properties(published.headers, published.persistent, published.priority)
@@ -189,6 +189,6 @@ def test_typed_headers_survive_the_trip_through_the_core():
 
 
 def test_an_expiration_becomes_the_message_expiry_and_a_bad_one_is_refused():
-    assert props.from_properties({"expiration": "1500"}, now_ms=1000).expires == 2500
+    assert props.from_properties({"expiration": "1500"}, now_ms=lambda: 1000).expires == 2500
     with pytest.raises(ValueError, match="expiration"):
-        props.from_properties({"expiration": "soon"}, now_ms=1000)
+        props.from_properties({"expiration": "soon"}, now_ms=lambda: 1000)
