@@ -455,18 +455,22 @@ class Channel:
         if exchange:  # through the default exchange, the routing key is the queue's name
             headers[props.EXCHANGE] = exchange
             headers[props.ROUTING_KEY] = routing_key
+        # Consumers get the properties as they came, encoded once (expiration included, as in RabbitMQ).
+        raw = command.raw_properties
+        encoded = None if raw is None else {"amqp": (exchange.encode(), routing_key.encode(), raw)}
         if self.transactional:
-            self._tx.append((exchange, routing_key, headers, command.body, publish, args.mandatory))
+            self._tx.append((exchange, routing_key, headers, command.body, publish, args.mandatory, encoded))
             return
-        self._publish(exchange, routing_key, headers, command.body, publish, args.mandatory)
+        self._publish(exchange, routing_key, headers, command.body, publish, args.mandatory, encoded)
 
-    def _publish(self, exchange: str, routing_key: str, headers: dict, body: bytes, publish, mandatory: bool) -> None:
+    def _publish(self, exchange: str, routing_key: str, headers: dict, body: bytes, publish, mandatory: bool,
+                 encoded: dict | None = None) -> None:
         broker = self.broker
         store = broker.store
         before = store.position
         try:
             routed = broker.publish(exchange, routing_key, headers, body, publish.persistent, publish.priority,
-                                    publish.expires, self.session, publish.match)
+                                    publish.expires, self.session, publish.match, encoded)
         except BrokerError:
             if not self.confirming:
                 raise  # the channel closes, saying why
@@ -546,8 +550,8 @@ class Channel:
         if not self.transactional:
             raise self._error(spec.PRECONDITION_FAILED, "tx.commit on a channel that is not transactional", command)
         held, self._tx = self._tx, []
-        for exchange, routing_key, headers, body, publish, mandatory in held:
-            self._publish(exchange, routing_key, headers, body, publish, mandatory)
+        for exchange, routing_key, headers, body, publish, mandatory, encoded in held:
+            self._publish(exchange, routing_key, headers, body, publish, mandatory, encoded)
         self._reply("tx.commit_ok")
 
     def method_tx_rollback(self, args, command: Command) -> None:

@@ -70,15 +70,18 @@ class ProtocolHeader:
 class Command:
     """A method, with its content (properties and body) when it carries one."""
 
-    __slots__ = ("channel", "spec", "args", "properties", "body")
+    __slots__ = ("channel", "spec", "args", "properties", "body", "raw_properties")
 
     def __init__(self, channel: int, spec: MethodSpec, args: SimpleNamespace,
-                 properties: dict | None = None, body: bytes | None = None) -> None:
+                 properties: dict | None = None, body: bytes | None = None,
+                 raw_properties: tuple[int, bytes] | None = None) -> None:
         self.channel = channel
         self.spec = spec
         self.args = args
         self.properties = properties
         self.body = body
+        # The properties as they came (flags, bytes): delivered as they are, as RabbitMQ does.
+        self.raw_properties = raw_properties
 
     def __repr__(self) -> str:
         return f"Command({self.channel}, {self.spec.name}, {vars(self.args)})"
@@ -104,13 +107,14 @@ HEARTBEAT = Heartbeat()
 
 
 class _Partial:
-    __slots__ = ("channel", "spec", "args", "properties", "size", "chunks", "received", "refused")
+    __slots__ = ("channel", "spec", "args", "properties", "raw", "size", "chunks", "received", "refused")
 
     def __init__(self, channel: int, spec: MethodSpec, args: SimpleNamespace) -> None:
         self.channel = channel
         self.spec = spec
         self.args = args
         self.properties: dict | None = None
+        self.raw: tuple[int, bytes] | None = None
         self.size = -1  # body size, once the header frame came
         self.chunks: list[bytes] = []
         self.received = 0
@@ -206,6 +210,7 @@ class FrameReader:
             if class_id != BASIC_CLASS:
                 raise ValueError(f"content class {class_id}, not basic (60)")
             partial.properties = decode_properties(flags, payload, _CONTENT_HEAD.size)
+            partial.raw = (flags, payload[_CONTENT_HEAD.size:])
         except (struct.error, ValueError, IndexError, UnicodeDecodeError) as error:
             raise AmqpError(FRAME_ERROR, f"malformed content header on channel {channel} ({error})") from None
         partial.size = size
@@ -235,7 +240,7 @@ class FrameReader:
             return
         chunks = partial.chunks
         body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        events.append(Command(partial.channel, partial.spec, partial.args, partial.properties, body))
+        events.append(Command(partial.channel, partial.spec, partial.args, partial.properties, body, partial.raw))
 
     def forget_channel(self, channel: int) -> None:
         """The channel closed: a content half received on it is dropped."""

@@ -255,12 +255,13 @@ class Broker:
 
     def publish(self, exchange: str, routing_key: str, headers: dict[str, str], body: bytes, persistent: bool = False,
                 priority: int = 4, expires: int = 0, session: Session | None = None,
-                match: dict | None = None) -> int:
+                match: dict | None = None, encoded: dict | None = None) -> int:
         """Publish through an exchange (AMQP): a copy to each queue its bindings
         lead to — the default exchange ``""`` to the queue named ``routing_key`` if
         there is one — and, for amq.topic, to the topic ``routing_key`` as a STOMP
         SEND to ``/topic/`` would. Returns how many took it (0: unroutable);
-        ``match`` is what a headers exchange matches (typed AMQP headers)."""
+        ``match`` is what a headers exchange matches (typed AMQP headers);
+        ``encoded`` what the publishing protocol already has encoded (Message.encoded)."""
         if persistent and self.store.failure is not None:
             raise BrokerError(f"persistent messages are refused for now: the store cannot write ({self.store.failure})")
         created = (session.received_at if session is not None else 0.0) or self.seconds()
@@ -280,6 +281,8 @@ class Broker:
             return len(names)
         message = Message(self.next_message_id(), QUEUE, "", headers, body, persistent, priority, expires)
         message.created = created
+        if encoded is not None:
+            message.encoded = encoded
         self._into_queues(message, names)
         return len(names)
 
