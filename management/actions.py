@@ -156,7 +156,9 @@ class LocalActions:
                           message.id if message is not None else "dropped: it had expired")
 
     def close_connection(self, connection_id: str, reason: str) -> Done:
-        session = self.broker.sessions.get(connection_id)
+        session = self.broker.sessions.get(connection_id) or next(
+            (s for s in self.broker.sessions.values() if s.connection is not None and
+             s.connection.name == connection_id), None)
         if session is None or session.connection is None:
             raise ManagementError("not_found", f"no connection {connection_id!r} on this node", self.node_id)
         session.connection.close(reason)

@@ -54,7 +54,8 @@ class LocalState:
             id=self.node_id, name=self.name, version=__version__, group_name=self.group_name,
             started_at=self.started_at, state="leaving" if leaving else "up", last_seen=self.clock.seconds(),
             addresses=self.addresses(),
-            connections=sum(1 for session in broker.sessions.values() if session.connection is not None),
+            connections=len({session.connection.name or name for name, session in broker.sessions.items()
+                             if session.connection is not None}),
             memory_used=broker.memory_used, memory_limit=broker.memory_limit, store_bytes=store.disk_bytes(),
             store_limit=store.limit, disk_free=store.disk_free(), store_blocked=store.failure or store.blocked,
             in_doubt=sum(queue.in_doubt for queue in broker.queues.values()), metrics=self.metrics(),
@@ -165,19 +166,25 @@ class LocalState:
         return result
 
     def connections(self) -> list[Connection]:
-        result = []
+        rows: dict[str, Connection] = {}
         for session_id, session in sorted(self.broker.sessions.items()):
             info = session.connection
             if info is None:
                 continue
+            subscriptions = len(session.subscriptions)
+            unacked = sum(len(sub.inflight) for sub in session.subscriptions.values())
+            row = rows.get(info.name or session_id)
+            if row is not None:  # another channel of the same AMQP connection
+                row.subscriptions += subscriptions
+                row.unacked += unacked
+                continue
             principal = session.principal
-            result.append(Connection(
-                id=session_id, node=self.node_id, remote=info.remote,
+            rows[info.name or session_id] = Connection(
+                id=info.name or session_id, node=self.node_id, remote=info.remote,
                 user=getattr(principal, "name", "?"), protocol=info.protocol, version=info.version,
-                since=info.since, client_id=session.client_id, subscriptions=len(session.subscriptions),
-                unacked=sum(len(sub.inflight) for sub in session.subscriptions.values()),
-            ))
-        return result
+                since=info.since, client_id=session.client_id, subscriptions=subscriptions, unacked=unacked,
+            )
+        return list(rows.values())
 
     # -- snapshots --------------------------------------------------------------------------
 

@@ -39,7 +39,7 @@ class Channel:
         self.broker = broker
         self.session = broker.open_session(self, f"{connection.name}-ch{number}")
         self.session.principal = connection.principal
-        self.session.connection = connection.connection_info()
+        self.session.connection = connection.info
         self.consumers: dict[str, Subscription] = {}
         # Cancelled consumers whose deliveries are still unacknowledged: AMQP lets the
         # client ack (or nack) them after basic.cancel.

@@ -234,6 +234,10 @@ class AmqpProtocol(Protocol):
             raise AmqpError(spec.COMMAND_INVALID, "connection.open out of turn", 0, 10, 40)
         factory = self.factory
         self.name = f"{factory.node_name}-amqp-{next(factory.connection_ids)}"
+        peer = self.transport.getPeer()
+        remote = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"
+        # Shared by the sessions of its channels: the management model lists the connection once.
+        self.info = ConnectionInfo("amqp", "0-9-1", remote, self.clock.seconds(), self.close_from_admin, self.name)
         self.state = "open"
         self.write(encode_method(0, "connection.open_ok"))
         if factory.broker.memory_full:
@@ -356,10 +360,7 @@ class AmqpProtocol(Protocol):
     def stopProducing(self) -> None:
         pass
 
-    def connection_info(self) -> ConnectionInfo:
-        peer = self.transport.getPeer()
-        remote = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"
-        return ConnectionInfo("amqp", "0-9-1", remote, self.clock.seconds(), self.close_from_admin)
+
 
 
 class AmqpFactory(ServerFactory):

@@ -30,6 +30,8 @@ class ConnectionInfo:
     remote: str  # "host:port"
     since: float  # epoch seconds
     close: Callable[[str], None]  # ends the connection, telling the client why
+    # Set when one connection holds several sessions (AMQP: one per channel): they are listed as one.
+    name: str | None = None
 
 
 class _Transaction:

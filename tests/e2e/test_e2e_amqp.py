@@ -14,7 +14,9 @@ import pika
 import pika.exceptions
 import pytest
 from amqp_support import AMQP_ON, Pika, amqp_port, drain
-from e2e_support import HOST, BrokerProcess, unique
+from e2e_support import HOST, BrokerProcess, manage_result, unique
+
+from model.requests import CloseConnection, Connections
 
 
 @pytest.fixture(scope="module")
@@ -318,3 +320,18 @@ def test_a_max_length_queue_drops_its_oldest_into_the_dead_letter_exchange(node,
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
         channel.queue_declare(unique("reject"), arguments={"x-max-length": 1, "x-overflow": "reject-publish"})
     assert refused.value.reply_code == 406
+
+
+def test_an_amqp_connection_is_one_connection_in_the_model_and_an_admin_can_close_it(node, amqp):
+    connection = amqp(node)
+    channels = [connection.channel() for _ in range(3)]
+    queue = unique("listed")
+    channels[0].queue_declare(queue)
+    channels[1].basic_consume(queue, lambda *a: None)
+    rows = [c for c in manage_result(node.port, Connections()) if c.protocol == "amqp"]
+    assert len(rows) == 1 and rows[0].subscriptions == 1 and rows[0].version == "0-9-1"
+    manage_result(node.port, CloseConnection(connection=rows[0].id, reason="maintenance"))
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        connection.process_data_events(time_limit=5)
+        channels[2].queue_declare(queue, passive=True)
+    assert closed.value.reply_code == 320 and "maintenance" in closed.value.reply_text
