@@ -52,7 +52,8 @@ class Channel:
         # Publisher confirms settle in order: _confirmed is the last publish acked or nacked,
         # _published the last one published, _refused those the store refused meanwhile.
         self._published = self._confirmed = 0
-        self._confirm_waiting = False
+        self._confirm_scheduled = False  # a store waiter is to be registered for this reactor turn's publishes
+        self._confirm_waiters = 0  # registered, not fired yet
         self._refused: set[int] = set()
         self.closing = False
         self.transactional = False
@@ -475,7 +476,7 @@ class Channel:
             if not self.confirming:
                 raise  # the channel closes, saying why
             self._published += 1  # a publisher with confirms hears nack (the store failed)
-            if self._confirmed == self._published - 1 and not self._confirm_waiting:
+            if self._confirmed == self._published - 1 and not self._confirms_pending():
                 self._settle(self._published, ok=False)
             else:
                 self._refused.add(self._published)
@@ -488,7 +489,7 @@ class Channel:
             self.connection.writeSequence(frames)
         if self.confirming:
             self._published += 1
-            if store.position != before or self._confirm_waiting or self._confirmed != self._published - 1:
+            if store.position != before or self._confirms_pending() or self._confirmed != self._published - 1:
                 self._confirm_when_durable()
             else:
                 self._settle(self._published, ok=True)
@@ -497,20 +498,30 @@ class Channel:
             connection.pause_reading(store.when_room if store.blocked is not None and not broker.memory_full
                                      else broker.when_memory_available)
 
+    def _confirms_pending(self) -> bool:
+        return self._confirm_scheduled or self._confirm_waiters > 0
+
     def _confirm_when_durable(self) -> None:
-        """One store waiter at a time, for every publish made so far: a sync that
-        covers a thousand publishes sends one basic.ack (multiple)."""
-        if not self._confirm_waiting:
-            self._confirm_waiting = True
-            upto = self._published
-            self.broker.store.when_durable(told_of_failed_writes=True).addCallbacks(
-                self._durable, self._durable, (upto, True), None, (upto, False))
+        """One store waiter per reactor turn, for the publishes read in it: waiters
+        fire in order, each with one basic.ack (multiple) for its publishes, so a
+        sync that covers a thousand publishes costs one waiter and one frame."""
+        if not self._confirm_scheduled:
+            self._confirm_scheduled = True
+            self.connection.clock.callLater(0, self._wait_for_durable)
+
+    def _wait_for_durable(self) -> None:
+        self._confirm_scheduled = False
+        if self.session.closed:
+            return
+        self._confirm_waiters += 1
+        upto = self._published
+        self.broker.store.when_durable(told_of_failed_writes=True).addCallbacks(
+            self._durable, self._durable, (upto, True), None, (upto, False))
 
     def _durable(self, _: object, upto: int, ok: bool) -> None:
-        self._confirm_waiting = False
-        self._settle(upto, ok)
-        if self._published > upto:
-            self._confirm_when_durable()
+        self._confirm_waiters -= 1
+        if upto > self._confirmed:
+            self._settle(upto, ok)
 
     def _settle(self, upto: int, ok: bool) -> None:
         if self.session.closed:

@@ -84,6 +84,10 @@ class AmqpProtocol(Protocol):
         self.reader = FrameReader(frame_max=factory.settings.frame_max,
                                   max_body=factory.settings.max_message_size)
         self.transport.registerProducer(self, True)
+        # A confirm or a delivery is a small write after a pause: without this, Nagle's
+        # algorithm holds it until the client's delayed ACK (up to 40 ms).
+        if hasattr(self.transport, "setTcpNoDelay"):
+            self.transport.setTcpNoDelay(True)
         self._timers.append(self.clock.callLater(HANDSHAKE_TIMEOUT, self._handshake_timeout))
 
     def connectionLost(self, reason: Failure = None) -> None:
@@ -244,6 +248,10 @@ class AmqpProtocol(Protocol):
             self.set_blocked(True)
 
     def method_connection_close(self, command: Command) -> None:
+        # Its channels end before close_ok goes: a client that got close_ok finds them gone.
+        for channel in list(self.channels.values()):
+            channel.closed()
+        self.channels.clear()
         self.write(encode_method(0, "connection.close_ok"))
         self.state = "closed"
         self.transport.loseConnection()

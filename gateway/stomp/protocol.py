@@ -71,6 +71,10 @@ class StompProtocol(Protocol):
         self.clock = factory.clock
         factory.connections.add(self)
         self.transport.registerProducer(self, True)
+        # A RECEIPT or a MESSAGE is a small write after a pause: without this, Nagle's
+        # algorithm holds it until the client's delayed ACK (up to 40 ms).
+        if hasattr(self.transport, "setTcpNoDelay"):
+            self.transport.setTcpNoDelay(True)
         if len(factory.connections) > settings.max_connections:
             self.fail("too many connections to this broker")
             return
