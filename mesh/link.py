@@ -66,6 +66,8 @@ class LinkProtocol(Protocol):
         mesh.own_nonces.add(self.nonce)
         self.large = ChunkedSender(mesh.reactor, self.transport.write, self._queue)
         self.transport.registerProducer(self, True)  # pauses the large messages' pieces while the socket lags
+        if hasattr(self.transport, "setTcpNoDelay"):  # STORED and RELEASED are small: no Nagle wait
+            self.transport.setTcpNoDelay(True)
         self.send_control(FrameType.HELLO, mesh.hello(self.nonce))
         self._health = mesh.reactor.callLater(mesh.config.check_period_ms / 1000.0, self._check)
 
