@@ -560,13 +560,16 @@ def publish(conn: AmqpConn, spec: PubSpec) -> dict[str, Any]:
     pack = STAMP.pack
     sent = 0
     first = time.time_ns()
-    while sent < spec.count:
-        k = min(per_batch, spec.count - sent)
-        ts = time.time_ns()
-        conn.sock.sendall(b"".join([before + pack(seq, ts) + after for seq in range(sent, sent + k)]))
-        sent += k
-        for ftype, _, payload in conn.poll():
-            conn.check(ftype, payload)
+    try:
+        while sent < spec.count:
+            k = min(per_batch, spec.count - sent)
+            ts = time.time_ns()
+            conn.sock.sendall(b"".join([before + pack(seq, ts) + after for seq in range(sent, sent + k)]))
+            sent += k
+            for ftype, _, payload in conn.poll():
+                conn.check(ftype, payload)
+    except TimeoutError:
+        raise stalled(conn, sent, None) from None
     return {"first_send": first, "last_send": time.time_ns(), "sent": sent}
 
 
@@ -579,6 +582,8 @@ class Confirms:
         self.acked = 0
         self.nacked = 0
         self.repeated = 0  # confirms for a tag already confirmed (should never happen)
+        self.sent = 0
+        self.last_confirm = 0
         self.sent_at = array("q", bytes(8 * (count + 1)))
         self.latency = array("q")
 
@@ -610,11 +615,28 @@ def publish_with_confirms(conn: AmqpConn, spec: PubSpec) -> dict[str, Any]:
     conn.confirm_select()
     before, after = message_parts(conn, spec)
     chunk = max(1, min(CONFIRM_WINDOW // 4, BATCH_BYTES // (len(before) + len(after) + STAMP.size)))
-    pack = STAMP.pack
     conf = Confirms(spec.count)
-    sent = 0
     first = time.time_ns()
-    last_confirm = first
+    try:
+        confirm_loop(conn, spec, conf, before, after, chunk)
+    except TimeoutError:
+        raise stalled(conn, conf.sent, conf.done) from None
+    return {
+        "first_send": first,
+        "last_send": time.time_ns(),
+        "last_confirm": conf.last_confirm or first,
+        "sent": conf.sent,
+        "acked": conf.acked,
+        "nacked": conf.nacked,
+        "repeated": conf.repeated,
+        "confirm_lat": conf.latency.tobytes(),
+    }
+
+
+def confirm_loop(conn: AmqpConn, spec: PubSpec, conf: Confirms, before: bytes, after: bytes, chunk: int) -> None:
+    """Keep up to CONFIRM_WINDOW publishes unconfirmed, writing `chunk` at a time."""
+    pack = STAMP.pack
+    sent = 0
     while conf.done < spec.count:
         want = min(CONFIRM_WINDOW - (sent - conf.done), spec.count - sent, chunk)
         if want > 0 and (want == chunk or sent + want == spec.count):
@@ -623,6 +645,7 @@ def publish_with_confirms(conn: AmqpConn, spec: PubSpec) -> dict[str, Any]:
             # Delivery tags are 1-based: message seq s is tag s + 1.
             conf.sent_at[sent + 1 : sent + want + 1] = array("q", [ts]) * want
             sent += want
+            conf.sent = sent
         window_full = CONFIRM_WINDOW - (sent - conf.done) < chunk
         frames = conn.pull() if (window_full or sent == spec.count) else conn.poll()
         now = time.time_ns()
@@ -633,19 +656,18 @@ def publish_with_confirms(conn: AmqpConn, spec: PubSpec) -> dict[str, Any]:
             if ids == ACK_ID or ids == NACK_ID:
                 tag = LONGLONG.unpack_from(payload, 4)[0]
                 conf.settle(tag, bool(payload[12] & 1), 1 if ids == ACK_ID else 2, now)
-                last_confirm = now
+                conf.last_confirm = now
             else:
                 conn.check(ftype, payload)
-    return {
-        "first_send": first,
-        "last_send": time.time_ns(),
-        "last_confirm": last_confirm,
-        "sent": sent,
-        "acked": conf.acked,
-        "nacked": conf.nacked,
-        "repeated": conf.repeated,
-        "confirm_lat": conf.latency.tobytes(),
-    }
+
+
+def stalled(conn: AmqpConn, sent: int, confirmed: int | None) -> BrokerError:
+    """A socket timeout while publishing, told as what it means."""
+    done = "" if confirmed is None else f", {confirmed} confirmed"
+    return BrokerError(
+        f"no progress for {conn.io_timeout:.0f} s after {sent} publishes{done}: the broker stopped reading "
+        "or confirming (flow control, e.g. a memory or disk limit?)"
+    )
 
 
 def producer_main(params: ConnParams, spec: PubSpec, out: Any, go: Any, wait_s: float) -> None:

@@ -5,7 +5,9 @@
 # REPEAT runs per scenario (default 3, the table shows the median), COUNT messages
 # per scenario (default 100000). If `meshgate broker` has no --amqp option yet,
 # only RabbitMQ is measured. AMQP_USER / AMQP_PASSWORD (default guest/guest) are
-# the credentials used for both brokers.
+# the credentials used for both brokers; MESHGATE_ARGS adds options to `meshgate
+# broker` (e.g. "--set broker.memory_limit=1GiB": with the default 256 MiB,
+# consume-prefetch's pre-load of more than ~400k x 256 B waits for room forever).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="$ROOT/.venv/bin/python"
@@ -42,7 +44,7 @@ meshgate() {  # a fresh node: no state left over from earlier runs
     amqp_port=$(free_port)
     rm -rf "$WORK/mg"
     "$ROOT/.venv/bin/meshgate" broker --name bench --stomp "127.0.0.1:$stomp_port" --amqp "127.0.0.1:$amqp_port" \
-        --data "$WORK/mg" --log-level WARNING > "$WORK/meshgate.log" 2>&1 &
+        --data "$WORK/mg" --log-level WARNING ${MESHGATE_ARGS:-} > "$WORK/meshgate.log" 2>&1 &
     MG_PID=$!
     local deadline=$((SECONDS + 60))
     # "listening on" may be logged for STOMP before AMQP is up: wait for the port too.
