@@ -297,18 +297,27 @@ class Channel:
         self._reply("basic.qos_ok")
 
     def method_basic_consume(self, args, command: Command) -> None:
-        self._existing_queue(args.queue, command)
+        queue = self._existing_queue(args.queue, command)
         self._allowed("read", "/queue/" + args.queue, command)
         tag = args.consumer_tag or f"amq.ctag-{self.connection.name}-{self.number}-{next(self._consumer_tags)}"
         if tag in self.consumers:
             raise AmqpError(spec.NOT_ALLOWED, f"consumer tag {tag!r} is already in use on this channel", 0,
                             command.spec.class_id, command.spec.method_id)
+        exclusive = self.connection.factory.exclusive_consumers
+        holder = exclusive.get(args.queue)
+        if holder is not None and holder.queue is queue and holder in queue.consumers:
+            raise self._error(spec.ACCESS_REFUSED, f"queue {args.queue!r} has an exclusive consumer", command)
+        if args.exclusive and queue.consumers:
+            raise self._error(spec.ACCESS_REFUSED, f"queue {args.queue!r} has consumers: none can be exclusive",
+                              command)
         # consume_ok goes first: a delivery may follow at once.
         if not args.nowait:
             self._reply("basic.consume_ok", consumer_tag=tag)
         sub = self.session.subscribe(tag, QUEUE, args.queue, AUTO if args.no_ack else CLIENT_INDIVIDUAL,
                                      self.prefetch, None)
         self.consumers[tag] = sub
+        if args.exclusive:
+            exclusive[args.queue] = sub  # until it leaves the queue's consumers
 
     def method_basic_cancel(self, args, command: Command) -> None:
         sub = self.consumers.pop(args.consumer_tag, None)

@@ -386,6 +386,7 @@ class AmqpFactory(ServerFactory):
         self.connections: set[AmqpProtocol] = set()
         self.connection_ids = itertools.count(1)
         self.exclusive: dict[str, AmqpProtocol] = {}  # queue -> the connection it belongs to
+        self.exclusive_consumers: dict[str, object] = {}  # queue -> its exclusive consumer (a Subscription)
         self.auto_delete: set[str] = set()  # queues deleted once their last consumer goes
         self._expiring: dict[str, tuple[int, float]] = {}  # queue -> (x-expires ms, unused since)
         self._sweep = None
@@ -411,6 +412,9 @@ class AmqpFactory(ServerFactory):
                 self.delete_queue(name)
 
     def consumer_gone(self, queue: str) -> None:
+        held = self.exclusive_consumers.get(queue)
+        if held is not None and held not in held.queue.consumers:
+            del self.exclusive_consumers[queue]
         if queue in self.auto_delete:
             held = self.broker.queues.get(queue)
             if held is None or not held.consumers:

@@ -335,3 +335,20 @@ def test_an_amqp_connection_is_one_connection_in_the_model_and_an_admin_can_clos
         connection.process_data_events(time_limit=5)
         channels[2].queue_declare(queue, passive=True)
     assert closed.value.reply_code == 320 and "maintenance" in closed.value.reply_text
+
+
+def test_an_exclusive_consumer_keeps_a_queue_to_itself(node, amqp):
+    connection = amqp(node)
+    channel = connection.channel()
+    queue = unique("solo")
+    channel.queue_declare(queue)
+    tag = channel.basic_consume(queue, lambda *a: None, exclusive=True)
+    other = amqp(node).channel()
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        other.basic_consume(queue, lambda *a: None)
+    assert refused.value.reply_code == 403 and "exclusive" in refused.value.reply_text
+    channel.basic_cancel(tag)
+    assert amqp(node).channel().basic_consume(queue, lambda *a: None)  # free again
+    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+        amqp(node).channel().basic_consume(queue, lambda *a: None, exclusive=True)
+    assert refused.value.reply_code == 403
