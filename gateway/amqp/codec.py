@@ -188,7 +188,7 @@ class FrameReader:
         if spec is None:
             raise AmqpError(NOT_IMPLEMENTED, f"unknown method {class_id}.{method_id}", channel, class_id, method_id)
         try:
-            fast = _FAST.get(spec.name)
+            fast = spec.fast_decoder
             args, end = fast(payload) if fast is not None else decode_fields(spec.fields, payload, 4)
         except (struct.error, ValueError, IndexError, UnicodeDecodeError) as error:
             raise AmqpError(SYNTAX_ERROR, f"{spec.name}: malformed arguments ({error})", channel, class_id,
@@ -319,16 +319,30 @@ def _decode_ack(data: bytes) -> tuple[SimpleNamespace, int]:
     return SimpleNamespace(delivery_tag=delivery_tag, multiple=bool(bits & 1)), 4 + _ACK.size
 
 
-_FAST = {"basic.publish": _decode_publish, "basic.ack": _decode_ack}
+BY_NAME["basic.publish"].fast_decoder = _decode_publish
+BY_NAME["basic.ack"].fast_decoder = _decode_ack
+
+
+_PLANS: dict[int, list[tuple[str, str]]] = {}  # property flags -> the properties present, in order
+
+
+def _plan(flags: int) -> list[tuple[str, str]]:
+    plan = _PLANS.get(flags)
+    if plan is None:
+        plan = _PLANS[flags] = [(name, kind) for index, (name, kind) in enumerate(BASIC_PROPERTIES)
+                                if flags & (1 << (15 - index))]
+    return plan
 
 
 def decode_properties(flags: int, data: bytes, offset: int) -> dict:
     properties: dict[str, Any] = {}
+    if not flags:
+        if offset != len(data):
+            raise ValueError(f"{len(data) - offset} bytes after the properties")
+        return properties
     if flags & 1:
         raise ValueError("continued property flags (more than 15 properties) are not basic's")
-    for index, (name, kind) in enumerate(BASIC_PROPERTIES):
-        if not flags & (1 << (15 - index)):
-            continue
+    for name, kind in _plan(flags):
         if kind == "shortstr":
             properties[name], offset = _shortstr(data, offset)
         elif kind == "octet":

@@ -99,7 +99,7 @@ _METHODS = """
 
 
 class MethodSpec:
-    __slots__ = ("class_id", "method_id", "name", "handler", "fields", "has_content")
+    __slots__ = ("class_id", "method_id", "name", "handler", "fields", "has_content", "fast_decoder")
 
     def __init__(self, class_id: int, method_id: int, name: str, fields: list[tuple[str, str]]) -> None:
         self.class_id = class_id
@@ -108,6 +108,7 @@ class MethodSpec:
         self.handler = "method_" + name.replace(".", "_")  # what a protocol class defines to take it
         self.fields = fields  # [(argument, wire type)]
         self.has_content = name in ("basic.publish", "basic.return", "basic.deliver", "basic.get_ok")
+        self.fast_decoder = None  # set by the codec for the busiest methods
 
 
 def _parse(table: str) -> dict[tuple[int, int], MethodSpec]:
