@@ -50,10 +50,10 @@ class Publish:
 
 def from_properties(properties: dict, now_ms: Callable[[], int]) -> Publish:
     """Raises ValueError for a property that makes no sense (an expiration that is not a number)."""
-    if not properties:
+    if not properties or (len(properties) == 1 and "delivery_mode" in properties):  # what most publishers set
+        if properties.get("delivery_mode") == 2:
+            return Publish({"persistent": "true"}, True, 4, 0, {})
         return Publish({}, False, 4, 0, {})
-    if len(properties) == 1 and properties.get("delivery_mode") == 2:  # what most publishers set, if anything
-        return Publish({"persistent": "true"}, True, 4, 0, {})
     headers: dict[str, str] = {}
     table = properties.get("headers") or {}
     if table:
