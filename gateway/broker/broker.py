@@ -6,9 +6,9 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
-from gateway.broker.definitions import Definitions
+from gateway.broker.definitions import DefiningMixin, Definitions
 from gateway.broker.errors import BrokerError
 from gateway.broker.events import EventSink, NullEvents
 from gateway.broker.exchanges import TOPIC_EXCHANGE, Exchanges
@@ -18,14 +18,9 @@ from gateway.broker.session import DeliverySink, Session
 from gateway.store.base import Store
 from gateway.wildcard import compile_pattern
 from model.definitions import (
-    BINDING,
     DURABLE_SUBSCRIPTION,
-    EXCHANGE,
-    QUEUE_SETTINGS,
-    BindingSpec,
     Definition,
     DurableSpec,
-    ExchangeSpec,
     QueueSettings,
 )
 from model.events import ConsumerAttached, ConsumerDetached, DeadLetter, Expired
@@ -66,7 +61,7 @@ def _any_of_patterns(patterns: list[str]) -> Callable[[str], bool]:
     return lambda address: any(match(address) for match in matchers)
 
 
-class Broker:
+class Broker(DefiningMixin):
     def __init__(
         self,
         store: Store,
@@ -581,102 +576,6 @@ class Broker:
             binding.active.queue.remove_consumer(binding.active)
             binding.active = None
         self._unbind(binding)
-
-    # -- mesh-wide definitions ------------------------------------------------------------
-
-    def define_queue(self, name: str, settings: QueueSettings | None) -> Definition:
-        """Set a queue's settings on every node (None: delete its definition
-        everywhere, and the queue where no consumer holds it)."""
-        if name in self.services:
-            raise BrokerError(f"/queue/{name} is a service address; it holds no messages")
-        record = self._define(QUEUE_SETTINGS, name, queue=settings)
-        self._apply_definition(record, save=False)
-        return record
-
-    def declare_exchange(self, name: str, spec: ExchangeSpec) -> None:
-        """Make an exchange on every node (nothing changes if it exists alike)."""
-        current = self.definitions.get(EXCHANGE, name)
-        if current is not None and current.exchange == spec:
-            return
-        self._apply_definition(self._define(EXCHANGE, name, exchange=spec), save=False)
-
-    def delete_exchange(self, name: str) -> None:
-        """Delete an exchange and the bindings from and to it, on every node."""
-        for exchange in self.exchanges.exchanges.values():
-            for binding, _ in list(exchange.bindings.values()):
-                if binding.source == name or (binding.destination == name and binding.destination_kind == EXCHANGE):
-                    self.unbind(binding)
-        self._apply_definition(self._define(EXCHANGE, name), save=False)
-
-    def bind(self, binding: BindingSpec) -> None:
-        key = binding.key()
-        current = self.definitions.get(BINDING, key)
-        if current is None or current.deleted:
-            self._apply_definition(self._define(BINDING, key, binding=binding), save=False)
-
-    def unbind(self, binding: BindingSpec) -> None:
-        key = binding.key()
-        current = self.definitions.get(BINDING, key)
-        if current is not None and not current.deleted:
-            self._apply_definition(self._define(BINDING, key), save=False)
-
-    def _define(self, kind: str, name: str, **spec: Any) -> Definition:
-        """A definition changed here: record it, save it, let the mesh ship it."""
-        record = self.definitions.change(kind, name, self.seconds(), **spec)
-        self._save_catalog()
-        if self.on_definition is not None:
-            self.on_definition(record)
-        return record
-
-    def forget_deletions(self, older_than: float) -> None:
-        """Drop the record of deletions made before ``older_than`` (mesh.peer_retention_s)."""
-        if self.definitions.drop_tombstones(older_than):
-            self._save_catalog(required=False)
-
-    def merge_definition(self, record: Definition) -> bool:
-        """A definition from another node: applied if it wins over the one held."""
-        if not self.definitions.merge(record):
-            return False
-        self._apply_definition(record)
-        return True
-
-    def _apply_definition(self, record: Definition, save: bool = True) -> None:
-        name = record.name
-        if record.kind == QUEUE_SETTINGS:
-            if record.queue is not None:
-                self.queue_settings[name] = record.queue
-                if name not in self.queues and name not in self.services:
-                    self._create_queue(name, save=False)
-            else:
-                self.queue_settings.pop(name, None)
-                queue = self.queues.get(name)
-                if queue is not None and not queue.consumers:
-                    self.delete_queue(queue, save=False)
-        elif record.kind == EXCHANGE:
-            if record.exchange is not None:
-                self.exchanges.declare(name, record.exchange)
-            else:
-                self.exchanges.delete(name)
-        elif record.kind == BINDING:
-            if record.binding is not None:
-                self.exchanges.bind(record.binding)
-            else:
-                self.exchanges.unbind_key(name)
-            self._topic_queues = self.exchanges.topic_bound()
-        else:
-            binding = self.bindings.get(name)
-            spec = record.durable
-            if binding is not None and binding.durable and binding.peer is None:
-                if spec is not None and (binding.pattern, binding.selector_text) == (spec.topic, spec.selector):
-                    return
-                self._drop_durable(binding)  # deleted, or changed: a new subscription, as in JMS
-            if spec is not None:
-                try:
-                    self._bind(name, spec.topic, spec.selector, durable=True)
-                except BrokerError as error:  # a selector this node cannot compile
-                    log.error("durable subscription %r from node %s not made here: %s", name, record.origin, error)
-        if save:
-            self._save_catalog(required=False)
 
     def _unbind(self, binding: _Binding) -> None:
         del self.bindings[binding.queue.name]
