@@ -50,3 +50,13 @@ def test_a_package_imports_only_the_layers_below_it(package):
 def test_the_stomp_layer_knows_nothing_of_management():
     for path in (ROOT / "gateway" / "stomp").rglob("*.py"):
         assert not any(name.startswith(("management", "mesh")) for name in imports_of(path)), path
+
+
+def test_the_amqp_layer_knows_nothing_of_management_nor_of_stomp():
+    for path in (ROOT / "gateway" / "amqp").rglob("*.py"):
+        assert not any(name.startswith(("management", "mesh", "gateway.stomp")) for name in imports_of(path)), path
+
+
+def test_the_broker_core_knows_no_protocol():
+    for path in (ROOT / "gateway" / "broker").rglob("*.py"):
+        assert not any(name.startswith(("gateway.stomp", "gateway.amqp")) for name in imports_of(path)), path
