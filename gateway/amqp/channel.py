@@ -58,6 +58,7 @@ class Channel:
         self.closing = False
         self.transactional = False
         self._tx: list[tuple] = []
+        self._handlers: dict = {}  # method spec -> this channel's handler
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -69,10 +70,13 @@ class Channel:
             elif command.spec.name == "channel.close":
                 self.connection.write(encode_method(self.number, "channel.close_ok"))
             return
-        handler = getattr(self, command.spec.handler, None)
+        handler = self._handlers.get(command.spec)
         if handler is None:
-            raise AmqpError(spec.COMMAND_INVALID, f"a client does not send {command.spec.name}", 0,
-                            command.spec.class_id, command.spec.method_id)
+            handler = getattr(self, command.spec.handler, None)
+            if handler is None:
+                raise AmqpError(spec.COMMAND_INVALID, f"a client does not send {command.spec.name}", 0,
+                                command.spec.class_id, command.spec.method_id)
+            self._handlers[command.spec] = handler
         try:
             handler(command.args, command)
         except BrokerError as error:

@@ -160,6 +160,11 @@ class FrameReader:
                     break
                 if buffer[end] != FRAME_END:
                     raise AmqpError(FRAME_ERROR, f"a frame does not end with 0xCE (got {buffer[end]:#04x})")
+                if kind == FRAME_METHOD and buffer[position + 7:position + 11] == _PUBLISH_IDS:
+                    taken = self._whole_publish(buffer, position, end, length, channel, events)
+                    if taken:
+                        position = taken
+                        continue
                 payload = bytes(buffer[position + 7:end])
                 position = end + 1
                 if kind == FRAME_METHOD:
@@ -177,6 +182,47 @@ class FrameReader:
         finally:
             del buffer[:position]
         return events
+
+    def _whole_publish(self, buffer: bytearray, start: int, end: int, length: int, channel: int,
+                       events: list) -> int:
+        """A basic.publish whose header and single body frame are all in the buffer,
+        taken in one go (the usual case): where the next frame starts, or 0 to take
+        it frame by frame (anything unusual, which the general path then judges)."""
+        header_at = end + 1
+        if channel in self._content or length - header_at < 7 + _CONTENT_HEAD.size + 1:
+            return 0
+        kind, header_channel, header_size = _FRAME_HEAD.unpack_from(buffer, header_at)
+        header_end = header_at + 7 + header_size
+        if kind != FRAME_HEADER or header_channel != channel or header_end >= length or \
+                header_size + 8 > self.frame_max or buffer[header_end] != FRAME_END:
+            return 0
+        class_id, _, size, flags = _CONTENT_HEAD.unpack_from(buffer, header_at + 7)
+        if class_id != BASIC_CLASS or size > self.max_body:
+            return 0
+        body_at = header_end + 1
+        if size:
+            if length - body_at < 8:
+                return 0
+            kind, body_channel, body_size = _FRAME_HEAD.unpack_from(buffer, body_at)
+            body_end = body_at + 7 + body_size
+            if kind != FRAME_BODY or body_channel != channel or body_size != size or body_end >= length or \
+                    body_size + 8 > self.frame_max or buffer[body_end] != FRAME_END:
+                return 0
+            body = bytes(buffer[body_at + 7:body_end])
+            after = body_end + 1
+        else:
+            body, after = b"", body_at
+        method = bytes(buffer[start + 7:end])
+        raw = bytes(buffer[header_at + 7 + _CONTENT_HEAD.size:header_end])
+        try:
+            args, used = _decode_publish(method)
+            properties = decode_properties(flags, raw, 0)
+        except (struct.error, ValueError, IndexError, UnicodeDecodeError):
+            return 0
+        if used != len(method):
+            return 0
+        events.append(Command(channel, _PUBLISH, args, properties, body, (flags, raw)))
+        return after
 
     def _method(self, channel: int, payload: bytes, events: list) -> None:
         if channel in self._content:
@@ -321,6 +367,8 @@ def _decode_ack(data: bytes) -> tuple[SimpleNamespace, int]:
 
 BY_NAME["basic.publish"].fast_decoder = _decode_publish
 BY_NAME["basic.ack"].fast_decoder = _decode_ack
+_PUBLISH = BY_NAME["basic.publish"]
+_PUBLISH_IDS = _METHOD_HEAD.pack(_PUBLISH.class_id, _PUBLISH.method_id)
 
 
 _PLANS: dict[int, list[tuple[str, str]]] = {}  # property flags -> the properties present, in order

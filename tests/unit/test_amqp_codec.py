@@ -192,3 +192,27 @@ def test_an_expiration_becomes_the_message_expiry_and_a_bad_one_is_refused():
     assert props.from_properties({"expiration": "1500"}, now_ms=lambda: 1000).expires == 2500
     with pytest.raises(ValueError, match="expiration"):
         props.from_properties({"expiration": "soon"}, now_ms=lambda: 1000)
+
+
+@pytest.mark.parametrize("body", [b"", b"small body"])
+def test_a_publish_read_in_one_go_is_the_same_as_one_read_frame_by_frame(body):
+    properties = pika.spec.BasicProperties(content_type="text/plain", headers={"n": 1}, delivery_mode=2)
+    data = (pika_method(1, pika.spec.Basic.Publish(exchange="ex", routing_key="rk")) + pika_content(1, properties, body)
+            + pika_method(1, pika.spec.Basic.Ack(delivery_tag=3)))
+    (whole, ack) = reader().feed(data)
+    r = reader()
+    split = [event for i in range(len(data)) for event in r.feed(data[i:i + 1])]
+    assert [e.spec.name for e in split] == ["basic.publish", "basic.ack"] and ack.args.delivery_tag == 3
+    for command in (whole, split[0]):
+        assert (command.args.exchange, command.args.routing_key, command.body) == ("ex", "rk", body)
+        assert command.properties == {"content_type": "text/plain", "headers": {"n": 1}, "delivery_mode": 2}
+    assert whole.raw_properties == split[0].raw_properties
+
+
+def test_a_publish_with_a_bad_header_in_one_read_is_still_refused():
+    data = pika_method(1, pika.spec.Basic.Publish(routing_key="q")) + pika_content(1, pika.spec.BasicProperties(),
+                                                                                  b"x")
+    broken = bytearray(data)
+    broken[len(pika_method(1, pika.spec.Basic.Publish(routing_key="q"))) + 8] = 0x3d  # content class 61
+    with pytest.raises(AmqpError, match="content class 61"):
+        reader().feed(bytes(broken))
