@@ -39,6 +39,8 @@ _I, _i = struct.Struct(">I"), struct.Struct(">i")
 _Q, _q = struct.Struct(">Q"), struct.Struct(">q")
 _f, _d = struct.Struct(">f"), struct.Struct(">d")
 _HEARTBEAT = _FRAME_HEAD.pack(FRAME_HEARTBEAT, 0, 0) + bytes([FRAME_END])
+# Field-table value types of a fixed width, by type code (RabbitMQ's table of them)
+_FIXED_WIDTH = {"b": _b, "B": _B, "s": _h, "u": _H, "i": _I, "L": _Q, "f": _f, "d": _d}
 
 
 class AmqpError(Exception):
@@ -430,7 +432,7 @@ def _decode_value(data: bytes, offset: int) -> tuple[Any, int]:
             return raw.decode(), offset
         except UnicodeDecodeError:
             return raw, offset
-    if kind == "I":
+    if kind == "I":  # the commonest first: pika and py-amqp send ints as I
         return _i.unpack_from(data, offset)[0], offset + 4
     if kind == "t":
         return bool(data[offset]), offset + 1
@@ -453,22 +455,9 @@ def _decode_value(data: bytes, offset: int) -> tuple[Any, int]:
         return items, end
     if kind == "V":
         return None, offset
-    if kind == "b":
-        return _b.unpack_from(data, offset)[0], offset + 1
-    if kind == "B":
-        return data[offset], offset + 1
-    if kind == "s":
-        return _h.unpack_from(data, offset)[0], offset + 2
-    if kind == "u":
-        return _H.unpack_from(data, offset)[0], offset + 2
-    if kind == "i":
-        return _I.unpack_from(data, offset)[0], offset + 4
-    if kind == "L":
-        return _Q.unpack_from(data, offset)[0], offset + 8
-    if kind == "f":
-        return _f.unpack_from(data, offset)[0], offset + 4
-    if kind == "d":
-        return _d.unpack_from(data, offset)[0], offset + 8
+    fixed = _FIXED_WIDTH.get(kind)
+    if fixed is not None:
+        return fixed.unpack_from(data, offset)[0], offset + fixed.size
     if kind == "D":
         scale = data[offset]
         (value,) = _i.unpack_from(data, offset + 1)

@@ -369,8 +369,6 @@ class AmqpProtocol(Protocol):
         pass
 
 
-
-
 class AmqpFactory(ServerFactory):
     protocol = AmqpProtocol
 

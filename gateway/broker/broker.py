@@ -235,7 +235,7 @@ class Broker(DefiningMixin):
             self.expired += 1
             return None
         if persistent and self.store.failure is not None:
-            raise BrokerError(f"persistent messages are refused for now: the store cannot write ({self.store.failure})")
+            self._refuse_persistent()
         if not expires and kind == QUEUE and self.queue_settings:
             expires = self._queue_expiry(address)
             if expires:
@@ -243,6 +243,9 @@ class Broker(DefiningMixin):
         message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
         message.created = (session.received_at if session is not None else 0.0) or self.seconds()
         return message if self.route(message, session) else None
+
+    def _refuse_persistent(self) -> None:
+        raise BrokerError(f"persistent messages are refused for now: the store cannot write ({self.store.failure})")
 
     def _queue_expiry(self, name: str) -> int:
         settings = self.queue_settings.get(name)
@@ -258,7 +261,7 @@ class Broker(DefiningMixin):
         ``match`` is what a headers exchange matches (typed AMQP headers);
         ``encoded`` what the publishing protocol already has encoded (Message.encoded)."""
         if persistent and self.store.failure is not None:
-            raise BrokerError(f"persistent messages are refused for now: the store cannot write ({self.store.failure})")
+            self._refuse_persistent()
         created = (session.received_at if session is not None else 0.0) or self.seconds()
         if exchange == TOPIC_EXCHANGE:
             message = Message(self.next_message_id(), TOPIC, routing_key, headers, body, persistent, priority, expires)

@@ -34,9 +34,6 @@ class Definitions:
         """The record for a name, a tombstone included."""
         return self._records.get((kind, name))
 
-    def live(self, kind: DefinitionKind) -> dict[str, Definition]:
-        return {name: r for (k, name), r in self._records.items() if k == kind and not r.deleted}
-
     def records(self) -> list[Definition]:
         return sorted(self._records.values(), key=lambda r: (r.kind, r.name))
 

@@ -350,10 +350,13 @@ class JournalStore:
         self.reactor.callLater(RETRY_S, self._flush)
 
     def _tell_of_failed_write(self, reason: str) -> None:
-        unwritten = [entry for entry in self._waiters if entry[2] and entry[0] > self._written]
+        kept: deque[tuple[int, Deferred, bool]] = deque()
+        unwritten = []
+        for entry in self._waiters:
+            (unwritten if entry[2] and entry[0] > self._written else kept).append(entry)
         if not unwritten:
             return
-        self._waiters = deque(entry for entry in self._waiters if not (entry[2] and entry[0] > self._written))
+        self._waiters = kept
         error = StoreError(f"the store cannot write ({reason}); it is kept in memory and written if room returns "
                            "before this node stops, so a resend may duplicate it")
         for _, waiter, _ in unwritten:
