@@ -88,6 +88,13 @@ class AmqpProtocol(Protocol):
         # algorithm holds it until the client's delayed ACK (up to 40 ms).
         if hasattr(self.transport, "setTcpNoDelay"):
             self.transport.setTcpNoDelay(True)
+        if len(factory.connections) > factory.settings.max_connections:
+            # Before connection.start nothing can say why: the socket just closes.
+            log.warning("amqp: refusing %s: amqp.max_connections (%d) reached", self.transport.getPeer(),
+                        factory.settings.max_connections)
+            self.state = "closed"
+            self.transport.abortConnection()
+            return
         self._timers.append(self.clock.callLater(HANDSHAKE_TIMEOUT, self._handshake_timeout))
 
     def connectionLost(self, reason: Failure = None) -> None:

@@ -203,3 +203,15 @@ def test_pika_select_connection_and_kombu(broker_factory):
         with kombu_connection.Consumer(video, callbacks=[lambda body, message: (got.append(body), message.ack())]):
             kombu_connection.drain_events(timeout=10)
         assert got == [{"clip": "a.mp4", "n": 1}]
+
+
+def test_connections_past_max_connections_are_refused_and_the_others_go_on(broker_factory, amqp):
+    node = broker_factory(sets=[AMQP_ON, "amqp.max_connections=1"])
+    first = amqp(node).channel()
+    with pytest.raises(pika.exceptions.AMQPConnectionError):
+        amqp(node)
+    queue = unique("still")
+    first.queue_declare(queue)
+    first.basic_publish("", queue, b"fine")
+    assert first.basic_get(queue, auto_ack=True)[2] == b"fine"
+    assert "amqp.max_connections (1) reached" in node.stderr()
