@@ -23,10 +23,7 @@ Scenarios:
 from __future__ import annotations
 
 import argparse
-import math
-import multiprocessing as mp
 import os
-import queue
 import select
 import socket
 import struct
@@ -36,6 +33,9 @@ import uuid
 from array import array
 from dataclasses import dataclass, field
 from typing import Any
+
+# Shared with the STOMP load generator beside this file (the script's directory is on sys.path).
+from stomp_bench import Children, ScenarioFailed, cpu_seconds, fmt, percentiles_ms
 
 RECV_SIZE = 1 << 20
 # ~256 KiB per sendall: big enough to amortise syscalls, small enough that the
@@ -136,10 +136,6 @@ NACK_ID = METHOD_ID.pack(*BASIC_NACK)
 
 class BrokerError(Exception):
     """The broker closed the connection or channel, or replied unexpectedly."""
-
-
-class ScenarioFailed(Exception):
-    """A scenario could not produce a valid figure."""
 
 
 def method_name(ids: tuple[int, int]) -> str:
@@ -515,11 +511,6 @@ def connect(params: ConnParams) -> AmqpConn:
 
 def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def cpu_seconds() -> float:
-    t = os.times()
-    return t.user + t.system
 
 
 # --------------------------------------------------------------------------
@@ -976,67 +967,6 @@ class RunContext:
     wait_quiet_s: float = 0.0
 
 
-def percentiles_ms(raw: list[bytes]) -> tuple[float, float, float] | None:
-    values = array("q")
-    for chunk in raw:
-        values.frombytes(chunk)
-    if not values:
-        return None
-    ordered = sorted(values)
-    n = len(ordered)
-
-    def pick(q: float) -> float:
-        return ordered[min(n - 1, math.ceil(q * n) - 1)] / 1e6
-
-    return pick(0.50), pick(0.99), ordered[-1] / 1e6
-
-
-class Children:
-    """Worker processes of one scenario and the queue they report on."""
-
-    def __init__(self) -> None:
-        self.ctx = mp.get_context("fork")
-        self.events = self.ctx.Queue()
-        self.procs: dict[str, Any] = {}
-
-    def start(self, role: str, target: Any, *args: Any) -> None:
-        proc = self.ctx.Process(target=target, args=(*args,), name=f"bench-{role}", daemon=True)
-        proc.start()
-        self.procs[role] = proc
-
-    def await_all(self, kind: str, roles: list[str], deadline: float) -> dict[str, Any]:
-        """Collect one `kind` report from each role; raise on error, death or timeout."""
-        got: dict[str, Any] = {}
-        while len(got) < len(roles):
-            left = deadline - time.monotonic()
-            missing = sorted(set(roles) - got.keys())
-            if left <= 0:
-                raise ScenarioFailed(f"timed out waiting for {kind} from {', '.join(missing)}")
-            try:
-                what, role, data = self.events.get(timeout=min(left, 1.0))
-            except queue.Empty:
-                dead = [r for r in missing if self.procs[r].exitcode is not None]
-                if dead:
-                    raise ScenarioFailed(f"{', '.join(dead)} exited without reporting {kind}") from None
-                continue
-            if what == "error":
-                raise ScenarioFailed(f"{role}: {data}")
-            if what == kind:
-                got[role] = data
-        return got
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=5)
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-        self.events.close()
-
-
 def run_messaging(sc: Scenario, rc: RunContext, count: int) -> Result:
     """Declare a fresh queue, run the scenario on it, verify and delete it."""
     qname = f"bench-{sc.name}-{rc.run_id}-{uuid.uuid4().hex[:6]}"
@@ -1233,10 +1163,6 @@ def run_repeated(sc: Scenario, rc: RunContext, repeat: int) -> Result:
 
 # --------------------------------------------------------------------------
 # Reporting
-
-
-def fmt(value: float | None, spec: str = ".0f") -> str:
-    return "-" if value is None else format(value, spec)
 
 
 def report_line(res: Result) -> str:
