@@ -141,9 +141,9 @@ def format_subscriptions(subscriptions: list[TopicSubscription], names: dict[str
 
 def format_connections(connections: list[Connection], names: dict[str, str]) -> str:
     rows = [[c.id, names.get(c.node, c.node[:8]), c.remote, c.user, f"{c.protocol} {c.version}", since(c.since),
-             c.subscriptions, c.unacked] for c in connections]
-    return table(["connection", "node", "remote", "user", "protocol", "since", "subscriptions", "unacked"], rows,
-                 right={6, 7})
+             c.channels or "-", c.subscriptions, c.unacked] for c in connections]
+    return table(["connection", "node", "remote", "user", "protocol", "since", "channels", "subscriptions",
+                  "unacked"], rows, right={6, 7, 8})
 
 
 def format_definitions(records: list[Definition], names: dict[str, str]) -> str:

@@ -167,6 +167,7 @@ class LocalState:
 
     def connections(self) -> list[Connection]:
         rows: dict[str, Connection] = {}
+        described = []
         for session_id, session in sorted(self.broker.sessions.items()):
             info = session.connection
             if info is None:
@@ -179,11 +180,15 @@ class LocalState:
                 row.unacked += unacked
                 continue
             principal = session.principal
-            rows[info.name or session_id] = Connection(
+            row = rows[info.name or session_id] = Connection(
                 id=info.name or session_id, node=self.node_id, remote=info.remote,
                 user=getattr(principal, "name", "?"), protocol=info.protocol, version=info.version,
                 since=info.since, client_id=session.client_id, subscriptions=subscriptions, unacked=unacked,
             )
+            if info.describe is not None:
+                described.append((info.describe, row))
+        for describe, row in described:  # what the adapter knows besides (AMQP: the channels)
+            describe(row)
         return list(rows.values())
 
     # -- snapshots --------------------------------------------------------------------------

@@ -8,6 +8,7 @@ field and its unit."""
 from model.mesh import (
     SCHEMA_VERSION,
     Addresses,
+    ChannelSummary,
     ClusterView,
     Connection,
     Link,
@@ -24,6 +25,7 @@ from model.mesh import (
 __all__ = [
     "SCHEMA_VERSION",
     "Addresses",
+    "ChannelSummary",
     "ClusterView",
     "Connection",
     "Link",

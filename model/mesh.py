@@ -126,17 +126,31 @@ class TopicSubscription(_Model, kw_only=True):
     connection: str | None = None  # the attached subscriber's connection id
 
 
+class ChannelSummary(_Model, kw_only=True):
+    """One open channel of an AMQP connection."""
+
+    number: int
+    consumers: int = 0
+    unacked: int = 0  # deliveries (basic.get ones too) awaiting ack, nack or reject
+    prefetch: int = 0  # basic.qos per consumer, for consumers made from now on (0: no limit)
+    global_prefetch: int = 0  # basic.qos global: unacked shared by the channel's consumers (0: no limit)
+    confirm: bool = False  # in publisher-confirm mode (confirm.select)
+    transactional: bool = False  # tx.select
+
+
 class Connection(_Model, kw_only=True):
     id: str
     node: str
     remote: str  # "host:port"
     user: str
-    protocol: str  # "stomp"
+    protocol: str  # "stomp" or "amqp"
     version: str
     since: float
     client_id: str | None = None
-    subscriptions: int = 0
+    subscriptions: int = 0  # consumers (AMQP: on all its channels)
     unacked: int = 0
+    channels: int = 0  # AMQP: open channels (0 for STOMP)
+    channel_details: list[ChannelSummary] = []  # AMQP: one per open channel, by number
 
 
 class QueueSummary(msgspec.Struct, array_like=True):

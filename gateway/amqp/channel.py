@@ -17,6 +17,7 @@ from gateway.broker.exchanges import PREDECLARED, TOPIC_EXCHANGE
 from gateway.broker.message import QUEUE, Message
 from gateway.broker.queue import AUTO, CLIENT_INDIVIDUAL, Queue, Subscription
 from model.definitions import BindingSpec, ExchangeSpec, QueueSettings
+from model.mesh import ChannelSummary
 
 if TYPE_CHECKING:
     from gateway.amqp.protocol import AmqpProtocol
@@ -44,7 +45,15 @@ class Channel:
         # Cancelled consumers whose deliveries are still unacknowledged: AMQP lets the
         # client ack (or nack) them after basic.cancel.
         self._cancelled: list[Subscription] = []
-        self.prefetch = UNLIMITED  # basic.qos for consumers made from now on
+        self.prefetch = UNLIMITED  # basic.qos (global false): per consumer, for consumers made from now on
+        # basic.qos global true (RabbitMQ's meaning): the channel's consumers share this many unacked
+        # deliveries (0: no limit). When they hold that many, the channel is full: its consumers'
+        # windows in the core are closed (prefetch 0) until acks make room.
+        self.global_prefetch = 0
+        self._full = False
+        self._windows: dict[str, int] = {}  # consumer tag -> its own prefetch, what its window reopens to
+        self._gets = 0  # unacked basic.get deliveries: in self.unacked, not counted against global_prefetch
+        self._turn = 0  # which of the channel's queues fills the room first when the channel reopens
         self.unacked: OrderedDict[int, tuple[Queue, Message, Subscription | None]] = OrderedDict()
         self._tags = itertools.count(1)
         self._consumer_tags = itertools.count(1)
@@ -105,6 +114,13 @@ class Channel:
     def method_channel_flow(self, args, command: Command) -> None:
         self.session.set_writable(args.active)
         self._reply("channel.flow_ok", active=args.active)
+
+    def summary(self) -> ChannelSummary:
+        """What the management model shows of this channel."""
+        return ChannelSummary(number=self.number, consumers=len(self.consumers), unacked=len(self.unacked),
+                              prefetch=0 if self.prefetch == UNLIMITED else self.prefetch,
+                              global_prefetch=self.global_prefetch, confirm=self.confirming,
+                              transactional=self.transactional)
 
     def close_with(self, error: AmqpError) -> None:
         self.closing = True
@@ -297,8 +313,48 @@ class Channel:
     # -- consuming ------------------------------------------------------------------------
 
     def method_basic_qos(self, args, command: Command) -> None:
-        self.prefetch = args.prefetch_count or UNLIMITED
-        self._reply("basic.qos_ok")
+        if not args.global_:
+            self.prefetch = args.prefetch_count or UNLIMITED
+            self._reply("basic.qos_ok")
+            return
+        self.global_prefetch = args.prefetch_count
+        self._reply("basic.qos_ok")  # before any delivery the new limit lets through
+        if self.global_prefetch and len(self.unacked) - self._gets >= self.global_prefetch:
+            if not self._full:
+                self._close_windows()
+        elif self._full:
+            self._reopen()
+
+    def _close_windows(self, attaching: Subscription | None = None) -> None:
+        """The channel holds global_prefetch unacked deliveries: none of its consumers takes more
+        (``attaching``: one that filled it while it attached, before it is in self.consumers)."""
+        self._full = True
+        for sub in self.consumers.values():
+            sub.prefetch = 0  # what the mesh does to a subscription that must take nothing new
+        if attaching is not None:
+            attaching.prefetch = 0
+
+    def _room_made(self) -> None:
+        """Acks, nacks, rejects, a recover or a consumer gone took deliveries off a full channel."""
+        if not self.global_prefetch or len(self.unacked) - self._gets < self.global_prefetch:
+            self._reopen()
+
+    def _reopen(self) -> None:
+        """The consumers' own windows come back, and the channel's queues fill the room there is,
+        taking turns: the one that filled it last time goes last."""
+        self._full = False
+        windows = self._windows
+        queues: list[Queue] = []
+        for tag, sub in self.consumers.items():
+            sub.prefetch = windows[tag]
+            if sub.ack_mode != AUTO and sub.queue not in queues:
+                queues.append(sub.queue)
+        turn = self._turn
+        for step in range(len(queues)):
+            queues[(turn + step) % len(queues)].dispatch()
+            if self._full:
+                self._turn = turn + step + 1
+                return
 
     def method_basic_consume(self, args, command: Command) -> None:
         queue = self._existing_queue(args.queue, command)
@@ -317,16 +373,30 @@ class Channel:
         # consume_ok goes first: a delivery may follow at once.
         if not args.nowait:
             self._reply("basic.consume_ok", consumer_tag=tag)
-        sub = self.session.subscribe(tag, QUEUE, args.queue, AUTO if args.no_ack else CLIENT_INDIVIDUAL,
-                                     self.prefetch, None)
+        session = self.session
+        ack_mode = AUTO if args.no_ack else CLIENT_INDIVIDUAL
+        if self._full and ack_mode != AUTO:
+            # The channel-wide limit is reached: the consumer starts with its window closed
+            # (the session takes nothing while it attaches, the queue dispatching as it does).
+            writable, session.writable = session.writable, False
+            try:
+                sub = session.subscribe(tag, QUEUE, args.queue, ack_mode, self.prefetch, None)
+            finally:
+                session.writable = writable
+            sub.prefetch = 0
+        else:
+            sub = session.subscribe(tag, QUEUE, args.queue, ack_mode, self.prefetch, None)
         self.consumers[tag] = sub
+        self._windows[tag] = self.prefetch
         if args.exclusive:
             exclusive[args.queue] = sub  # until it leaves the queue's consumers
 
     def method_basic_cancel(self, args, command: Command) -> None:
         sub = self.consumers.pop(args.consumer_tag, None)
         if sub is not None:
-            # No more deliveries; what it holds stays unacked, to be acked or nacked still.
+            del self._windows[sub.id]
+            # No more deliveries; what it holds stays unacked, to be acked or nacked still
+            # (and counted against a channel-wide limit until it is, as in RabbitMQ).
             del self.session.subscriptions[sub.id]
             self.broker.unsubscribe(sub, [])
             if sub.inflight:
@@ -338,9 +408,12 @@ class Channel:
     def cancel_from_server(self, sub: Subscription) -> None:
         """The queue went (deleted): the client hears basic.cancel."""
         if self.consumers.pop(sub.id, None) is not None:
+            del self._windows[sub.id]
             self._forget_consumer(sub)
             self.session.unsubscribe(sub.id)
             self._reply("basic.cancel", consumer_tag=sub.id, nowait=True)
+            if self._full:
+                self._room_made()
 
     def _forget_consumer(self, sub: Subscription) -> None:
         for tag, (_, _, held_by) in list(self.unacked.items()):
@@ -351,7 +424,10 @@ class Channel:
         """The core hands a message to one of this channel's consumers."""
         tag = next(self._tags)
         if sub.ack_mode != AUTO:
-            self.unacked[tag] = (sub.queue, message, sub)
+            unacked = self.unacked
+            unacked[tag] = (sub.queue, message, sub)
+            if self.global_prefetch and len(unacked) - self._gets >= self.global_prefetch:
+                self._close_windows(sub)
         encoded = message.encoded.get("amqp")
         if encoded is None:  # shared by the copies a fan-out made, and by every redelivery
             exchange, routing_key = _route_of(message)
@@ -379,6 +455,7 @@ class Channel:
             queue.acknowledged([message], self.broker.seconds())
         else:
             self.unacked[tag] = (queue, message, None)
+            self._gets += 1
         exchange, routing_key = _route_of(message)
         frames = [encode_method(self.number, "basic.get_ok", delivery_tag=tag, redelivered=message.redelivered,
                                 exchange=exchange, routing_key=routing_key, message_count=len(queue))]
@@ -393,6 +470,8 @@ class Channel:
             if sub is not None:
                 if sub.inflight.pop(message.id, None) is None:
                     continue  # returned already (the consumer's queue went)
+            else:
+                self._gets -= 1
             by_sub.setdefault(sub, []).append(message)
             queues[sub] = queue
         consumed = self.broker.consumed
@@ -403,6 +482,8 @@ class Channel:
                 consumed(queue, message)
             queue.acknowledged(messages, now)
             queue.dispatch()
+        if self._full:
+            self._room_made()
 
     def method_basic_nack(self, args, command: Command) -> None:
         self._refuse(self._settled(args.delivery_tag, args.multiple, command), args.requeue)
@@ -411,13 +492,17 @@ class Channel:
         self._refuse(self._settled(args.delivery_tag, False, command), args.requeue)
 
     def method_basic_recover(self, args, command: Command) -> None:
-        self._refuse(list(self.unacked.items()), requeue=True)
-        self.unacked.clear()
+        self._recover()
         self._reply("basic.recover_ok")
 
     def method_basic_recover_async(self, args, command: Command) -> None:
-        self._refuse(list(self.unacked.items()), requeue=True)
+        self._recover()
+
+    def _recover(self) -> None:
+        # Taken off first: what the requeues dispatch to this channel again is unacked anew.
+        settled = list(self.unacked.items())
         self.unacked.clear()
+        self._refuse(settled, requeue=True)
 
     def _settled(self, delivery_tag: int, multiple: bool, command: Command) -> list:
         unacked = self.unacked
@@ -442,11 +527,15 @@ class Channel:
                 if message.id not in sub.inflight:
                     continue
                 del sub.inflight[message.id]
+            else:
+                self._gets -= 1
             if requeue:
                 self.broker.requeue(queue, [message])
             else:
                 self.broker.dead_letter(queue, message, "rejected")
             queue.dispatch()
+        if self._full:
+            self._room_made()
 
     # -- publishing -----------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.broker import Broker
 from gateway.broker.session import ConnectionInfo
 from model.events import AuthenticationFailed
+from model.mesh import Connection
 
 log = logging.getLogger(__name__)
 
@@ -248,7 +249,8 @@ class AmqpProtocol(Protocol):
         peer = self.transport.getPeer()
         remote = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"
         # Shared by the sessions of its channels: the management model lists the connection once.
-        self.info = ConnectionInfo("amqp", "0-9-1", remote, self.clock.seconds(), self.close_from_admin, self.name)
+        self.info = ConnectionInfo("amqp", "0-9-1", remote, self.clock.seconds(), self.close_from_admin, self.name,
+                                   self.describe)
         self.state = "open"
         self.write(encode_method(0, "connection.open_ok"))
         if factory.broker.memory_full:
@@ -306,6 +308,14 @@ class AmqpProtocol(Protocol):
 
     def close_from_admin(self, reason: str) -> None:
         self.close_connection(AmqpError(spec.CONNECTION_FORCED, reason))
+
+    def describe(self, row: Connection) -> None:
+        """The management model's row for this connection gets its open channels; its
+        unacked are theirs (basic.get deliveries, and cancelled consumers' ones, too)."""
+        channels = [channel.summary() for _, channel in sorted(self.channels.items()) if not channel.closing]
+        row.channels = len(channels)
+        row.channel_details = channels
+        row.unacked = sum(channel.unacked for channel in channels)
 
     # -- heart-beats ----------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from model.latency import TOP as LATENCY_TOP
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
+    from model.mesh import Connection
 
 
 class DeliverySink(Protocol):
@@ -32,6 +33,9 @@ class ConnectionInfo:
     close: Callable[[str], None]  # ends the connection, telling the client why
     # Set when one connection holds several sessions (AMQP: one per channel): they are listed as one.
     name: str | None = None
+    # Set by an adapter that knows more of its connection than its sessions say (AMQP: its
+    # channels): fills that into the management model's row for the connection.
+    describe: Callable[[Connection], None] | None = None
 
 
 class _Transaction:

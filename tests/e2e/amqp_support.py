@@ -55,3 +55,19 @@ def drain(channel, queue: str, count: int, timeout: float = 10.0) -> list:
             break
     channel.cancel()
     return got
+
+
+def await_deliveries(connection: pika.BlockingConnection, got: list, count: int, timeout: float = 10.0) -> None:
+    """Process ``connection``'s events until its consumers' callbacks have put ``count`` items in ``got``."""
+    deadline = time.monotonic() + timeout
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"{len(got)} of {count} deliveries after {timeout} s"
+        connection.process_data_events(time_limit=0.05)
+
+
+def expect_no_more(connection: pika.BlockingConnection, got: list, count: int, wait: float = 0.5) -> None:
+    """After ``count`` deliveries came (evidence that they flow), none more within ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        connection.process_data_events(time_limit=0.05)
+    assert len(got) == count, f"{len(got)} deliveries where the limit is {count}"

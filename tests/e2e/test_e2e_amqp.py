@@ -1,21 +1,24 @@
 """AMQP 0-9-1 with real clients against a real node: pika publishes and consumes
 through every exchange type with acks, nacks, rejects, confirms, transactions,
-TTL and dead-letter exchanges; STOMP and AMQP clients share queues and topics;
-errors close the channel or the connection with the right reply code and touch
-nothing else."""
+TTL and dead-letter exchanges; a channel-wide basic.qos (global) shared by a
+channel's consumers; STOMP and AMQP clients share queues and topics; errors close
+the channel or the connection with the right reply code and touch nothing else;
+the management model lists a connection's channels."""
 
 from __future__ import annotations
 
 import socket
 import struct
 import time
+from collections import Counter
 
 import pika
 import pika.exceptions
 import pytest
-from amqp_support import AMQP_ON, Pika, amqp_port, drain
+from amqp_support import AMQP_ON, Pika, amqp_port, await_deliveries, drain, expect_no_more
 from e2e_support import HOST, BrokerProcess, manage_result, unique
 
+from model.mesh import ChannelSummary
 from model.requests import CloseConnection, Connections
 
 
@@ -352,3 +355,161 @@ def test_an_exclusive_consumer_keeps_a_queue_to_itself(node, amqp):
     with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
         amqp(node).channel().basic_consume(queue, lambda *a: None, exclusive=True)
     assert refused.value.reply_code == 403
+
+
+# -- basic.qos with global: one limit shared by a channel's consumers (RabbitMQ's meaning) ------------
+
+
+def _consumer(got: list):
+    """A consumer callback that keeps (consumer tag, delivery tag) and acks nothing."""
+    return lambda channel, method, properties, body: got.append((method.consumer_tag, method.delivery_tag))
+
+
+def _waiting(channel, queue: str) -> int:
+    return channel.queue_declare(queue, passive=True).method.message_count
+
+
+def test_a_global_qos_is_one_limit_for_all_the_consumers_of_a_channel(node, amqp):
+    connection = amqp(node)
+    channel, publisher = connection.channel(), connection.channel()
+    queue = unique("global")
+    channel.queue_declare(queue)
+    channel.basic_qos(prefetch_count=3, global_qos=True)
+    got: list[tuple[str, int]] = []
+    consumers = {channel.basic_consume(queue, _consumer(got)) for _ in range(2)}
+    for i in range(10):
+        publisher.basic_publish("", queue, b"%d" % i)
+    await_deliveries(connection, got, 3)
+    expect_no_more(connection, got, 3)
+    assert {consumer for consumer, _ in got} == consumers  # shared by the two, not 3 each
+    assert _waiting(publisher, queue) == 7
+    channel.basic_ack(got[0][1])  # room for exactly one more
+    await_deliveries(connection, got, 4)
+    expect_no_more(connection, got, 4)
+    assert _waiting(publisher, queue) == 6
+    # One ack at a time, oldest first: each lets one more through, to both consumers in turn.
+    for acked in range(1, 7):
+        channel.basic_ack(got[acked][1])
+        await_deliveries(connection, got, 4 + acked)
+    expect_no_more(connection, got, 10)
+    assert _waiting(publisher, queue) == 0
+    assert all(count >= 4 for count in Counter(consumer for consumer, _ in got).values()), got
+
+
+def test_a_global_and_a_per_consumer_qos_both_hold_for_every_delivery(node, amqp):
+    connection = amqp(node)
+    channel, publisher = connection.channel(), connection.channel()
+    queue = unique("both")
+    channel.queue_declare(queue)
+    channel.basic_qos(prefetch_count=2)  # each consumer made from now on
+    channel.basic_qos(prefetch_count=5, global_qos=True)  # the channel's consumers together
+    got: list[tuple[str, int]] = []
+    consumers = [channel.basic_consume(queue, _consumer(got)) for _ in range(3)]
+    for i in range(20):
+        publisher.basic_publish("", queue, b"%d" % i)
+    await_deliveries(connection, got, 5)
+    expect_no_more(connection, got, 5)
+    held = Counter(consumer for consumer, _ in got)
+    assert sorted(held.values()) == [1, 2, 2] and set(held) == set(consumers), held
+    assert _waiting(publisher, queue) == 15
+    full = next(consumer for consumer, count in held.items() if count == 2)
+    channel.basic_ack(next(tag for consumer, tag in got if consumer == full))
+    held[full] -= 1
+    await_deliveries(connection, got, 6)
+    expect_no_more(connection, got, 6)
+    held[got[-1][0]] += 1
+    assert sum(held.values()) == 5 and max(held.values()) == 2, held
+    assert _waiting(publisher, queue) == 14
+
+
+def test_a_global_qos_of_zero_lifts_the_channel_limit(node, amqp):
+    connection = amqp(node)
+    channel, publisher = connection.channel(), connection.channel()
+    queue = unique("unlimited")
+    channel.queue_declare(queue)
+    channel.basic_qos(prefetch_count=3, global_qos=True)
+    got: list[tuple[str, int]] = []
+    channel.basic_consume(queue, _consumer(got))
+    for i in range(10):
+        publisher.basic_publish("", queue, b"%d" % i)
+    await_deliveries(connection, got, 3)
+    expect_no_more(connection, got, 3)
+    channel.basic_qos(prefetch_count=0, global_qos=True)  # 0: no limit, for the consumers there are too
+    await_deliveries(connection, got, 10)
+    assert _waiting(publisher, queue) == 0
+
+
+def test_the_model_lists_an_amqp_connections_channels(node, amqp, connect):
+    connect(node)  # a STOMP connection: no channels
+    connection = amqp(node)
+    confirming, consuming, transacting = (connection.channel() for _ in range(3))
+    queue = unique("channels")
+    confirming.queue_declare(queue)
+    confirming.confirm_delivery()
+    for i in range(3):
+        confirming.basic_publish("", queue, b"%d" % i)
+    consuming.basic_qos(prefetch_count=2)
+    consuming.basic_qos(prefetch_count=4, global_qos=True)
+    got: list[tuple[str, int]] = []
+    consuming.basic_consume(queue, _consumer(got))
+    await_deliveries(connection, got, 2)
+    transacting.tx_select()
+    assert transacting.basic_get(queue)[0] is not None  # the third message, not acked
+    connections = manage_result(node.port, Connections())
+    rows = [c for c in connections if c.protocol == "amqp"]
+    assert len(rows) == 1, rows
+    row = rows[0]
+    assert row.channels == 3 and row.subscriptions == 1 and row.unacked == 3
+    assert row.channel_details == [
+        ChannelSummary(number=confirming.channel_number, confirm=True),
+        ChannelSummary(number=consuming.channel_number, consumers=1, unacked=2, prefetch=2, global_prefetch=4),
+        ChannelSummary(number=transacting.channel_number, unacked=1, transactional=True),
+    ]
+    stomp = [c for c in connections if c.protocol == "stomp"]
+    assert stomp and all(c.channels == 0 and c.channel_details == [] for c in stomp)
+    transacting.close()
+    row = next(c for c in manage_result(node.port, Connections()) if c.protocol == "amqp")
+    assert row.channels == 2 and [c.number for c in row.channel_details] == [confirming.channel_number,
+                                                                              consuming.channel_number]
+
+
+def test_a_full_channel_holds_back_a_consumer_that_joins_it_but_not_a_no_ack_one(node, amqp):
+    connection = amqp(node)
+    channel, publisher = connection.channel(), connection.channel()
+    first, second, free = unique("first"), unique("second"), unique("free")
+    for queue in (first, second, free):
+        channel.queue_declare(queue)
+        for i in range(5):
+            publisher.basic_publish("", queue, b"%d" % i)
+    channel.basic_qos(prefetch_count=2, global_qos=True)
+    got: list[tuple[str, int]] = []
+    channel.basic_consume(first, _consumer(got))
+    await_deliveries(connection, got, 2)
+    joined = channel.basic_consume(second, _consumer(got))  # waiting messages, but the channel is full
+    unlimited: list[bytes] = []
+    channel.basic_consume(free, lambda ch, method, props, body: unlimited.append(body), auto_ack=True)
+    await_deliveries(connection, unlimited, 5)  # no_ack deliveries are not held against the limit
+    expect_no_more(connection, got, 2)
+    assert _waiting(publisher, second) == 5
+    channel.basic_ack(got[0][1])
+    channel.basic_ack(got[1][1])
+    await_deliveries(connection, got, 4)
+    assert joined in {consumer for consumer, _ in got[2:]}  # the room went to both queues' consumers
+
+
+def test_deliveries_that_basic_recover_sends_again_can_be_acked(node, amqp):
+    connection = amqp(node)
+    channel = connection.channel()
+    queue = unique("recovered")
+    channel.queue_declare(queue)
+    for i in range(2):
+        channel.basic_publish("", queue, b"%d" % i)
+    got: list = []
+    channel.basic_consume(queue, lambda ch, method, props, body: got.append(method))
+    await_deliveries(connection, got, 2)
+    channel.basic_recover(requeue=True)
+    await_deliveries(connection, got, 4)
+    assert [method.redelivered for method in got] == [False, False, True, True]
+    for method in got[2:]:
+        channel.basic_ack(method.delivery_tag)
+    assert _waiting(channel, queue) == 0 and channel.is_open  # the new delivery tags were known

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from management.format import format_cluster_stat, format_nodes, table
-from model.mesh import ClusterView, Node, NodeSummary, PartialQueue, QueueSummary
+from management.format import format_cluster_stat, format_connections, format_nodes, table
+from model.mesh import ChannelSummary, ClusterView, Connection, Node, NodeSummary, PartialQueue, QueueSummary
 
 
 def node(node_id: str, name: str, state: str = "up") -> Node:
@@ -35,3 +35,13 @@ def test_cluster_stat_sums_the_partial_queues_and_lists_each_node():
 
 def test_tables_align_numbers_right():
     assert table(["name", "n"], [["a", 1], ["bb", 100]]).splitlines() == ["name    n", "a       1", "bb    100"]
+
+
+def test_connections_show_an_amqp_connections_channels_and_none_for_stomp():
+    amqp = Connection(id="a-amqp-1", node="id-a", remote="h:1", user="guest", protocol="amqp", version="0-9-1",
+                      since=0.0, subscriptions=2, unacked=5, channels=3,
+                      channel_details=[ChannelSummary(number=n) for n in (1, 2, 3)])
+    stomp = Connection(id="a-2", node="id-a", remote="h:2", user="guest", protocol="stomp", version="1.2", since=0.0)
+    lines = format_connections([amqp, stomp], {"id-a": "A"}).splitlines()
+    assert lines[0].split()[-3:] == ["channels", "subscriptions", "unacked"]
+    assert lines[1].split()[-3:] == ["3", "2", "5"] and lines[2].split()[-3:] == ["-", "0", "0"]

@@ -8,7 +8,9 @@ import pytest
 from model import (
     SCHEMA_VERSION,
     Addresses,
+    ChannelSummary,
     ClusterView,
+    Connection,
     Link,
     MetricsStatus,
     Node,
@@ -157,6 +159,36 @@ def test_unknown_fields_are_ignored_when_decoding():
     view = msgspec.json.decode(msgspec.json.encode(cluster_view()))
     view["nodes"][0]["zone"] = "eu-1"
     assert msgspec.json.decode(msgspec.json.encode(view), type=ClusterView) == cluster_view()
+
+
+CONNECTION_KEYS = ["id", "node", "remote", "user", "protocol", "version", "since", "client_id", "subscriptions",
+                   "unacked", "channels", "channel_details"]
+CHANNEL_KEYS = ["number", "consumers", "unacked", "prefetch", "global_prefetch", "confirm", "transactional"]
+
+
+def amqp_connection() -> Connection:
+    return Connection(id="alpha-amqp-1", node="n-1", remote="127.0.0.1:50000", user="guest", protocol="amqp",
+                      version="0-9-1", since=1700000000.5, subscriptions=1, unacked=3, channels=2, channel_details=[
+                          ChannelSummary(number=1, consumers=1, unacked=2, prefetch=10, global_prefetch=20),
+                          ChannelSummary(number=2, unacked=1, confirm=True, transactional=False)])
+
+
+def test_a_connection_lists_its_channels_and_older_readers_and_writers_still_get_along():
+    raw = msgspec.json.decode(msgspec.json.encode(amqp_connection()))
+    assert list(raw) == CONNECTION_KEYS and list(raw["channel_details"][0]) == CHANNEL_KEYS
+    assert msgspec.json.decode(msgspec.json.encode(raw), type=Connection) == amqp_connection()
+
+    class OlderConnection(msgspec.Struct, kw_only=True):  # a reader from before channels
+        id: str
+        subscriptions: int = 0
+        unacked: int = 0
+
+    older = msgspec.json.decode(msgspec.json.encode(amqp_connection()), type=OlderConnection)
+    assert (older.id, older.subscriptions, older.unacked) == ("alpha-amqp-1", 1, 3)
+    # What an older writer (or a STOMP connection) says: no channels.
+    stomp = msgspec.json.decode(b'{"id":"alpha-1","node":"n-1","remote":"h:1","user":"u","protocol":"stomp",'
+                                b'"version":"1.2","since":1.0}', type=Connection)
+    assert stomp.channels == 0 and stomp.channel_details == []
 
 
 def test_address_text_brackets_ipv6_hosts():
