@@ -264,8 +264,7 @@ def batch_reader(spark: Any, url: str, prefix: str, arrow: bool, full: bool) -> 
                 .option("streams", f"{prefix}:snapshots,{prefix}:events").option("fields", "node,kind,data")
                 .option("arrow", "true" if arrow else "false").load()).count()
     parts = spark.read.format("meshgate_partials").option("url", url).option("prefix", prefix).load()
-    rows = transform.split(transform.merged(parts).toArrow().to_pylist(), 0.0)
-    return sum(row["entries"] for row in rows["summary"])
+    return transform.collect(parts.toArrow(), 0.0).entries
 
 
 def batch_rates(spark: Any, url: str, prefix: str, total: int, repeat: int) -> dict[tuple[str, bool], float]:

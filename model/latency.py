@@ -9,8 +9,9 @@ capped: recording costs one increment."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Sequence
-from itertools import zip_longest
+from itertools import accumulate, zip_longest
 
 BUCKETS = 32
 TOP = BUCKETS - 1
@@ -44,22 +45,29 @@ def percentile_ms(counts: list[int], quantile: float) -> float | None:
 
 def percentiles_ms(counts: list[int], quantiles: Sequence[float]) -> list[float | None]:
     """``percentile_ms`` of each of ``quantiles`` (ascending), in one pass."""
-    total = sum(counts)
+    cumulative = list(accumulate(counts))
+    total = cumulative[-1] if cumulative else 0
     if not total:
         return [None] * len(quantiles)
-    ranks = [quantile * total for quantile in quantiles]
     found: list[float | None] = []
-    seen = 0
-    for index, count in enumerate(counts):
-        if not count:
-            continue
-        seen += count
-        while len(found) < len(ranks) and seen >= ranks[len(found)]:
-            low, high = bounds_us(index)
-            found.append((low if high == float("inf") else high) / 1000.0)
-        if len(found) == len(ranks):
-            return found
-    return found + [None] * (len(ranks) - len(found))
+    for quantile in quantiles:
+        # The first bucket the running count reaches the rank in; counts are whole, so a
+        # rank under one is reached by the first message (never by an empty bucket).
+        index = bisect_left(cumulative, max(quantile * total, 1))
+        found.append(None if index == len(cumulative) else _reported_ms(index))
+    return found
+
+
+def _reported_ms(index: int) -> float:
+    """What a percentile falling in bucket ``index`` is reported as: its upper bound
+    (the open top bucket: its lower bound), in milliseconds."""
+    if index < BUCKETS:
+        return _REPORTED_MS[index]
+    low, high = bounds_us(index)
+    return (low if high == float("inf") else high) / 1000.0
+
+
+_REPORTED_MS = [(low if high == float("inf") else high) / 1000.0 for low, high in map(bounds_us, range(BUCKETS))]
 
 
 def trimmed(histogram: list[int]) -> list[int]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline import transform
+from pipeline import gc_paused, transform
 from pipeline.rollup import Rollups, Settings
 
 log = logging.getLogger("meshgate.pipeline")
@@ -68,11 +68,12 @@ class RollupBatches:
         if self.rollups.applied(pipeline, batch):
             log.info("batch %d already applied; skipped", batch)
             return
-        rows = transform.split(transform.merged(parts).toArrow().to_pylist(), self.rollups.watermark)
-        summary, groups, boots, events = rows["summary"], rows["queue"], rows["boot"], rows["event"]
-        if not any(row["entries"] for row in summary):
-            return
-        status = self.rollups.apply(pipeline, batch, summary, boots, groups, events, began)
+        table = parts.toArrow()
+        with gc_paused():
+            collected = transform.collect(table, self.rollups.watermark)
+            if not collected.entries:
+                return
+            status = self.rollups.apply(pipeline, batch, collected, began)
         self.batches += 1
         log.debug("batch %d: %d entries, %d malformed, %d late in %.2f s", batch, status.batch_entries,
                   status.malformed, status.late, status.batch_seconds)

@@ -25,6 +25,7 @@ from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
+from pipeline import gc_paused
 from pipeline.decode import partials_schema, reduce_entries
 from pipeline.source import (
     NOTHING,
@@ -105,16 +106,12 @@ def _applied(streams: _Streams) -> dict[str, str]:
 
 def partial_rows(streams: _Streams, part: InputPartition) -> Iterator[Any]:
     """The partial rows of a partition's entries, as Arrow record batches."""
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
     if not isinstance(part, StreamRange):
         return
     entries = chain.from_iterable(_entries(streams, part.stream, page) for page in pages(streams.options, part))
-    rows = reduce_entries(entries, streams.snapshots, streams.events)
-    schema = to_arrow_schema(partials_schema())
-    for at in range(0, len(rows), _ROWS_PER_BATCH):
-        yield pa.RecordBatch.from_pylist(rows[at:at + _ROWS_PER_BATCH], schema=schema)
+    with gc_paused():
+        batches = list(reduce_entries(entries, streams.snapshots, streams.events).record_batches(_ROWS_PER_BATCH))
+    yield from batches
 
 
 def _entries(streams: _Streams, stream: str, page: list) -> Iterator[tuple]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from itertools import zip_longest
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any
 
 import msgspec
@@ -42,7 +42,10 @@ from model.rollups import (
     window_key,
     with_percentiles,
 )
+from pipeline.decode import WINDOW_SECONDS
+from pipeline.transform import Collected, WindowRow
 
+_ZEROS = (0,) * len(COUNTERS)
 STATE_TTL_S = 7 * 24 * 3600  # a partial queue's last counters, kept for a node that comes back
 DEFAULT_RETENTION_S = {"10s": 6 * 3600, "1m": 7 * 24 * 3600}
 _PREFIX = len(queue_field(""))  # a queue field is the prefix, then the name
@@ -129,75 +132,80 @@ class Rollups:
 
     # -- one micro-batch ------------------------------------------------------------------
 
-    def apply(self, pipeline: str, batch: int, summary: list[dict], boots: list[dict], groups: list[dict],
-              events: list[dict], began: float | None = None) -> PipelineStatus:
-        """Apply one micro-batch: the ``summary``, ``boot``, ``queue`` (``groups``) and
-        ``event`` rows of ``transform.split``."""
+    def apply(self, pipeline: str, batch: int, collected: Collected, began: float | None = None) -> PipelineStatus:
+        """Apply one micro-batch (``transform.collect``'s rows)."""
         began = time.time() if began is None else began
-        groups = sorted(groups, key=_group_order)  # a partial queue's windows in order: each counts from the last
-        self._load_states({(g["node"], g["boot"], g["queue"]) for g in groups},
-                          {(b["node"], b["boot"]) for b in boots})
+        rows = collected.windows  # a partial queue's windows in order: each counts from the last
+        self._load_states({(row.node, row.boot, row.queue) for row in rows}, set(collected.boots))
         new_boots = {}
-        for row in boots:
-            key = (row["node"], row["boot"])
+        for key, first_seq in collected.boots.items():
             if self._first_seen.get(key) is None:
-                self._first_seen[key] = new_boots[key] = row["first_seq"]
-        self._load_windows({(name, _align(row["window"], seconds)) for row in [*groups, *events]
-                            if not row.get("late") for name, seconds in RESOLUTIONS.items()})
+                self._first_seen[key] = new_boots[key] = first_seq
+        watermark = self.watermark
+        starts = {row.window for row in rows} | {window for window, *_ in collected.events}
+        self._load_windows({(name, _align(start, seconds)) for start in starts if start + WINDOW_SECONDS > watermark
+                            for name, seconds in RESOLUTIONS.items()})
         changed_states: dict[tuple[str, float, str], PartialState] = {}
-        for group in groups:
-            self._apply_group(group, changed_states)
-        for row in events:
+        key = base = None  # the partial queue at hand, and the (seq, counters, histogram, sum) it counts from
+        moved = False
+        for row in rows:
+            if (row.node, row.boot, row.queue) != key:
+                if moved:
+                    self._states[key] = changed_states[key] = _state(base)
+                key, moved = (row.node, row.boot, row.queue), False
+                state = self._states.get(key)
+                base = None if state is None else (state.seq, state.counters, state.latency, state.latency_sum_ms)
+            if base is not None and base[0] >= row.last_seq:
+                continue  # a duplicate of snapshots already counted
+            if base is None:
+                if row.first_seq > (self._first_seen.get(key[:2]) or 1) or row.first_seq == 1:
+                    base = (0, _ZEROS, [], 0.0)
+                else:  # the first snapshot seen of a start the pipeline joined late: only a baseline
+                    base = (row.first_seq, row.first, row.first_latency, row.first_sum_ms)
+            if row.window + WINDOW_SECONDS > watermark:  # else late: counted nowhere, but the next counts from it
+                self._count(row, base)
+            base, moved = (row.last_seq, row.last, row.last_latency, row.last_sum_ms), True
+        if moved:
+            self._states[key] = changed_states[key] = _state(base)
+        for window_start, node, kind, count in collected.events:
             for name, seconds in RESOLUTIONS.items():
-                window = self._windows[(name, _align(row["window"], seconds))]
-                by_kind = window.events.setdefault(row["node"], {})
-                by_kind[row["kind"]] = by_kind.get(row["kind"], 0) + row["count"]
+                window = self._windows[(name, _align(window_start, seconds))]
+                by_kind = window.events.setdefault(node, {})
+                by_kind[kind] = by_kind.get(kind, 0) + count
                 window.touched = True
-        status = self._next_status(pipeline, batch, summary, began)
+        status = self._next_status(pipeline, batch, collected.summary, began)
         self._write(changed_states, new_boots, status)
         self.status = status
         self._evict(status.watermark)
         return status
 
-    def _apply_group(self, group: dict, changed: dict) -> None:
-        key = (group["node"], group["boot"], group["queue"])
-        state = self._states.get(key)
-        if state is not None and state.seq >= group["last_seq"]:
-            return  # a duplicate of snapshots already counted
-        last = group["last"]
-        if state is not None:
-            base_counters, base_latency, base_sum = state.counters, state.latency, state.latency_sum_ms
-        elif group["first_seq"] > (self._first_seen.get(key[:2]) or 1) or group["first_seq"] == 1:
-            base_counters, base_latency, base_sum = [0] * len(COUNTERS), [], 0.0
-        else:
-            first = group["first"]
-            base_counters = [first[name] for name in COUNTERS]
-            base_latency, base_sum = first["latency"], first["latency_sum_ms"]
-        now_counters = [last[name] for name in COUNTERS]
-        new_state = PartialState(group["last_seq"], now_counters, latency.trimmed(list(last["latency"])),
-                                 last["latency_sum_ms"])
-        self._states[key] = changed[key] = new_state
-        if group["late"]:
-            return  # its window closed: counted nowhere, but the next window counts from here
-        delta = [(name, now - before) for name, now, before in zip(COUNTERS, now_counters, base_counters, strict=True)
-                 if now > before]
-        latency_delta = [a - b if a > b else 0 for a, b in zip_longest(last["latency"], base_latency, fillvalue=0)]
+    def _count(self, row: WindowRow, base: tuple) -> None:
+        """Add one window of a partial queue, counted from ``base`` (the last seq,
+        counters, histogram and latency sum before it), to its windows."""
+        _, base_counters, base_latency, base_sum = base
+        delta = [now - before if now > before else 0 for now, before in zip(row.last, base_counters, strict=True)]
+        latency_delta = [a - b if a > b else 0 for a, b in zip_longest(row.last_latency, base_latency, fillvalue=0)]
         acked = any(latency_delta)
-        sum_delta = max(0.0, last["latency_sum_ms"] - base_sum)
-        now, queue, node = group["now"], group["queue"], group["node"]
+        sum_delta = max(0.0, row.last_sum_ms - base_sum)
+        queue, node = row.queue, row.node
         for name, seconds in RESOLUTIONS.items():
-            window = self._windows[(name, _align(group["window"], seconds))]
-            partial = window.queues.setdefault(queue, {}).get(node)
-            if partial is None:
-                partial = window.queues[queue][node] = Counts()
-            for counter, amount in delta:
-                setattr(partial, counter, getattr(partial, counter) + amount)
-            partial.published = max(0, partial.enqueued - partial.forwarded_in - partial.redistributed_in)
-            if group["depth_max"] > partial.depth_max:
-                partial.depth_max = group["depth_max"]
-            if now["at"] >= partial.at:
-                partial.depth_last, partial.consumers = now["depth"], now["consumers"]
-                partial.in_flight, partial.at = now["in_flight"], now["at"]
+            window = self._windows[(name, float(row.window - row.window % seconds))]
+            nodes = window.queues.get(queue)
+            if nodes is None:
+                nodes = window.queues[queue] = {}
+            partial = nodes.get(node)
+            if partial is None:  # new in the window (nearly always at 10 s): made whole at once
+                nodes[node] = _counts(delta, row, latency.trimmed(latency_delta) if acked else [],
+                                      sum_delta if acked else 0.0)
+                window.dirty.add(queue)
+                window.touched = True
+                continue
+            _add_counters(partial, delta)
+            if row.depth_max > partial.depth_max:
+                partial.depth_max = row.depth_max
+            if row.at >= partial.at:
+                partial.depth_last, partial.consumers = row.depth, row.consumers
+                partial.in_flight, partial.at = row.in_flight, row.at
             if acked:
                 partial.latency = latency.trimmed([a + b for a, b in zip_longest(partial.latency, latency_delta,
                                                                                  fillvalue=0)])
@@ -215,7 +223,8 @@ class Rollups:
             malformed += row["malformed"]
             late += row["late"]
             if row["last_id"] is not None:
-                offsets[row["stream"]] = f"{row['last_id']['id_ms']}-{row['last_id']['id_seq']}"
+                ms, seq = row["last_id"]
+                offsets[row["stream"]] = f"{ms}-{seq}"
             if row["max_time"] is not None:
                 watermark = max(watermark, row["max_time"] - self.settings.watermark_s)
         now = time.time()
@@ -321,13 +330,44 @@ class Rollups:
                              queues=len(window.queues), events=events, node_events=window.events, updated_at=now)
 
 
+def _state(base: tuple) -> PartialState:
+    seq, counters, histogram, sum_ms = base
+    return PartialState(seq, list(counters), latency.trimmed(list(histogram)), sum_ms)
+
+
+def _counts(delta: list[int], row: WindowRow, histogram: list[int], sum_ms: float) -> Counts:
+    """A partial queue's first counts in a window: ``delta`` (``COUNTERS`` order) and
+    ``row``'s gauges."""
+    (enqueued, acked, forwarded_out, forwarded_in, redistributed_out, redistributed_in, expired,
+     dead_lettered) = delta
+    return Counts(published=max(0, enqueued - forwarded_in - redistributed_in), enqueued=enqueued, acked=acked,
+                  forwarded_out=forwarded_out, forwarded_in=forwarded_in, redistributed_out=redistributed_out,
+                  redistributed_in=redistributed_in, expired=expired, dead_lettered=dead_lettered,
+                  depth_last=row.depth, depth_max=row.depth_max, consumers=row.consumers, in_flight=row.in_flight,
+                  latency=histogram, latency_sum_ms=sum_ms, at=row.at)
+
+
+def _add_counters(partial: Counts, delta: list[int]) -> None:
+    """``delta`` (``COUNTERS`` order) added to ``partial``."""
+    (enqueued, acked, forwarded_out, forwarded_in, redistributed_out, redistributed_in, expired,
+     dead_lettered) = delta
+    partial.enqueued += enqueued
+    partial.acked += acked
+    partial.forwarded_out += forwarded_out
+    partial.forwarded_in += forwarded_in
+    partial.redistributed_out += redistributed_out
+    partial.redistributed_in += redistributed_in
+    partial.expired += expired
+    partial.dead_lettered += dead_lettered
+    partial.published = max(0, partial.enqueued - partial.forwarded_in - partial.redistributed_in)
+
+
 def _align(t: float, seconds: int) -> float:
     return float(int(t // seconds) * seconds)
 
 
 _ADDED = ("published", *COUNTERS, "depth_last", "depth_max", "consumers", "in_flight", "latency_sum_ms")
 _added = attrgetter(*_ADDED)
-_group_order = itemgetter("node", "boot", "queue", "window")
 
 
 def _sum(parts: Any) -> Counts:

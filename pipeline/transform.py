@@ -1,20 +1,23 @@
-"""The Spark half of the rollups. The executors decode and reduce the stream
-entries to partial rows as they read them (``pipeline.partials``); Spark merges
-the partial rows of every task in one aggregation (``merged``) into one row per
-stream and window (the batch's summary), node start (``boot_starts``), partial
-queue and 10-second window (``queue_windows``) and event window, node and kind
-(``event_windows``). What runs here runs on the executors, so it scales with the
-cluster; the driver gets rows per window, not per entry, and says which windows
-are late (``split``)."""
+"""Merging the partial rows. The executors decode and reduce the stream entries
+to partial rows as they read them (``pipeline.partials``), one per stream and
+window (the batch's summary), node start, partial queue and 10-second window,
+and event window, node and kind; a window a partition boundary cuts comes in two.
+
+The streaming job collects them to the driver as they are and merges them there
+(``collect``): after the reduction there are about as many as there will be
+windows to write, and a shuffle on Spark cost more than the merge. The Parquet
+export merges them on Spark instead (``merged`` and the selections after it),
+where the rest of its work runs too."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from model.rollups import COUNTERS
 from pipeline.decode import WINDOW_SECONDS
 
-__all__ = ["WINDOW_SECONDS", "merged", "split", "queue_windows", "boot_starts", "event_windows"]
+__all__ = ["WINDOW_SECONDS", "merged", "collect", "queue_windows", "boot_starts", "event_windows"]
 
 
 def _functions() -> Any:
@@ -49,29 +52,143 @@ def merged(parts: Any) -> Any:
 WINDOW_COLUMNS = ("node", "boot", "queue", "window", "first_seq", "last_seq", "first", "last", "depth_max", "now")
 BOOT_COLUMNS = ("node", "boot", "first_seq")
 EVENT_COLUMNS = ("window", "node", "kind", "count")
+_ORDER = ("node", "boot", "queue", "window", "first_seq")
 
 
-def split(rows: list[dict], watermark: float) -> dict[str, list[dict]]:
-    """Collected ``merged`` rows by kind, each with its kind's columns only:
-    ``{"summary": …, "queue": …, "boot": …, "event": …}``. A window that closed
-    before ``watermark`` is late: its queue rows say ``late``, its events are
-    dropped, and the summary (one row per stream) counts its entries as late."""
-    result: dict[str, list[dict]] = {"summary": [], "queue": [], "boot": [], "event": []}
+class WindowRow(NamedTuple):
+    """One partial queue of one node start in one 10-second window: its first and
+    last snapshot's counters (``COUNTERS`` order) and histograms, its deepest depth
+    and its latest gauges (at ``at``)."""
+
+    node: str
+    boot: float
+    queue: str
+    window: int
+    first_seq: int
+    last_seq: int
+    first: tuple[int, ...]
+    first_latency: list[int]
+    first_sum_ms: float
+    last: tuple[int, ...]
+    last_latency: list[int]
+    last_sum_ms: float
+    depth_max: int
+    depth: int
+    consumers: int
+    in_flight: int
+    at: float
+
+    @property
+    def active(self) -> bool:
+        """Whether the partial queue did or held anything (else it is left out)."""
+        return bool(self.depth_max or self.consumers or self.in_flight or any(self.last))
+
+
+@dataclass
+class Collected:
+    """A micro-batch's partial rows, merged on the driver: the summary per stream
+    (entries, malformed, late, newest time and entry id), the first ``seq`` per node
+    start, the active partial queues' windows in (node, boot, queue, window) order,
+    and the on-time event counts (window, node, kind, count)."""
+
+    summary: list[dict] = field(default_factory=list)
+    boots: dict[tuple[str, float], int] = field(default_factory=dict)
+    windows: list[WindowRow] = field(default_factory=list)
+    events: list[tuple[int, str, str, int]] = field(default_factory=list)
+
+    @property
+    def entries(self) -> int:
+        return sum(row["entries"] for row in self.summary)
+
+
+def collect(table: Any, watermark: float) -> Collected:
+    """The partial rows of a micro-batch (an Arrow table of ``partials_schema``, as
+    the tasks gave them: a window cut by a partition boundary comes in two rows),
+    merged. A window that closed before ``watermark`` is late: its events are
+    dropped and the summary counts its entries as late; its queue rows stay (the
+    driver keeps their counters as the base of the next window, counted nowhere)."""
+    import pyarrow.compute as pc
+
+    is_queue = pc.fill_null(pc.equal(table["part"], "queue"), False)
+    collected = Collected()
     streams: dict[str, dict] = {}
-    for row in rows:
-        part = row["part"]
-        window = row["window"]
+    for row in table.filter(pc.invert(is_queue)).to_pylist():
+        part, window = row["part"], row["window"]
         late = window is not None and window + WINDOW_SECONDS <= watermark
         if part == "summary":
             _summarize(streams, row, late)
-        elif part == "queue":
-            result["queue"].append({**{name: row[name] for name in WINDOW_COLUMNS}, "late": late})
         elif part == "boot":
-            result["boot"].append({name: row[name] for name in BOOT_COLUMNS})
-        elif not late:
-            result["event"].append({name: row[name] for name in EVENT_COLUMNS})
-    result["summary"] = list(streams.values())
-    return result
+            key = (row["node"], row["boot"])
+            collected.boots[key] = min(row["first_seq"], collected.boots.get(key, row["first_seq"]))
+        elif part == "event" and not late:
+            collected.events.append((window, row["node"], row["kind"], row["count"]))
+    collected.summary = list(streams.values())
+    collected.windows = _window_rows(table.filter(is_queue))
+    return collected
+
+
+def _window_rows(table: Any) -> list[WindowRow]:
+    """The queue rows as ``WindowRow``s in (node, boot, queue, window) order, taken
+    from Arrow a column at a time; the rows of one window (adjacent, in first seq
+    order) merged into one, and those of idle partial queues left out."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not table.num_rows:
+        return []
+    flat = table.sort_by([(name, "ascending") for name in _ORDER]).flatten()
+
+    def column(name: str) -> list:
+        return flat.column(name).to_pylist()
+
+    def counters(struct: str) -> Any:
+        return zip(*(column(f"{struct}.{name}") for name in COUNTERS), strict=True)
+
+    def histograms(name: str) -> list[list[int]]:
+        # One flat list cut by the offsets: 10x to_pylist's list per row.
+        lists = flat.column(name).combine_chunks()
+        values, offsets = lists.values.to_pylist(), lists.offsets.to_pylist()
+        return [values[start:end] for start, end in zip(offsets, offsets[1:], strict=False)]
+
+    # Whether each row is of the same window as the row before it (a partition cut it).
+    same = pc.and_(pc.and_(_same_as_previous(flat, "node"), _same_as_previous(flat, "boot")),
+                   pc.and_(_same_as_previous(flat, "queue"), _same_as_previous(flat, "window")))
+    active = pc.greater(flat.column("depth_max"), 0)
+    for name in ("now.consumers", "now.in_flight", *(f"last.{name}" for name in COUNTERS)):
+        active = pc.or_(active, pc.greater(flat.column(name), 0))
+    rows = map(WindowRow._make, zip(
+        column("node"), column("boot"), column("queue"), column("window"), column("first_seq"),
+        column("last_seq"), counters("first"), histograms("first.latency"), column("first.latency_sum_ms"),
+        counters("last"), histograms("last.latency"), column("last.latency_sum_ms"), column("depth_max"),
+        column("now.depth"), column("now.consumers"), column("now.in_flight"), column("now.at"), strict=True))
+    if not pc.any(same).as_py():  # nothing to merge: the rows as they are, the idle ones left out
+        return [row for row, keep in zip(rows, active.to_pylist(), strict=True) if keep]
+    windows: list[WindowRow] = []
+    held = None
+    for row, merge in zip(rows, pa.chunked_array(same).to_pylist(), strict=True):
+        if merge:
+            later = row if row.last_seq > held.last_seq else held
+            held = held._replace(last_seq=later.last_seq, last=later.last, last_latency=later.last_latency,
+                                 last_sum_ms=later.last_sum_ms, depth_max=max(held.depth_max, row.depth_max),
+                                 depth=later.depth, consumers=later.consumers, in_flight=later.in_flight,
+                                 at=later.at)
+            continue
+        if held is not None and held.active:
+            windows.append(held)
+        held = row
+    if held is not None and held.active:
+        windows.append(held)
+    return windows
+
+
+def _same_as_previous(table: Any, name: str) -> Any:
+    """Per row, whether ``name`` equals the row before's (false for the first row)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = table.column(name)
+    equal = pc.equal(values.slice(1), values.slice(0, len(values) - 1))
+    return pa.chunked_array([pa.array([False]), *equal.chunks], type=pa.bool_())
 
 
 def _summarize(streams: dict[str, dict], row: dict, late: bool) -> None:
@@ -83,9 +200,8 @@ def _summarize(streams: dict[str, dict], row: dict, late: bool) -> None:
     totals["late"] += row["entries"] if late else 0
     if row["max_time"] is not None and (totals["max_time"] is None or row["max_time"] > totals["max_time"]):
         totals["max_time"] = row["max_time"]
-    last = row["last_id"]
-    if last is not None and (totals["last_id"] is None or (last["id_ms"], last["id_seq"]) >
-                             (totals["last_id"]["id_ms"], totals["last_id"]["id_seq"])):
+    last = (row["last_ms"], row["last_seq"])
+    if last != (0, 0) and (totals["last_id"] is None or last > totals["last_id"]):
         totals["last_id"] = last
 
 

@@ -1,13 +1,14 @@
 """The executors' reduction of stream entries (pipeline/decode.py) and the
-driver's split of the merged rows (pipeline/transform.split), without Spark:
+driver's merge of the tasks' rows (pipeline/transform.collect), without Spark:
 what each partial row says, and which windows are late."""
 
 from __future__ import annotations
 
 import json
 
-from pipeline.decode import reduce_entries
-from pipeline.transform import split
+from model.rollups import COUNTERS
+from pipeline.decode import partials_schema, reduce_entries
+from pipeline.transform import collect
 
 SNAPSHOTS, EVENTS = "meshgate:snapshots", "meshgate:events"
 
@@ -29,7 +30,7 @@ def test_a_window_keeps_its_first_and_last_snapshot_whatever_the_order_and_its_d
         (SNAPSHOTS, "1000-2", None, None, snapshot(3, 109.0, [{"name": "q", "depth": 1, "enqueued": 12,
                                                                 "acked": 11, "latency": [0, 3]}])),
         (SNAPSHOTS, "1000-3", None, None, snapshot(4, 110.0, [{"name": "q", "depth": 0, "enqueued": 12}])),
-    ], SNAPSHOTS, EVENTS)
+    ], SNAPSHOTS, EVENTS).rows()
     first_window, second_window = sorted(parts(rows, "queue"), key=lambda row: row["window"])
     assert (first_window["window"], first_window["first_seq"], first_window["last_seq"]) == (100, 1, 3)
     assert first_window["first"]["enqueued"] == 4 and first_window["last"]["enqueued"] == 12
@@ -51,7 +52,7 @@ def test_malformed_entries_are_counted_apart_and_skipped():
         (SNAPSHOTS, "6-3", None, None, None),  # no data field
         (EVENTS, "6-4", "a", None, b'{"time": 100.0}'),  # no kind
         (EVENTS, "6-5", "a", "link_up", b'{"time": 101.0}'),
-    ], SNAPSHOTS, EVENTS)
+    ], SNAPSHOTS, EVENTS).rows()
     totals = {(row["stream"], row["window"]): (row["entries"], row["malformed"]) for row in parts(rows, "summary")}
     assert totals == {(SNAPSHOTS, 100): (1, 0), (SNAPSHOTS, None): (4, 4), (EVENTS, None): (1, 1),
                       (EVENTS, 100): (1, 0)}
@@ -63,33 +64,100 @@ def test_a_fast_clock_is_capped_at_redis_time():
     rows = reduce_entries([
         (EVENTS, "200000-1", "a", "link_up", b'{"time": 105.0}'),
         (EVENTS, "200000-2", "a", "link_up", b'{"time": 900.0}'),  # its node's clock runs ahead of Redis's
-    ], SNAPSHOTS, EVENTS)
+    ], SNAPSHOTS, EVENTS).rows()
     assert {row["window"]: row["max_time"] for row in parts(rows, "summary")} == {100: 105.0, 900: 200.0}
 
 
-def merged_summary(stream: str, window: int | None, entries: int, malformed: int, max_time: float | None,
-                   last: tuple[int, int]) -> dict:
+def summary(stream: str, window: int | None, entries: int, malformed: int, max_time: float | None,
+            last: tuple[int, int]) -> dict:
     return {"part": "summary", "stream": stream, "window": window, "entries": entries, "malformed": malformed,
-            "max_time": max_time, "last_id": {"id_ms": last[0], "id_seq": last[1]}}
+            "max_time": max_time, "last_ms": last[0], "last_seq": last[1]}
 
 
-def test_split_marks_late_windows_drops_late_events_and_sums_each_stream():
-    queue = {"part": "queue", "node": "a", "boot": 1.0, "queue": "q", "first_seq": 1, "last_seq": 2, "first": {},
-             "last": {}, "depth_max": 3, "now": {}}
-    rows = split([
-        merged_summary(SNAPSHOTS, 100, 4, 0, 109.0, (5, 1)),
-        merged_summary(SNAPSHOTS, 140, 2, 0, 141.0, (7, 0)),
-        merged_summary(SNAPSHOTS, None, 1, 1, None, (6, 0)),
-        merged_summary(EVENTS, 100, 1, 0, 101.0, (5, 0)),
-        {**queue, "window": 100}, {**queue, "window": 140},
+def table(rows: list[dict]):
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return pa.Table.from_pylist(rows, schema=to_arrow_schema(partials_schema()))
+
+
+def queue_row(window: int, first_seq: int, last_seq: int, enqueued: tuple[int, int], depth: int, depth_max: int,
+              node: str = "a") -> dict:
+    def counters(value: int) -> dict:
+        return {**dict.fromkeys(COUNTERS, 0), "enqueued": value, "latency": [], "latency_sum_ms": 0.0}
+
+    return {"part": "queue", "node": node, "boot": 1.0, "queue": "q", "window": window, "first_seq": first_seq,
+            "last_seq": last_seq, "first": counters(enqueued[0]), "last": counters(enqueued[1]),
+            "depth_max": depth_max, "now": {"depth": depth, "consumers": 0, "in_flight": 0, "at": float(window)}}
+
+
+def test_collect_marks_late_windows_drops_late_events_and_sums_each_stream():
+    collected = collect(table([
+        summary(SNAPSHOTS, 100, 4, 0, 109.0, (5, 1)),
+        summary(SNAPSHOTS, 140, 2, 0, 141.0, (7, 0)),
+        summary(SNAPSHOTS, None, 1, 1, None, (6, 0)),
+        summary(EVENTS, 100, 1, 0, 101.0, (5, 0)),
+        queue_row(100, 1, 2, (1, 2), 1, 1), queue_row(140, 3, 4, (2, 3), 1, 1),
         {"part": "event", "window": 100, "node": "a", "kind": "link_up", "count": 1},
         {"part": "event", "window": 140, "node": "a", "kind": "link_up", "count": 2},
-        {"part": "boot", "window": None, "node": "a", "boot": 1.0, "first_seq": 1},
-    ], watermark=110.0)
-    assert [(row["window"], row["late"]) for row in rows["queue"]] == [(100, True), (140, False)]
-    assert rows["event"] == [{"window": 140, "node": "a", "kind": "link_up", "count": 2}]
-    assert rows["boot"] == [{"node": "a", "boot": 1.0, "first_seq": 1}]
-    by_stream = {row["stream"]: row for row in rows["summary"]}
+        {"part": "boot", "node": "a", "boot": 1.0, "first_seq": 3},
+        {"part": "boot", "node": "a", "boot": 1.0, "first_seq": 1},
+    ]), watermark=110.0)
+    assert [row.window for row in collected.windows] == [100, 140]  # late ones too: the next counts from them
+    assert collected.events == [(140, "a", "link_up", 2)]
+    assert collected.boots == {("a", 1.0): 1}
+    by_stream = {row["stream"]: row for row in collected.summary}
     assert by_stream[SNAPSHOTS] == {"stream": SNAPSHOTS, "entries": 7, "malformed": 1, "late": 4, "max_time": 141.0,
-                                    "last_id": {"id_ms": 7, "id_seq": 0}}
+                                    "last_id": (7, 0)}
     assert (by_stream[EVENTS]["entries"], by_stream[EVENTS]["late"]) == (1, 1)
+    assert collected.entries == 8
+
+
+def test_collect_merges_a_window_two_tasks_reduced_and_leaves_out_idle_partial_queues():
+    collected = collect(table([
+        queue_row(100, 5, 7, (50, 70), depth=0, depth_max=9),  # the later half of the window, read by another task
+        queue_row(100, 1, 4, (10, 40), depth=3, depth_max=4),
+        queue_row(100, 1, 3, (0, 0), depth=0, depth_max=0, node="idle"),
+    ]), watermark=0.0)
+    [row] = collected.windows
+    assert (row.node, row.first_seq, row.last_seq, row.first[0], row.last[0]) == ("a", 1, 7, 10, 70)
+    assert (row.depth_max, row.depth, row.at) == (9, 0, 100.0)
+
+
+def test_a_partial_queue_that_appears_or_goes_mid_window_keeps_its_own_first_and_last():
+    rows = reduce_entries([
+        (SNAPSHOTS, "1-0", None, None, snapshot(1, 100.0, [{"name": "q", "depth": 1, "enqueued": 1}])),
+        (SNAPSHOTS, "1-1", None, None, snapshot(2, 101.0, [{"name": "q", "depth": 2, "enqueued": 2},
+                                                           {"name": "new", "depth": 5, "enqueued": 5}])),
+        (SNAPSHOTS, "1-2", None, None, snapshot(3, 102.0, [{"name": "new", "depth": 6, "enqueued": 6}])),
+        (SNAPSHOTS, "1-3", None, None, snapshot(4, 103.0, [{"name": "new", "depth": 4, "enqueued": 7}])),
+    ], SNAPSHOTS, EVENTS).rows()
+    by_name = {row["queue"]: row for row in parts(rows, "queue")}
+    q, new = by_name["q"], by_name["new"]
+    assert (q["first_seq"], q["last_seq"], q["first"]["enqueued"], q["last"]["enqueued"]) == (1, 2, 1, 2)
+    assert (q["depth_max"], q["now"]["at"]) == (2, 101.0)
+    assert (new["first_seq"], new["last_seq"], new["first"]["enqueued"], new["last"]["enqueued"]) == (2, 4, 5, 7)
+    assert (new["depth_max"], new["now"]["depth"]) == (6, 4)
+
+
+def test_the_arrow_batches_say_what_the_rows_say():
+    entries = [(SNAPSHOTS, f"1-{seq}", None, None, snapshot(seq, 100.0 + seq, [
+        {"name": name, "depth": seq, "enqueued": seq * 2, "latency": [0, seq]} for name in ("a", "b")]))
+        for seq in range(1, 15)]
+    reduction = reduce_entries([*entries, (EVENTS, "2-0", "n", "link_up", b'{"time": 101.0}')], SNAPSHOTS, EVENTS)
+    from_arrow = [{k: v for k, v in row.items() if v is not None}
+                  for batch in reduction.record_batches(rows_per_batch=3) for row in batch.to_pylist()]
+    from_rows = [{k: v for k, v in row.items() if v is not None} for row in reduction.rows()]
+    def key(row: dict) -> str:
+        return json.dumps(row, sort_keys=True)
+
+    assert sorted(from_arrow, key=key) == sorted(from_rows, key=key) and len(from_rows) == 9
+
+
+def test_add_counters_follows_the_order_of_COUNTERS():
+    from model.rollups import Counts
+    from pipeline.rollup import _add_counters
+
+    partial = Counts()
+    _add_counters(partial, list(range(1, len(COUNTERS) + 1)))
+    assert [getattr(partial, name) for name in COUNTERS] == list(range(1, len(COUNTERS) + 1))
