@@ -25,6 +25,13 @@
 #   ACTIVEMQ_OPENWIRE_PORT / ACTIVEMQ_NETWORK_PEER  same as the 4th / 5th argument
 #   ACTIVEMQ_BROKER_NAME brokerName (default meshgate-bench; bench-STOMP_PORT
 #                        when an openwire port is given: names must differ in a network)
+#   ACTIVEMQ_KAHADB_DIR  the KahaDB directory (default DATA_DIR/kahadb). Two brokers
+#                        given the same one are a shared-file-system master/slave
+#                        pair: the second waits on KahaDB's lock file (bench/ha_failover.py)
+#   ACTIVEMQ_LOCK_SLEEP_MS  the shared-file-locker's lockAcquireSleepInterval
+#                        (ActiveMQ's default: 10000 ms)
+#   ACTIVEMQ_NO_WAIT=1   start returns once the JVM is launched, without waiting for
+#                        the STOMP port (a slave opens it only once it is master)
 set -euo pipefail
 
 ACTIVEMQ_HOME=${ACTIVEMQ_HOME:-/usr/share/activemq}
@@ -50,6 +57,9 @@ else
     BROKER_NAME=${ACTIVEMQ_BROKER_NAME:-meshgate-bench}
 fi
 PIDFILE="$DATA_DIR/activemq.pid"
+KAHADB_DIR=${ACTIVEMQ_KAHADB_DIR:-}
+LOCK_SLEEP_MS=${ACTIVEMQ_LOCK_SLEEP_MS:-}
+NO_WAIT=${ACTIVEMQ_NO_WAIT:-}
 
 is_running() {
     [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
@@ -102,6 +112,11 @@ EOF
     # - Memory and store limits are raised and producer flow control is off so
     #   100k x 256 B (or 10k x 64 KiB) can sit in a queue without the producer
     #   being blocked; non-persistent overflow spills to the temp store.
+    local kahadb=${KAHADB_DIR:-$DATA_DIR/kahadb}
+    local locker=""
+    if [ -n "$LOCK_SLEEP_MS" ]; then
+        locker="<locker><shared-file-locker lockAcquireSleepInterval=\"$LOCK_SLEEP_MS\"/></locker>"
+    fi
     cat >"$conf/activemq.xml" <<EOF
 <beans
   xmlns="http://www.springframework.org/schema/beans"
@@ -131,7 +146,7 @@ EOF
         </managementContext>
 
         <persistenceAdapter>
-            <kahaDB directory="$DATA_DIR/kahadb"/>
+            <kahaDB directory="$kahadb">$locker</kahaDB>
         </persistenceAdapter>
 
         <systemUsage>
@@ -208,6 +223,10 @@ start() {
         >"$DATA_DIR/activemq.out" 2>&1 </dev/null &
     local pid=$!
     echo "$pid" >"$PIDFILE"
+    if [ -n "$NO_WAIT" ]; then
+        echo "activemq launched: pid $pid, stomp 127.0.0.1:$PORT (not waited for), data $DATA_DIR"
+        return 0
+    fi
 
     local deadline=$((SECONDS + START_TIMEOUT))
     until port_open; do

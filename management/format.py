@@ -10,7 +10,7 @@ import msgspec
 from model.definitions import Definition
 from model.events import AdminAction, Event
 from model.latency import percentile_ms
-from model.mesh import ClusterView, Connection, Link, PartialQueue, TopicSubscription
+from model.mesh import ClusterView, Connection, Link, Node, PartialQueue, TopicSubscription
 from model.requests import BrowsePage, Done
 
 
@@ -68,11 +68,19 @@ def format_nodes(view: ClusterView) -> str:
             fresh = f"down, last heard {since(node.last_seen, view.taken_at)}"
         links = ", ".join(sorted(names.get(peer, peer[:8]) for peer in summary.links)) or "-"
         lines.append(f"  {node.name} ({node.id}) {node.state}; stomp {node.addresses.stomp or '?'}; "
-                     f"links: {links}; {fresh}")
+                     f"links: {links}; {fresh}{format_ha(node)}")
         for queue in sorted(summary.queues, key=lambda q: q.name):
             lines.append(f"    /queue/{queue.name}: {format_counts(queue.depth, queue.in_flight, queue.in_doubt)}, "
                          f"{queue.consumers} consumer(s)")
     return "\n".join(lines)
+
+
+def format_ha(node: Node) -> str:
+    """``; shared-store epoch 3, standby pid 42 on h2`` (nothing for a node without HA)."""
+    if node.ha_mode == "none":
+        return ""
+    waiting = ", ".join(f"pid {s.pid} on {s.host}" for s in node.standbys)
+    return f"; {node.ha_mode} epoch {node.epoch}, " + (f"standby {waiting}" if waiting else "no standby")
 
 
 def format_counts(depth: int, in_flight: int, in_doubt: int) -> str:

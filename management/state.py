@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 class LocalState:
     def __init__(self, *, node_id: str, name: str, started_at: float, broker: Broker, mesh: MeshNode | None,
                  clock, addresses: Callable[[], Addresses], metrics: Callable[[], MetricsStatus] = MetricsStatus,
-                 group_name: str = "") -> None:
+                 group_name: str = "", ha: Callable[[], dict] = dict) -> None:
         self.node_id = node_id
         self.name = name
         self.started_at = started_at
@@ -40,6 +40,7 @@ class LocalState:
         self.addresses = addresses
         self.metrics = metrics
         self.group_name = group_name
+        self.ha = ha  # the Node fields of high availability: ha_mode, ha_state, epoch, standbys
         self._snapshots = 0
         if mesh is not None:
             mesh.describe_node = self.node
@@ -59,6 +60,7 @@ class LocalState:
             memory_used=broker.memory_used, memory_limit=broker.memory_limit, store_bytes=store.disk_bytes(),
             store_limit=store.limit, disk_free=store.disk_free(), store_blocked=store.failure or store.blocked,
             in_doubt=sum(queue.in_doubt for queue in broker.queues.values()), metrics=self.metrics(),
+            **self.ha(),
         )
 
     def summary(self) -> NodeSummary:

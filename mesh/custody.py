@@ -174,7 +174,9 @@ class Custody:
     def link_up(self, peer_id: str, link: LinkProtocol) -> None:
         """Remember the peer durably, list its markers, ask about what is in doubt."""
         record = self.known_peers.get(peer_id)
-        if record is None or "last_linked" in record.headers:  # linked now: no "last linked" time holds
+        epoch = self.mesh.peer_epochs.get(peer_id, 0)
+        # Linked now: no "last linked" time holds; and the record keeps the highest epoch seen (fencing).
+        if record is None or "last_linked" in record.headers or record.headers.get("epoch", "0") != str(epoch):
             self._record_peer(peer_id, {})
         link.send_control(FrameType.MARKERS, sorted(self.markers.get(peer_id, {})))
         waiting_for = asked(peer_id)
@@ -217,6 +219,9 @@ class Custody:
         old = self.known_peers.get(peer_id)
         if old is not None:
             self.store.remove(PEER_RECORD, old)
+        epoch = self.mesh.peer_epochs.get(peer_id, 0)
+        if epoch:
+            headers = {**headers, "epoch": str(epoch)}
         record = self.known_peers[peer_id] = Message(peer_id, QUEUE, "", headers, b"", True)
         self.store.add(PEER_RECORD, record)
 
@@ -302,6 +307,9 @@ class Custody:
 
     def _recover_peer(self, key: str, record: Message) -> None:
         self.known_peers[record.id] = record
+        epoch = record.headers.get("epoch", "0")
+        if epoch.isdigit() and int(epoch) > self.mesh.peer_epochs.get(record.id, 0):
+            self.mesh.peer_epochs[record.id] = int(epoch)
 
 
 def entry_of(queue: Queue, message: Message) -> str:

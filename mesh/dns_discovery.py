@@ -25,19 +25,24 @@ Address = tuple[str, int]
 
 
 def resolver_for(servers: tuple[Address, ...], reactor: Any) -> Any:
-    """A resolver asking ``servers``, or the system's (resolv.conf, hosts) when none."""
-    from twisted.names import client
+    """A resolver asking ``servers``, or the system's (resolv.conf, hosts) when none.
+
+    Built as ``client.createResolver`` builds it, but on ``reactor`` (createResolver takes
+    no reactor and would use the global one)."""
+    from twisted.names import client, hosts, resolve
 
     if servers:
         return client.Resolver(servers=list(servers), reactor=reactor)
-    return client.createResolver(reactor=reactor)
+    return resolve.ResolverChain([hosts.Resolver(b"/etc/hosts"),
+                                  client.Resolver(resolv=b"/etc/resolv.conf", reactor=reactor)])
 
 
 @defer.inlineCallbacks
-def resolve(resolver: Any, name: str, port: int | None):
+def resolve(resolver: Any, name: str, port: int | None, service: str = SERVICE):
     """The set of (address, port) the name's A records (when ``port`` is given) and
-    its SRV records list."""
-    lookups = [_srv_addresses(resolver, name)]
+    its SRV records ``<service>.<name>`` list (``service`` is ``_meshgate._tcp``, the
+    nodes' link ports, unless a caller such as the client asks for another)."""
+    lookups = [_srv_addresses(resolver, name, service)]
     if port is not None:
         lookups.append(_a_addresses(resolver, name, port))
     results = yield defer.gatherResults(lookups, consumeErrors=True).addErrback(_first_error)
@@ -58,9 +63,9 @@ def _a_addresses(resolver: Any, name: str, port: int):
 
 
 @defer.inlineCallbacks
-def _srv_addresses(resolver: Any, name: str):
+def _srv_addresses(resolver: Any, name: str, service: str = SERVICE):
     try:
-        answers, _, additional = yield resolver.lookupService(f"{SERVICE}.{name}", timeout=LOOKUP_TIMEOUT)
+        answers, _, additional = yield resolver.lookupService(f"{service}.{name}", timeout=LOOKUP_TIMEOUT)
     except error.DNSNameError:
         return set()
     glue: dict[str, set[str]] = {}

@@ -30,12 +30,25 @@ if TYPE_CHECKING:
     from mesh.node import MeshNode
 
 log = logging.getLogger(__name__)
-PROTOCOL_VERSION = 3  # 2: messages carry their accept time; 3: mesh-wide definitions
+# 2: messages carry their accept time; 3: mesh-wide definitions; 4: HELLO carries the node's epoch (fencing)
+PROTOCOL_VERSION = 4
 SELF_LINK = "a link to this node itself"  # a refusal: a discovery listed this node's own address
 
 
 def _proof(password: str, nonce: str, node_id: str) -> str:
     return hmac.new(password.encode(), (nonce + node_id).encode(), hashlib.sha256).hexdigest()
+
+
+def _fence_proof(password: str, nonce: str, node_id: str, epoch: int) -> str:
+    """Proof that a fencing refusal comes from a node of the mesh (it knows the
+    cluster password), made on the refused side's nonce so it cannot be replayed."""
+    return hmac.new(password.encode(), f"fence:{nonce}:{node_id}:{epoch}".encode(), hashlib.sha256).hexdigest()
+
+
+def hello_epoch(hello: dict | None) -> int:
+    """The epoch a peer's HELLO presents (0 if none)."""
+    epoch = (hello or {}).get("epoch", 0)
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch >= 0 else 0
 
 
 @implementer(IPushProducer)
@@ -101,14 +114,27 @@ class LinkProtocol(Protocol):
     def peer_name(self) -> str:
         return self.peer.get("name", "?") if self.peer else str(self.transport.getPeer())
 
-    def refuse(self, reason: str, expected: bool = False) -> None:
+    def refuse(self, reason: str, expected: bool = False, fenced: int | None = None) -> None:
         """Close the link telling the peer why; ``expected`` refusals (two nodes that
-        dialled each other keep one link) are not worth a warning."""
+        dialled each other keep one link) are not worth a warning. ``fenced``: the
+        peer presented an older epoch of its node id than this node has seen; the
+        refusal carries that epoch with a proof, so the peer knows it was replaced."""
         log.log(logging.DEBUG if expected else logging.WARNING, "mesh link %s refused: %s", self.peer_name, reason)
         self.down_reason = f"refused: {reason}"
-        self.send_control(FrameType.REFUSE, {"reason": reason})
+        body: dict = {"reason": reason}
+        if fenced is not None and self.peer is not None:
+            body["fenced"] = fenced
+            body["proof"] = _fence_proof(self.mesh.config.cluster_password, str(self.peer.get("nonce", "")),
+                                         self.mesh.node_id, fenced)
+        self.send_control(FrameType.REFUSE, body)
         self.closing = True
         self.transport.loseConnection()
+
+    def refuse_stale(self, newer: int) -> None:
+        """The peer's node id has been seen at epoch ``newer``, above the one it presents."""
+        self.refuse(f"node id {self.peer_id} presented epoch {hello_epoch(self.peer)}, but this node has seen "
+                    f"epoch {newer} of it: it was replaced (its data dir taken over by another process) and "
+                    "must stop", fenced=newer)
 
     # -- frames -------------------------------------------------------------------------
 
@@ -194,10 +220,14 @@ class LinkProtocol(Protocol):
         elif kind == FrameType.AUTH and self.peer is not None and not self.authenticated:
             self._auth(decode_control(payload))
         elif kind == FrameType.REFUSE:
-            reason = (decode_control(payload) or {}).get("reason", "")
+            body = decode_control(payload)
+            body = body if isinstance(body, dict) else {}
+            reason = str(body.get("reason", ""))
             self.closing = True
             self.transport.loseConnection()
             mesh.refused(self, reason)
+            if "fenced" in body:
+                self._fenced(body, reason)
         elif kind == FrameType.DEMAND and self.established:
             mesh.demand_received(self, decode_control(payload))
         elif kind == FrameType.TOPOLOGY and self.established:
@@ -223,11 +253,32 @@ class LinkProtocol(Protocol):
         else:
             raise LinkError(f"unexpected link frame type {kind} at this point")
 
+    def _fenced(self, body: dict, reason: str) -> None:
+        """The peer refused this node as a replaced one: stop, if the refusal is
+        proven (made with the cluster password on this link's nonce) and names an
+        epoch above this node's; a refusal anyone could forge stops nothing."""
+        mesh = self.mesh
+        epoch = body.get("fenced")
+        if not isinstance(epoch, int) or self.peer is None:
+            return
+        expected = _fence_proof(mesh.config.cluster_password, self.nonce, self.peer_id, epoch)
+        if not hmac.compare_digest(str(body.get("proof", "")), expected):
+            log.warning("mesh: %s sent a fencing refusal without a valid proof; ignored", self.peer_name)
+            return
+        if epoch > mesh.epoch:
+            mesh.fenced(f"{self.peer_name} has seen epoch {epoch} of this node id {mesh.node_id}, above this "
+                        f"node's epoch {mesh.epoch}: another process took this node's data dir over, so this one "
+                        f"was replaced ({reason})")
+
     def _hello(self, hello: dict) -> None:
         if not isinstance(hello, dict) or hello.get("version") != PROTOCOL_VERSION or "node_id" not in hello:
             raise LinkError("not a Meshgate link peer of this protocol version")
         self.peer = hello
         self.peer_id = hello["node_id"]
+        newer = self.mesh.newer_epoch(hello)
+        if newer is not None:
+            self.refuse_stale(newer)
+            return
         problem = self.mesh.check_peer(hello)
         if problem == SELF_LINK:
             if self.dialled:

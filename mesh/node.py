@@ -30,7 +30,7 @@ from mesh.custody import Custody, not_durable
 from mesh.definitions import DefinitionSync
 from mesh.demand import Demand
 from mesh.dialling import Connector
-from mesh.link import PROTOCOL_VERSION, SELF_LINK, LinkProtocol, LinkServerFactory
+from mesh.link import PROTOCOL_VERSION, SELF_LINK, LinkProtocol, LinkServerFactory, hello_epoch
 from mesh.peer import LINK_WINDOW, Forwarder, Peer, entry_name
 from mesh.router import Router
 from mesh.topology import Topology
@@ -44,9 +44,15 @@ BUSY_RETRY_S = 1.0  # how long a peer that said BUSY gets nothing
 class MeshNode:
     def __init__(self, config, *, node_id: str, name: str, broker: Broker, started_at: float,
                  stomp_address: tuple[str, int], reactor=default_reactor,
-                 on_fatal: Callable[[str], None] | None = None) -> None:
+                 on_fatal: Callable[[str], None] | None = None, epoch: int = 0,
+                 on_fenced: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.node_id = node_id
+        # The data dir's epoch this process serves under (docs/ha.md): a peer that has
+        # seen a higher one of this node id refuses it, and it stops (on_fenced).
+        self.epoch = epoch
+        self.on_fenced = on_fenced
+        self.peer_epochs: dict[str, int] = {}  # node id -> the highest epoch seen of it (kept in its peer record)
         self.name = name
         self.broker = broker
         self.reactor = reactor
@@ -272,13 +278,32 @@ class MeshNode:
             "group": self.config.group_name,
             "chunks": True,  # large messages may come as CHUNK frames (mesh.large)
             "busy": True,  # a message it cannot store for want of room gets BUSY back, not silence
+            "epoch": self.epoch,
         }
+
+    def newer_epoch(self, hello: dict) -> int | None:
+        """A higher epoch of the HELLO's node id than it presents, if this node has seen
+        one (or is that node id itself, at a higher epoch): the sender was replaced."""
+        node_id = hello["node_id"]
+        known = self.epoch if node_id == self.node_id else self.peer_epochs.get(node_id, 0)
+        return known if hello_epoch(hello) < known else None
+
+    def fenced(self, reason: str) -> None:
+        """This node was replaced (its data dir taken over by another process): it must
+        stop serving at once."""
+        (self.on_fenced or self.on_fatal)(reason)
 
     def check_peer(self, hello: dict) -> str | None:
         if hello["node_id"] != self.node_id:
             return None
         if hello.get("nonce") in self.own_nonces:
             return SELF_LINK
+        if hello_epoch(hello) > self.epoch:
+            # The same node at a higher epoch: this process was replaced on a shared store.
+            self.fenced(f"node id {self.node_id} is in the mesh at epoch {hello_epoch(hello)} as node "
+                        f"{hello.get('name')!r} at {tuple(hello.get('link', ()))}, above this process's epoch "
+                        f"{self.epoch}: another process took this node's data dir over, so this one was replaced")
+            return f"node id {self.node_id} at epoch {self.epoch} is replaced by the dialler's epoch"
         if hello.get("started", 0) < self.started_at:
             # We are the newcomer: the other node had this identity first.
             self.on_fatal(
@@ -301,7 +326,22 @@ class MeshNode:
         for connector in self.connectors:
             if link.dialled and connector.address == _address_of(link):
                 connector.connected(peer_id)
+        epoch = hello_epoch(link.peer)
         existing = self.peers.get(peer_id)
+        if existing is not None and hello_epoch(existing.link.peer) < epoch:
+            # The peer's data dir was taken over while its old process still held a link
+            # (a partition, or a hung process): that link goes, and the old process is told.
+            old = existing.link
+            log.warning("mesh: %s is back at epoch %d; dropping its link of epoch %d (a replaced process)",
+                        link.peer_name, epoch, hello_epoch(old.peer))
+            old.established = False
+            old.refuse_stale(epoch)
+            self.events.emit(LinkDown(peer=peer_id, peer_name=old.peer_name,
+                                      reason=f"replaced: the node took over its data dir at epoch {epoch}"))
+            self._drop_peer(peer_id)
+            existing = None
+        if epoch > self.peer_epochs.get(peer_id, 0):
+            self.peer_epochs[peer_id] = epoch  # only now: the peer has proven the cluster password
         if existing is not None:
             # Both sides dialled: keep the link the lower node id dialled.
             keep_new = link.dialled == (self.node_id < peer_id)
@@ -550,6 +590,7 @@ class MeshNode:
             log.warning("mesh: told to forget %s, which is linked with this node: kept", node_id)
             return
         log.warning("mesh: forgetting node %s: it is not waited for, and what was kept for it is dropped", node_id)
+        self.peer_epochs.pop(node_id, None)  # with its peer record: a node forgotten may come back at any epoch
         self.custody.stop_counting_on(node_id)
         self.broker.unbind_link(node_id)
         self.topology.forget(node_id)
@@ -566,7 +607,7 @@ class MeshNode:
         link = address_text(*self.link_address)
         return Node(id=self.node_id, name=self.name, version=__version__, group_name=self.config.group_name,
                     started_at=self.started_at, last_seen=self.reactor.seconds(),
-                    addresses=Addresses(stomp=stomp, link=link))
+                    addresses=Addresses(stomp=stomp, link=link), epoch=self.epoch)
 
 
 def _duration(seconds: float) -> str:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import fcntl
-import json
 import logging
 import os
 import resource
+import sys
 import time
-import uuid
 from pathlib import Path
 
 from twisted.internet import defer, endpoints, task
@@ -17,7 +15,6 @@ from gateway.auth import Authenticator, Authorizer
 from gateway.broker.broker import Broker
 from gateway.selector import compile_selector
 from gateway.stomp.protocol import StompFactory, StompSettings
-from gateway.store.files import write_json_atomically
 from gateway.store.journal import JournalStore, StoreError
 from management.actions import LocalActions
 from management.events import EventLog
@@ -25,6 +22,8 @@ from management.service import ManagementService
 from management.state import LocalState
 from meshgate.config import NodeConfig
 from meshgate.config.metrics import MetricsConfig
+from meshgate.datadir import DataDir, EpochError, NodeStartError
+from meshgate.ha import LeaseKeeper, Standby
 from metrics.publisher import StreamPublisher
 from metrics.reporter import MetricsReporter
 from model.events import ProducersBlocked, ProducersResumed
@@ -34,52 +33,7 @@ log = logging.getLogger(__name__)
 
 EXPIRY_SWEEP_SECONDS = 5.0
 
-
-class NodeStartError(Exception):
-    """The node cannot start; the message says why and what to do."""
-
-
-class DataDir:
-    """The node's directory: its persistent identity and an exclusive lock."""
-
-    def __init__(self, path: str | os.PathLike) -> None:
-        self.path = Path(path)
-        self._lock_file = None
-
-    def lock(self) -> None:
-        self.path.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path / "lock", "a+")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            handle.close()
-            raise NodeStartError(
-                f"data dir {self.path} is in use by another meshgate process (pid {holder}); "
-                "stop that node or give this one another --data directory"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        self._lock_file = handle
-
-    def unlock(self) -> None:
-        if self._lock_file is not None:
-            self._lock_file.close()
-            self._lock_file = None
-
-    def identity(self, name: str) -> dict:
-        """Load or create the node id; count this start (a part of message ids)."""
-        path = self.path / "node.json"
-        if path.exists():
-            identity = json.loads(path.read_text())
-        else:
-            identity = {"id": str(uuid.uuid4()), "name": name, "boots": 0}
-        identity["boots"] += 1
-        write_json_atomically(path, identity)
-        return identity
+__all__ = ["DataDir", "Node", "NodeStartError"]
 
 
 class Node:
@@ -103,12 +57,37 @@ class Node:
         self.state: LocalState | None = None
         self.metrics: MetricsReporter | None = None
         self.scale_down_requested = False
+        self.ha_state = "starting"  # then "standby" while waiting for the data dir, "active" once it holds it
+        self.epoch = 0
+        self.standby: Standby | None = None
+        self.lease: LeaseKeeper | None = None
+        self._exit = os._exit  # how a replaced node leaves (a seam: no graceful stop)
 
     @defer.inlineCallbacks
     def start(self):
         config = self.config
         _raise_fd_limit()
-        self.data_dir.lock()
+        if not self.data_dir.try_lock():
+            if not config.ha.shared_store:
+                self.data_dir.lock()  # raises NodeStartError, naming the holder
+            yield self._wait_as_standby()
+        self.ha_state = "active"
+        self.started_at = time.time()  # a standby's run starts when it takes over
+        try:
+            # Every shared-store start is a new epoch, written before anything else is:
+            # a process that held the data dir before finds it was replaced.
+            self.epoch = self.data_dir.next_epoch() if config.ha.shared_store else self.data_dir.epoch()
+        except (EpochError, OSError) as error:
+            raise NodeStartError(f"cannot start an epoch in data dir {self.data_dir.path}: {error}") from None
+        self.lease = LeaseKeeper(self.data_dir, self.reactor, config.ha.lease_interval_ms / 1000.0, self.epoch,
+                                 self.started_at, self._replaced,
+                                 sync=config.ha.shared_store and config.store.sync == "always")
+        try:
+            self.lease.start()
+        except OSError as error:
+            log.warning("ha: cannot write the lease in %s: %s", self.data_dir.path / "lock", error)
+        if config.ha.shared_store:
+            log.info("ha: holding data dir %s as the active node, epoch %d", self.data_dir.path, self.epoch)
         self.identity = self.data_dir.identity(config.name)
         self.store = JournalStore(
             self.data_dir.path,
@@ -194,12 +173,47 @@ class Node:
         self._sweeper.start(EXPIRY_SWEEP_SECONDS, now=False)
         return self
 
+    def _wait_as_standby(self) -> defer.Deferred:
+        """Shared store: another process holds the data dir. Expose nothing and wait
+        for its lock; the node then starts as a restart on this data dir would."""
+        ha = self.config.ha
+        self.ha_state = "standby"
+        self.standby = Standby(self.data_dir, self.reactor, ha.poll_interval_ms / 1000.0,
+                               ha.lease_interval_ms / 1000.0)
+        trigger = self.reactor.addSystemEventTrigger("before", "shutdown", self.standby.stop)
+
+        def took_over(waited: float) -> float:
+            self.reactor.removeSystemEventTrigger(trigger)
+            return waited
+
+        return self.standby.wait().addCallback(took_over)
+
+    def ha_status(self) -> dict:
+        """The Node fields of high availability (model.mesh.Node)."""
+        return {"ha_mode": self.config.ha.mode, "ha_state": "active" if self.ha_state == "active" else "standby",
+                "epoch": self.epoch, "standbys": list(self.lease.standbys) if self.lease is not None else []}
+
+    def _replaced(self, reason: str) -> None:
+        """Another process took this node's data dir over (its epoch is higher): stop
+        at once. No graceful stop: that would write to a store another process now
+        owns. Nothing unacknowledged is lost by it; what was acknowledged is on disk
+        for the new holder."""
+        message = f"fenced: {reason}"
+        log.critical("%s; exiting now without writing to the data dir again", message)
+        self.fatal = message
+        try:
+            sys.stderr.write(f"meshgate: {message}\n")
+            sys.stderr.flush()
+        finally:
+            self._exit(1)
+
     def _start_management(self, authorizer: Authorizer) -> None:
         node_id = self.identity["id"]
         self.state = LocalState(
             node_id=node_id, name=self.config.name, started_at=self.started_at, broker=self.broker, mesh=self.mesh,
             clock=self.reactor, addresses=self.model_addresses,
             metrics=self.metrics_status, group_name=self.config.mesh.group_name if self.config.mesh else "",
+            ha=self.ha_status,
         )
         actions = LocalActions(node_id=node_id, broker=self.broker, mesh=self.mesh, clock=self.reactor,
                                scale_down_and_stop=self.scale_down_and_stop)
@@ -293,8 +307,9 @@ class Node:
                 yield self.store.close()
             except StoreError as error:  # a full or failing disk: say so, exit non-zero
                 self.fatal = f"stopped with the store failing: {error}; the next start recovers what was acknowledged"
-        self.data_dir.unlock()
-
+        if self.lease is not None:
+            yield self.lease.stop()
+        self.data_dir.unlock()  # last: a standby takes over from here
 
     def _make_mesh(self, config: NodeConfig):
         from mesh.node import MeshNode
@@ -308,6 +323,8 @@ class Node:
             stomp_address=config.stomp.bind,
             reactor=self.reactor,
             on_fatal=self._fatal,
+            epoch=self.epoch,
+            on_fenced=self._replaced,
         )
 
     def _start_discovery(self, config: NodeConfig):

@@ -19,6 +19,7 @@ from model.mesh import (
     QueueSummary,
     RemoteDemand,
     Snapshot,
+    Standby,
     TopicSubscription,
 )
 
@@ -36,5 +37,6 @@ __all__ = [
     "QueueSummary",
     "RemoteDemand",
     "Snapshot",
+    "Standby",
     "TopicSubscription",
 ]

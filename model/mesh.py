@@ -42,6 +42,14 @@ class MetricsStatus(_Model, kw_only=True):
     last_error: str | None = None
 
 
+class Standby(_Model, kw_only=True):
+    """A process waiting to take a node's data dir over (``[ha] mode = "shared-store"``)."""
+
+    host: str
+    pid: int
+    since: float  # when it started waiting
+
+
 class Node(_Model, kw_only=True):
     id: str
     name: str
@@ -60,6 +68,12 @@ class Node(_Model, kw_only=True):
     store_blocked: str | None = None  # why persistent producers wait (a limit reached, a failing disk), else None
     in_doubt: int = 0  # messages held until a peer says whether it has them
     metrics: MetricsStatus = msgspec.field(default_factory=MetricsStatus)
+    # High availability (docs/ha.md). Plain strings, not literals, so that a reader
+    # keeps decoding when a later version adds a mode.
+    ha_mode: str = "none"  # "none" | "shared-store" ([ha] mode)
+    ha_state: str = "active"  # "active" (serving) | "standby" (waiting; it exposes nothing, so is not reported)
+    epoch: int = 0  # the data dir's epoch this process serves under: one more at each shared-store start
+    standbys: list[Standby] = []  # processes waiting on this node's data dir lock
 
 
 class Link(_Model, kw_only=True):

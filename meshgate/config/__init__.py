@@ -1,8 +1,9 @@
 """The node's TOML configuration, with dotted-key overrides from the command line.
 
 ``schema`` is the framework (typed fields with parsers, errors naming the dotted
-key); ``node``, ``mesh`` and ``metrics`` hold the tables; ``loader`` reads a file."""
+key); ``node``, ``mesh``, ``metrics`` and ``ha`` hold the tables; ``loader`` reads a file."""
 
+from meshgate.config.ha import HA_MODES, HaConfig
 from meshgate.config.loader import load_config, parse_override
 from meshgate.config.mesh import LOAD_BALANCING_MODES, DiscoveryConfig, MeshConfig, RedistributionOverride
 from meshgate.config.metrics import MetricsConfig
@@ -19,11 +20,13 @@ from meshgate.config.node import (
 from meshgate.config.schema import ConfigError, parse_address, parse_size
 
 __all__ = [
+    "HA_MODES",
     "LOAD_BALANCING_MODES",
     "AuthorizationEntry",
     "BrokerConfig",
     "ConfigError",
     "DiscoveryConfig",
+    "HaConfig",
     "MeshConfig",
     "MetricsConfig",
     "NodeConfig",

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from meshgate.config.ha import HaConfig
 from meshgate.config.mesh import MeshConfig
 from meshgate.config.metrics import MetricsConfig
 from meshgate.config.schema import (
@@ -188,6 +189,7 @@ class NodeConfig:
         metadata=_parse(_with_aliases(_table(MeshConfig), {"network_ttl": "max_hops"})),
     )
     metrics: MetricsConfig = field(default_factory=MetricsConfig, metadata=_parse(_table(MetricsConfig)))
+    ha: HaConfig = field(default_factory=HaConfig, metadata=_parse(_table(HaConfig)))
 
     def __post_init__(self) -> None:
         if not self.data_dir:

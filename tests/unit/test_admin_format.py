@@ -25,6 +25,21 @@ def test_nodes_show_messages_in_doubt_only_where_there_are_some_and_down_nodes_a
     assert "C (id-c) down" in text
 
 
+def test_nodes_show_the_shared_store_epoch_and_standby_only_for_nodes_with_ha():
+    from model.mesh import Standby
+
+    paired = Node(id="id-a", name="A", version="0", started_at=1.0, last_seen=100.0, ha_mode="shared-store", epoch=3,
+                  standbys=[Standby(host="h2", pid=42, since=50.0)])
+    alone = Node(id="id-b", name="B", version="0", started_at=1.0, last_seen=100.0, ha_mode="shared-store", epoch=1)
+    text = format_nodes(ClusterView(reporter="id-a", taken_at=100.0, nodes=[
+        NodeSummary(node=paired, answered=True), NodeSummary(node=alone, answered=True),
+        NodeSummary(node=node("id-c", "C"), answered=True)]))
+    lines = text.splitlines()
+    assert lines[1].endswith("answered now; shared-store epoch 3, standby pid 42 on h2")
+    assert lines[2].endswith("answered now; shared-store epoch 1, no standby")
+    assert lines[3].endswith("answered now")
+
+
 def test_cluster_stat_sums_the_partial_queues_and_lists_each_node():
     queues = [PartialQueue(node="id-a", name="orders", depth=2, in_flight=1, forwarding=1, in_doubt=3, consumers=0),
               PartialQueue(node="id-b", name="orders", depth=4, in_flight=0, consumers=2)]

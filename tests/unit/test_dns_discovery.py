@@ -116,3 +116,16 @@ def test_a_slow_lookup_is_not_overlapped_by_the_next():
     assert service.refresh().called  # still busy with the first: returns at once
     clock.advance(60)
     assert calls == ["_meshgate._tcp.mesh.test"]
+
+
+def test_without_dns_servers_the_system_resolver_is_built_on_the_given_reactor():
+    """``dns_servers = []`` (the default) once made the node fail to start: createResolver
+    takes no reactor argument."""
+    from twisted.names import resolve
+
+    from mesh.dns_discovery import resolver_for
+
+    clock = MemoryReactorClock()
+    resolver = resolver_for((), clock)
+    assert isinstance(resolver, resolve.ResolverChain)
+    assert any(getattr(r, "_reactor", None) is clock for r in resolver.resolvers)

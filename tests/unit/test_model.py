@@ -107,7 +107,7 @@ def test_schema_version_is_one():
 # The documented wire names: renaming or removing one breaks every reader (bump SCHEMA_VERSION instead).
 NODE_KEYS = ["id", "name", "version", "group_name", "started_at", "state", "last_seen", "addresses", "connections",
              "memory_used", "memory_limit", "store_bytes", "store_limit", "disk_free", "store_blocked", "in_doubt",
-             "metrics"]
+             "metrics", "ha_mode", "ha_state", "epoch", "standbys"]
 LINK_KEYS = ["node", "peer", "peer_name", "direction", "dialled", "state", "since", "address", "in_flight", "backlog",
              "in_doubt", "forwarded_out", "forwarded_in"]
 PARTIAL_QUEUE_KEYS = ["node", "name", "depth", "in_flight", "forwarding", "in_doubt", "consumers", "remote_demand",
@@ -144,6 +144,25 @@ def test_defaults_fill_what_an_older_writer_left_out():
     queue = msgspec.json.decode(b'{"node":"n","name":"q","depth":1,"in_flight":0,"consumers":0}', type=PartialQueue)
     assert queue.latency == [] and queue.remote_demand == [] and queue.oldest_age_ms is None
     assert queue.latency is not PartialQueue(node="n", name="q", depth=0, in_flight=0, consumers=0).latency
+
+
+def test_a_node_from_a_writer_without_ha_fields_reads_as_active_epoch_zero():
+    raw = msgspec.json.decode(msgspec.json.encode(node()))
+    for key in ("ha_mode", "ha_state", "epoch", "standbys"):
+        del raw[key]
+    decoded = msgspec.json.decode(msgspec.json.encode(raw), type=Node)
+    assert (decoded.ha_mode, decoded.ha_state, decoded.epoch, decoded.standbys) == ("none", "active", 0, [])
+    assert decoded == node()
+
+
+def test_a_node_with_a_standby_round_trips():
+    from model.mesh import Standby
+
+    waiting = msgspec.structs.replace(node(), ha_mode="shared-store", epoch=7,
+                                      standbys=[Standby(host="h2", pid=4242, since=1700000100.5)])
+    raw = msgspec.json.decode(msgspec.json.encode(waiting))
+    assert raw["standbys"] == [{"host": "h2", "pid": 4242, "since": 1700000100.5}] and raw["epoch"] == 7
+    assert msgspec.json.decode(msgspec.json.encode(waiting), type=Node) == waiting
 
 
 def test_unknown_fields_are_ignored_when_decoding():
