@@ -23,6 +23,17 @@ def _components() -> dict:
             "links": {"type": "array", "items": {"$ref": _REF.format(name="Link")}},
             "partial_queues": {"type": "array", "items": {"$ref": _REF.format(name="PartialQueue")}},
             "subscriptions": {"type": "array", "items": {"$ref": _REF.format(name="TopicSubscription")}}}}]}
+    # GET definitions: a Definition, whether it is a deletion, its origin's name, and for a
+    # durable subscription where a subscriber is attached and how many messages wait for it.
+    components["DefinitionRow"] = {"allOf": [{"$ref": _REF.format(name="Definition")}, {
+        "type": "object", "required": ["deleted", "origin_name"], "properties": {
+            "deleted": {"type": "boolean", "description": "a deletion, kept so that nodes away learn of it"},
+            "origin_name": {"type": ["string", "null"], "description": "the name of the node that made the change"},
+            "subscribers": {"type": "array", "description": "durable only: where a subscriber is attached",
+                            "items": {"type": "object", "required": ["node", "node_name"], "properties": {
+                                "node": {"type": "string"}, "node_name": {"type": "string"},
+                                "connection": {"type": ["string", "null"]}}}},
+            "waiting": {"type": "integer", "description": "durable only: its messages waiting on every node"}}}]}
     # GET pipeline: the PipelineStatus's fields (absent when the pipeline never wrote one),
     # whether it runs, the age of its last batch and the age after which it does not.
     status = components["PipelineStatus"]

@@ -22,7 +22,7 @@ from console.mesh import events as event_stream
 from console.mesh import history, rollups
 from console.mesh.actions import Unavailable
 from console.mesh.sources import management, mesh_view, redis_client
-from model.definitions import QueueSettings
+from model.definitions import DURABLE_SUBSCRIPTION, QueueSettings
 from model.mesh import PartialQueue
 from model.requests import (
     ALL,
@@ -361,19 +361,43 @@ class QueueSend(APIView):
 # -- mesh-wide definitions -----------------------------------------------------------------------
 
 
-class DefinitionList(APIView):
-    """Queue settings and durable subscriptions, as every node holds them (deletions
-    are listed, ``deleted: true``, until they expire)."""
+def _durable_parts(view) -> dict[str, list]:
+    """The durable subscriptions' parts on the nodes that are up, by name, from their
+    latest snapshots (the asked node's definitions do not say who is connected)."""
+    up = {row.id for row in view.nodes() if row.state in ("up", "leaving")}
+    parts: dict[str, list] = {}
+    for snapshot in view.snapshots(up).values():
+        for subscription in snapshot.subscriptions:
+            if subscription.durable:
+                parts.setdefault(subscription.name, []).append(subscription)
+    return parts
 
-    @extend_schema(parameters=_LIST_PARAMS, responses=model_ref("Definition", many=True))
+
+class DefinitionList(APIView):
+    """Queue settings, durable subscriptions, AMQP exchanges and bindings, as every node
+    holds them (deletions are listed, ``deleted: true``, until they expire). Besides the
+    records: ``origin_name``, and for a durable subscription ``subscribers`` (where one
+    is attached, per the nodes' latest snapshots) and ``waiting`` (its messages on every
+    node)."""
+
+    @extend_schema(parameters=_LIST_PARAMS, responses=model_ref("DefinitionRow", many=True))
     def get(self, request):
         reply, failed = _ask(request, Definitions())
         if failed is not None:
             return failed
+        view = mesh_view()
+        names = view.names()
+        parts = _durable_parts(view) if any(r.kind == DURABLE_SUBSCRIPTION for r in reply.result) else {}
         rows = []
         for record in reply.result:
             row = _builtins(record)
             row["deleted"] = record.deleted
+            row["origin_name"] = names.get(record.origin)
+            if record.kind == DURABLE_SUBSCRIPTION:
+                held = sorted(parts.get(record.name, ()), key=lambda part: names.get(part.node, part.node))
+                row["subscribers"] = [{"node": part.node, "node_name": names.get(part.node, part.node[:8]),
+                                       "connection": part.connection} for part in held if part.active]
+                row["waiting"] = sum(part.depth for part in held)
             rows.append(row)
         return _page(self, request, _sorted(request, rows, ("name", "kind", "version", "changed_at"), "name"),
                      convert=lambda row: row)

@@ -11,6 +11,7 @@ urlpatterns = [
     path("topology/", views.page("topology"), name="topology"),
     path("queues/", views.page("queues"), name="queues"),
     path("queues/<path:name>/", views.page("queue"), name="queue"),
+    path("definitions/", views.page("definitions"), name="definitions"),
     path("redistribution/", views.page("redistribution"), name="redistribution"),
     path("connections/", views.page("connections"), name="connections"),
     path("links/", views.page("links"), name="links"),

@@ -10,7 +10,7 @@ from django.views.decorators.csrf import ensure_csrf_cookie
 from console.api.permissions import is_admin
 
 TITLES = {
-    "overview": "Overview", "topology": "Topology", "queues": "Queues", "queue": "Queue",
+    "overview": "Overview", "topology": "Topology", "queues": "Queues", "queue": "Queue", "definitions": "Definitions",
     "redistribution": "Redistribution", "connections": "Connections", "links": "Links", "events": "Events",
 }
 

@@ -246,7 +246,8 @@
   // A table that scrolls sideways rather than overflow. columns: [{label, value(row), num,
   // sort (a field), title}]; clicking a sortable header calls onSort({field, reverse}):
   // the same field flips, a new one starts largest first for numbers, A→Z for text.
-  function table(columns, rows, { sort, onSort, empty, rowAttributes } = {}) {
+  // detail(row): an element shown in a full-width row under it (e.g. when expanded), or null.
+  function table(columns, rows, { sort, onSort, empty, rowAttributes, detail } = {}) {
     if (!rows.length) return el("p", { class: "empty" }, empty || "Nothing to show.");
     const header = columns.map((column) => {
       const sortable = Boolean(column.sort && onSort);
@@ -259,7 +260,11 @@
         onclick: sortable ? () => onSort(next) : null,
       }, column.label, active ? (sort.reverse ? " ▼" : " ▲") : null);
     });
-    const body = rows.map((row) => tableRow(columns, row, rowAttributes ? rowAttributes(row) : null));
+    const body = rows.flatMap((row) => {
+      const line = tableRow(columns, row, rowAttributes ? rowAttributes(row) : null);
+      const more = detail ? detail(row) : null;
+      return more ? [line, el("tr", { class: "detail" }, el("td", { colspan: columns.length }, more))] : line;
+    });
     return el("div", { class: "table-wrap" },
       el("table", null, el("thead", null, el("tr", null, header)), el("tbody", null, body)));
   }

@@ -1,6 +1,7 @@
 // Connections: the client connections of every node (asked afresh through the management
-// address), filtered, sorted and paged by the API; admins may close one. The list is read
-// again when the mesh's count of connections changes.
+// address), filtered, sorted and paged by the API; admins may close one. An AMQP
+// connection's channels show under it when expanded. The list is read again when the
+// mesh's count of connections changes.
 "use strict";
 
 (function () {
@@ -14,6 +15,8 @@
   const filter = document.getElementById("filter");
   const pageSize = document.getElementById("page-size");
   let count = null;  // the mesh's count of connections at the last read
+  const expanded = new Set();  // ids of the AMQP connections whose channels show
+  let shown = null;  // the answer on screen
 
   const plural = (count, noun) => fmt.n(count) + " " + noun + (count === 1 ? "" : "s");
 
@@ -54,14 +57,49 @@
     { label: "Client id", value: (c) => c.client_id || el("span", { class: "zero" }, "–") },
     { label: "Protocol", value: (c) => c.protocol + " " + c.version },
     { label: "Connected", sort: "since", value: (c) => el("span", { title: fmt.time(c.since) }, fmt.since(c.since)) },
-    { label: "Subscriptions", num: true, value: (c) => fmt.n(c.subscriptions) },
+    { label: "Channels", num: true, title: "AMQP: open channels (click to see them); STOMP has none", value: channelsCell },
+    { label: "Subscriptions", num: true, title: "consumers (AMQP: on all its channels)", value: (c) => fmt.n(c.subscriptions) },
     { label: "Unacked", sort: "unacked", num: true, value: (c) => el("span", { class: c.unacked ? null : "zero" }, fmt.n(c.unacked)) },
   ];
   if (MG.admin) {
     columns.push({ label: "", value: (c) => el("button", { class: "small", onclick: () => closeConnection(c) }, "Close…") });
   }
 
+  function channelsCell(c) {
+    if (c.protocol !== "amqp") return el("span", { class: "zero", title: "STOMP has no channels" }, "–");
+    if (!c.channels) return el("span", { class: "zero" }, "0");
+    const open = expanded.has(c.id);
+    return el("button", {
+      class: "expand", "aria-expanded": String(open), "aria-label": (open ? "hide" : "show") + " the channels of " + c.id,
+      title: (open ? "hide" : "show") + " its channels", onclick: () => {
+        if (open) expanded.delete(c.id);
+        else expanded.add(c.id);
+        if (shown) render(shown);
+      } }, (open ? "▾ " : "▸ ") + fmt.n(c.channels));
+  }
+
+  const yes = (value) => (value ? "yes" : el("span", { class: "zero" }, "no"));
+  const limit = (value) => (value ? fmt.n(value) : el("span", { class: "zero", title: "no limit" }, "none"));
+  const CHANNEL_COLUMNS = [
+    { label: "Channel", num: true, value: (ch) => el("strong", null, ch.number) },
+    { label: "Consumers", num: true, value: (ch) => fmt.n(ch.consumers) },
+    { label: "Unacked", num: true, title: "deliveries awaiting ack, nack or reject (basic.get ones too)",
+      value: (ch) => el("span", { class: ch.unacked ? null : "zero" }, fmt.n(ch.unacked)) },
+    { label: "Prefetch", num: true, title: "basic.qos per consumer, for the consumers made next", value: (ch) => limit(ch.prefetch) },
+    { label: "Global prefetch", num: true, title: "basic.qos global: the limit the channel's consumers share",
+      value: (ch) => limit(ch.global_prefetch) },
+    { label: "Confirm", title: "publisher confirms (confirm.select)", value: (ch) => yes(ch.confirm) },
+    { label: "Transactional", title: "tx.select", value: (ch) => yes(ch.transactional) },
+  ];
+
+  function channels(c) {
+    if (c.protocol !== "amqp" || !expanded.has(c.id)) return null;
+    return el("div", { class: "channels", "data-connection": c.id },
+      MG.table(CHANNEL_COLUMNS, c.channel_details || [], { empty: "No channel is open." }));
+  }
+
   function render(answer) {
+    shown = answer;
     totals.textContent = fmt.n(answer.total_count) + (answer.total_count === 1 ? " connection" : " connections") +
       (state.name ? " matching “" + state.name + "”" : "");
     const failed = MG.failureText(answer.failures);
@@ -71,7 +109,9 @@
         sort: { field: state.sort, reverse: state.reverse },
         onSort: (next) => change({ sort: next.field, reverse: next.reverse, page: 1 }),
         empty: state.name ? "No connection id contains “" + state.name + "”."
-          : "No client is connected to any node. Connect a STOMP client to any node and it shows here.",
+          : "No client is connected to any node. Connect a STOMP or AMQP client to any node and it shows here.",
+        rowAttributes: (c) => ({ "data-connection": c.id }),
+        detail: channels,
       }));
     pagerBox.replaceChildren(answer.page_count > 1 ? MG.pager(answer, (page) => change({ page })) : "");
   }

@@ -2,7 +2,9 @@
 its snapshots there, and the console's Django settings pointed at both.
 
 The mesh and Redis live for a whole module (starting them costs seconds); tests use
-queue names of their own. Clients sign in as a viewer or an admin with API tokens."""
+queue names of their own. Every node has an AMQP listener too (its port:
+``amqp_support.amqp_port(node.proc)``). Clients sign in as a viewer or an admin with
+API tokens."""
 
 from __future__ import annotations
 
@@ -15,19 +17,21 @@ import pytest
 E2E = Path(__file__).resolve().parent.parent / "e2e"
 sys.path.insert(0, str(E2E))
 
+from amqp_support import AMQP_ON  # noqa: E402
 from mesh_support import MeshFactory  # noqa: E402
 
 SNAPSHOT_INTERVAL_MS = 200
 
 
 class Mesh:
-    """A running 3-node mesh (A, B, C) and the Redis its snapshots go to."""
+    """A running 3-node mesh (A, B, C), each with an AMQP listener too, and the Redis its
+    snapshots go to."""
 
     def __init__(self, factory: MeshFactory, redis_server) -> None:
         self.factory = factory
         self.redis = redis_server
         self.nodes = factory(3, sets=[f"metrics.redis_url={redis_server.url}",
-                                      f"metrics.interval_ms={SNAPSHOT_INTERVAL_MS}"])
+                                      f"metrics.interval_ms={SNAPSHOT_INTERVAL_MS}", AMQP_ON])
         self.a, self.b, self.c = self.nodes
 
     def client(self, node):

@@ -1,10 +1,12 @@
 """GET /api/v1/connections (every client connection of the mesh, asked afresh over
-management requests, in pages) and DELETE /api/v1/connections/<id> (an admin closes
-one: the client gets an ERROR frame with the reason)."""
+management requests, in pages, an AMQP connection with its channels) and DELETE
+/api/v1/connections/<id> (an admin closes one: the client gets an ERROR frame with the
+reason)."""
 
 from __future__ import annotations
 
 import pytest
+from amqp_support import Pika, await_deliveries
 from e2e_support import unique
 
 from tests.console.api_support import expect_error
@@ -116,3 +118,44 @@ def test_a_viewer_may_not_close_a_connection(mesh, viewer):
 def test_closing_an_unknown_connection_is_a_json_404(mesh, admin):
     error = expect_error(admin.delete("/api/v1/connections/B-999999"), 404, "not_found")
     assert "B-999999" in error["message"]
+
+
+def _channel(number: int, **fields) -> dict:
+    return {"number": number, "consumers": 0, "unacked": 0, "prefetch": 0, "global_prefetch": 0, "confirm": False,
+            "transactional": False, **fields}
+
+
+def test_an_amqp_connection_is_listed_with_its_channels(mesh, viewer):
+    clients = Pika()
+    try:
+        connection = clients(mesh.b.proc)  # a real pika client on B's AMQP listener
+        confirming, consuming, transacting = (connection.channel() for _ in range(3))
+        queue = unique("amqp-cn")
+        confirming.queue_declare(queue)
+        confirming.confirm_delivery()
+        for i in range(2):
+            confirming.basic_publish("", queue, b"%d" % i)
+        consuming.basic_qos(prefetch_count=5)
+        consuming.basic_qos(prefetch_count=7, global_qos=True)
+        got: list[bytes] = []
+        consuming.basic_consume(queue, lambda channel, method, properties, body: got.append(body))
+        await_deliveries(connection, got, 2)  # delivered, not acked
+        transacting.tx_select()
+        items = _connections(viewer, page_size="500")["items"]
+        (row,) = [r for r in items if r["protocol"] == "amqp"]
+        assert row["node_name"] == "B" and row["id"].startswith("B-amqp-") and row["version"] == "0-9-1"
+        assert (row["channels"], row["subscriptions"], row["unacked"]) == (3, 1, 2)
+        assert row["channel_details"] == [
+            _channel(confirming.channel_number, confirm=True),
+            _channel(consuming.channel_number, consumers=1, unacked=2, prefetch=5, global_prefetch=7),
+            _channel(transacting.channel_number, transactional=True)]
+        stomp = [r for r in items if r["protocol"] == "stomp"]
+        assert stomp and all(r["channels"] == 0 and r["channel_details"] == [] for r in stomp)
+        transacting.close()
+        row = _row(viewer, row["id"])
+        assert row["channels"] == 2 and [c["number"] for c in row["channel_details"]] == [
+            confirming.channel_number, consuming.channel_number]
+    finally:
+        clients.close_all()
+    mesh.wait(lambda: not [r for r in _connections(viewer, page_size="500")["items"] if r["protocol"] == "amqp"],
+              "the AMQP connection gone from the list")

@@ -2,7 +2,8 @@
 /api/v1/definitions/queues/<name>, DELETE /api/v1/definitions/durable/<name>.
 A queue's settings set through the console reach every node of a real mesh and
 act there (a NACKed message dead-letters where the settings say); a durable
-subscription made by a STOMP client on one node is listed and deleted for all;
+subscription made by a STOMP client on one node is listed (with where its subscriber
+is and what waits for it) and deleted for all;
 bad input is a 4xx JSON error that changes nothing."""
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ def test_queue_settings_put_through_the_console_reach_every_node_and_act_there(m
         mesh.wait(lambda m=member: _held(m, QUEUE_SETTINGS, queue), f"the definition on {member}")
     (row,) = _listed(admin, queue)
     assert row["kind"] == "queue" and row["queue"] == body and row["deleted"] is False
+    # Made by the node the console asks first (A), named for the page.
+    assert row["origin_name"] == "A" and row["version"] >= 1 and "subscribers" not in row
     # It acts on another node: one NACK there and the message is dead-lettered.
     consumer = mesh.c.client()
     consumer.subscribe(f"/queue/{queue}", ack="client-individual")
@@ -62,15 +65,28 @@ def test_a_durable_subscription_is_listed_and_deleted_for_every_node(mesh, admin
     client_id, name = unique("app"), "feed"
     durable = f"{client_id}.{name}"
     subscriber = mesh.b.client(headers={"client-id": client_id})
-    subscriber.subscribe("/topic/" + unique("news"), headers={"activemq.subscriptionName": name})
+    topic = unique("news")
+    subscriber.subscribe("/topic/" + topic, headers={"activemq.subscriptionName": name})
     for member in mesh.nodes:
         mesh.wait(lambda m=member: _held(m, DURABLE_SUBSCRIPTION, durable), f"the subscription on {member}")
     (row,) = _listed(admin, durable)
     assert row["kind"] == "durable" and row["durable"]["topic"].startswith("news")
+    assert row["origin_name"] == "B"
+    # Where its subscriber is, from the nodes' snapshots.
+    ids = {r["name"]: r["id"] for r in admin.get("/api/v1/nodes").json()["items"]}
+    session = subscriber.connected_frame.headers["session"]
+    mesh.wait(lambda: _listed(admin, durable)[0]["subscribers"] == [
+        {"node": ids["B"], "node_name": "B", "connection": session}], "the subscriber on B in the listing")
     # While its subscriber is connected (to B), it cannot be deleted there.
     error = expect_error(admin.delete(f"/api/v1/definitions/durable/{durable}"), 409, "conflict")
     assert "subscriber" in error["message"]
     subscriber.disconnect()
+    # Away: no subscriber, and what is published meanwhile waits for it (counted over the nodes).
+    mesh.wait(lambda: _listed(admin, durable)[0]["subscribers"] == [], "the subscriber gone from the listing")
+    publisher = mesh.c.client()
+    for body in ("one", "two"):
+        publisher.send("/topic/" + topic, body, receipt=True)
+    mesh.wait(lambda: _listed(admin, durable)[0]["waiting"] == 2, "two messages waiting for the subscription")
     expect_ok(admin.delete(f"/api/v1/definitions/durable/{durable}"))
     for member in mesh.nodes:
         mesh.wait(lambda m=member: _held(m, DURABLE_SUBSCRIPTION, durable).deleted, f"the deletion on {member}")

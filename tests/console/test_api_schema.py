@@ -167,3 +167,14 @@ def test_the_pipeline_and_the_charts_match_the_schema(mesh, viewer, document):
     finally:
         clear(client)
         client.close()
+
+
+def test_the_definitions_match_the_schema(mesh, admin, document):
+    queue = unique("scd")
+    response = admin.put(f"{P}definitions/queues/{queue}", {"max_length": 10, "expiry_queue": ""}, format="json")
+    assert response.status_code == 200, response.content[:500]
+    page = admin.get(P + "definitions", {"name": queue}).json()
+    assert [row["queue"] for row in page["items"]] == [{"max_length": 10, "expiry_queue": ""}]
+    validator = _response_validator(document, "definitions")
+    assert not list(validator.iter_errors(page)), list(validator.iter_errors(page))[:3]
+    assert list(validator.iter_errors({**page, "items": [{**page["items"][0], "origin_name": 7}]}))  # not vacuous
