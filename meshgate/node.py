@@ -61,6 +61,10 @@ class Node:
         self.epoch = 0
         self.standby: Standby | None = None
         self.lease: LeaseKeeper | None = None
+        self.ha_role = ""  # replicated: "primary" (serving) or "backup" (following); "" otherwise
+        self.follower = None  # replicated: the ReplicaFollower while this process is the backup
+        self.replication = None  # replicated: the ReplicationSource while this process serves
+        self.witness_reporter = None
         self._exit = os._exit  # how a replaced node leaves (a seam: no graceful stop)
 
     @defer.inlineCallbacks
@@ -71,12 +75,15 @@ class Node:
             if not config.ha.shared_store:
                 self.data_dir.lock()  # raises NodeStartError, naming the holder
             yield self._wait_as_standby()
+        if config.ha.replicated:
+            yield self._take_turn()  # as the backup, until a takeover; or at once as the primary
         self.ha_state = "active"
         self.started_at = time.time()  # a standby's run starts when it takes over
         try:
-            # Every shared-store start is a new epoch, written before anything else is:
-            # a process that held the data dir before finds it was replaced.
-            self.epoch = self.data_dir.next_epoch() if config.ha.shared_store else self.data_dir.epoch()
+            # Every shared-store or replicated start is a new epoch, written before anything else
+            # is: a process that held the data dir (or the node) before finds it was replaced.
+            new_epoch = config.ha.shared_store or config.ha.replicated
+            self.epoch = self.data_dir.next_epoch() if new_epoch else self.data_dir.epoch()
         except (EpochError, OSError) as error:
             raise NodeStartError(f"cannot start an epoch in data dir {self.data_dir.path}: {error}") from None
         self.lease = LeaseKeeper(self.data_dir, self.reactor, config.ha.lease_interval_ms / 1000.0, self.epoch,
@@ -89,7 +96,14 @@ class Node:
         if config.ha.shared_store:
             log.info("ha: holding data dir %s as the active node, epoch %d", self.data_dir.path, self.epoch)
         self.identity = self.data_dir.identity(config.name)
-        self.store = JournalStore(
+        store_class = JournalStore
+        if config.ha.replicated:
+            from gateway.store.replicated import ReplicatedJournalStore
+
+            store_class = ReplicatedJournalStore
+            self.ha_role = "primary"
+            log.info("ha: serving as the primary of a replicated pair, epoch %d", self.epoch)
+        self.store = store_class(
             self.data_dir.path,
             self.reactor,
             sync=config.store.sync == "always",
@@ -121,6 +135,8 @@ class Node:
             self.mesh.hold_recovered()
         if recovered:
             log.info("recovered %d persistent messages", recovered)
+        if config.ha.replicated:
+            yield self._start_replication()
         if config.anonymous:
             exposed = [host for _, (host, _) in config.client_binds() if not _loopback(host)]
             # Anonymous on loopback is the documented local default; reachable from elsewhere it is a risk.
@@ -190,8 +206,94 @@ class Node:
 
     def ha_status(self) -> dict:
         """The Node fields of high availability (model.mesh.Node)."""
-        return {"ha_mode": self.config.ha.mode, "ha_state": "active" if self.ha_state == "active" else "standby",
-                "epoch": self.epoch, "standbys": list(self.lease.standbys) if self.lease is not None else []}
+        status = {"ha_mode": self.config.ha.mode, "ha_state": "active" if self.ha_state == "active" else "standby",
+                  "epoch": self.epoch, "standbys": list(self.lease.standbys) if self.lease is not None else []}
+        if self.replication is not None:
+            backup = self.replication.backup
+            status.update(ha_role=self.ha_role, replication_state=self.replication.state,
+                          replication_lag=self.replication.lag(), replication_sync=self.config.ha.sync,
+                          replication_backup=backup.peer if backup is not None else "")
+        return status
+
+    # -- replicated pairs (docs/ha.md) ---------------------------------------------------------------
+
+    def _witness_client(self):
+        from meshgate.witness import WitnessClient
+
+        ha = self.config.ha
+        if ha.witness is None:
+            return None
+        return WitnessClient(self.reactor, ha.witness, self.config.replication_password)
+
+    @defer.inlineCallbacks
+    def _take_turn(self):
+        """Replicated: start as the backup (``ha.role``, or a primary that was replaced
+        while it was away) and wait for a takeover; a primary serves at once."""
+        from meshgate.replication import INCOMPLETE, ReplicaFollower, primary_active_at
+        from meshgate.witness import WitnessUnreachable
+
+        ha = self.config.ha
+        witness = self._witness_client()
+        role = ha.role
+        if role == "primary":
+            own = self.data_dir.epoch()
+            reason = ""
+            if (self.data_dir.path / INCOMPLETE).exists():
+                reason = "its data dir holds an unfinished copy from the other member"
+            node_id = self._stored_node_id()
+            if not reason and witness is not None and node_id:
+                try:
+                    known = (yield witness.ask("status", node_id=node_id, epoch=own)).get("epoch", 0)
+                except WitnessUnreachable:
+                    known = 0
+                if isinstance(known, int) and known > own:
+                    reason = f"the witness has seen epoch {known} of this node, above this data dir's {own}"
+            if not reason and (yield primary_active_at(self.reactor, ha.peer)):
+                reason = f"the other member serves (its replication listener {ha.peer[0]}:{ha.peer[1]} answers)"
+            if reason:
+                log.warning("ha: not starting as the primary: %s; this process rejoins as the backup and copies "
+                            "the node's state from the serving member", reason)
+                role = "backup"
+        if role == "primary":
+            return
+        self.ha_role = "backup"
+        self.ha_state = "standby"
+        self.follower = ReplicaFollower(self.data_dir.path, self.reactor, peer=ha.peer,
+                                        password=self.config.replication_password, witness=witness,
+                                        heartbeat_s=ha.heartbeat_ms / 1000.0,
+                                        takeover_after_s=ha.takeover_after_ms / 1000.0, force=ha.force_takeover,
+                                        node_id=self._stored_node_id)
+        trigger = self.reactor.addSystemEventTrigger("before", "shutdown", self.follower.stop)
+        yield self.follower.wait()
+        self.reactor.removeSystemEventTrigger(trigger)
+        self.follower = None
+
+    def _stored_node_id(self) -> str:
+        import json
+
+        try:
+            return str(json.loads((self.data_dir.path / "node.json").read_text())["id"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return ""
+
+    @defer.inlineCallbacks
+    def _start_replication(self):
+        from meshgate.replication import ReplicationSource
+        from meshgate.witness import WitnessReporter
+
+        ha = self.config.ha
+        self.replication = ReplicationSource(
+            self.store, self.reactor, node_id=self.identity["id"], epoch=self.epoch,
+            password=self.config.replication_password, sync=ha.sync, heartbeat_s=ha.heartbeat_ms / 1000.0,
+            backup_timeout_s=max(2 * ha.takeover_after_ms / 1000.0, 3.0), on_replaced=self._replaced)
+        yield self.replication.listen(ha.replication_bind)
+        host, port = self.replication.address()
+        log.info("ha: replication listener on %s:%d (sync %s)", host, port, "on" if ha.sync else "off")
+        witness = self._witness_client()
+        if witness is not None:
+            self.witness_reporter = WitnessReporter(witness, self.identity["id"], self.epoch,
+                                                    ha.heartbeat_ms / 1000.0, self._replaced)
+            self.witness_reporter.start()
 
     def _replaced(self, reason: str) -> None:
         """Another process took this node's data dir over (its epoch is higher): stop
@@ -283,6 +385,8 @@ class Node:
         """Stop accepting, close clients, let in-flight store writes finish."""
         if self._sweeper is not None and self._sweeper.running:
             self._sweeper.stop()
+        if self.witness_reporter is not None:
+            self.witness_reporter.stop()
         for _, port in self.ports:
             yield port.stopListening()
         self.ports = []
@@ -307,6 +411,8 @@ class Node:
                 yield self.store.close()
             except StoreError as error:  # a full or failing disk: say so, exit non-zero
                 self.fatal = f"stopped with the store failing: {error}; the next start recovers what was acknowledged"
+        if self.replication is not None:
+            yield self.replication.stop()
         if self.lease is not None:
             yield self.lease.stop()
         self.data_dir.unlock()  # last: a standby takes over from here

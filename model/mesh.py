@@ -74,6 +74,12 @@ class Node(_Model, kw_only=True):
     ha_state: str = "active"  # "active" (serving) | "standby" (waiting; it exposes nothing, so is not reported)
     epoch: int = 0  # the data dir's epoch this process serves under: one more at each shared-store start
     standbys: list[Standby] = []  # processes waiting on this node's data dir lock
+    # Replicated pairs ([ha] mode = "replicated"): reported by the serving member.
+    ha_role: str = ""  # "primary" while serving ("" without replication)
+    replication_state: str = ""  # "no-backup" | "catching-up" | "in-sync"
+    replication_lag: int = 0  # journal bytes written and not yet acknowledged by the backup
+    replication_sync: bool = False  # receipts wait for the backup (ha.sync) once it is in sync
+    replication_backup: str = ""  # the backup's address, as the replication listener sees it
 
 
 class Link(_Model, kw_only=True):

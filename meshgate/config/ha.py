@@ -1,28 +1,61 @@
-"""The ``[ha]`` table: high availability on a shared store (docs/ha.md)."""
+"""The ``[ha]`` table: high availability on a shared store or by replication (docs/ha.md)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from meshgate.config.schema import ConfigError, _choice, _integer, _key
+from meshgate.config.schema import ConfigError, _boolean, _choice, _integer, _key, _string, parse_address
 
-HA_MODES = ("none", "shared-store")
+HA_MODES = ("none", "shared-store", "replicated")
+HA_ROLES = ("primary", "backup")
+
+
+def _optional_address(value: object, key: str) -> tuple[str, int] | None:
+    if value == "":
+        return None
+    return parse_address(value, key)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
 class HaConfig:
     # none: a second process on a held data dir refuses to start.
     # shared-store: it waits as the standby and takes over when the lock is released.
+    # replicated: a primary/backup pair, each with its own data dir; the backup keeps a copy of the journal.
     mode: str = _key("none", _choice(*HA_MODES))
     poll_interval_ms: int = _key(100, _integer(10))  # how often a standby tries the lock
     lease_interval_ms: int = _key(1000, _integer(100))  # lease renewal and epoch check by the holder
+    # -- replicated -------------------------------------------------------------------------
+    role: str = _key("primary", _choice(*HA_ROLES))  # the role this process starts in
+    # The replication listener this process opens while it serves (the backup dials it).
+    replication_bind: tuple[str, int] | None = _key(None, _optional_address)
+    # The other member's replication listener: dialled while this process is the backup.
+    peer: tuple[str, int] | None = _key(None, _optional_address)
+    sync: bool = _key(True, _boolean)  # receipts wait for the backup's copy too
+    # A witness (``meshgate witness``) that the pair asks before a takeover; "" = none.
+    witness: tuple[str, int] | None = _key(None, _optional_address)
+    # Authenticates the replication link and the witness (HMAC); "" = mesh.cluster_password.
+    password: str = _key("", _string(empty=True))
+    heartbeat_ms: int = _key(250, _integer(10))  # primary -> backup and -> witness
+    takeover_after_ms: int = _key(1500, _integer(50))  # silence of the primary before a takeover is considered
+    force_takeover: bool = _key(False, _boolean)  # take over even while behind (messages may be lost)
 
     def __post_init__(self) -> None:
         if self.lease_interval_ms > 60_000:
             raise ConfigError("ha.lease_interval_ms",
                               f"must be at most 60000, or a replaced node would serve on for minutes; "
                               f"got {self.lease_interval_ms}")
+        if self.mode == "replicated":
+            if self.replication_bind is None:
+                raise ConfigError("ha.replication_bind", 'needed with mode = "replicated" (HOST:PORT this process '
+                                                         "listens on for its backup while it serves)")
+            if self.peer is None:
+                raise ConfigError("ha.peer", 'needed with mode = "replicated" (HOST:PORT of the other member\'s '
+                                             "replication listener)")
 
     @property
     def shared_store(self) -> bool:
         return self.mode == "shared-store"
+
+    @property
+    def replicated(self) -> bool:
+        return self.mode == "replicated"

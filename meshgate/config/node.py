@@ -206,6 +206,16 @@ class NodeConfig:
                         "mesh.bind",
                         f"same port as {key} ({address[0]}:{address[1]}); the mesh needs its own listener",
                     )
+        if self.ha.replicated and not self.replication_password:
+            raise ConfigError("ha.password", 'needed with mode = "replicated" (or a [mesh] cluster_password): it '
+                                             "authenticates the replication link and the witness")
+
+    @property
+    def replication_password(self) -> str:
+        """What authenticates the replication link and the witness: ha.password, else the mesh's."""
+        if self.ha.password:
+            return self.ha.password
+        return self.mesh.cluster_password if self.mesh is not None else ""
 
     def client_binds(self) -> list[tuple[str, tuple[str, int]]]:
         """(key, address) of every client listener configured, STOMP's and AMQP's."""

@@ -107,7 +107,8 @@ def test_schema_version_is_one():
 # The documented wire names: renaming or removing one breaks every reader (bump SCHEMA_VERSION instead).
 NODE_KEYS = ["id", "name", "version", "group_name", "started_at", "state", "last_seen", "addresses", "connections",
              "memory_used", "memory_limit", "store_bytes", "store_limit", "disk_free", "store_blocked", "in_doubt",
-             "metrics", "ha_mode", "ha_state", "epoch", "standbys"]
+             "metrics", "ha_mode", "ha_state", "epoch", "standbys", "ha_role", "replication_state",
+             "replication_lag", "replication_sync", "replication_backup"]
 LINK_KEYS = ["node", "peer", "peer_name", "direction", "dialled", "state", "since", "address", "in_flight", "backlog",
              "in_doubt", "forwarded_out", "forwarded_in"]
 PARTIAL_QUEUE_KEYS = ["node", "name", "depth", "in_flight", "forwarding", "in_doubt", "consumers", "remote_demand",

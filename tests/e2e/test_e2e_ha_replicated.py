@@ -1,0 +1,399 @@
+"""Replicated primary/backup pairs (docs/ha.md), with real ``meshgate broker`` and
+``meshgate witness`` processes, each member with its own data dir:
+
+1. the primary killed with ``kill -9`` mid-stream under persistent load with
+   receipts: the backup takes over, nothing receipted is lost, the failover client
+   reconnects by itself and its consumer continues on the backup, the epoch is one higher;
+2. the replication link cut by a proxy the test controls: no takeover while the
+   witness still hears the primary; once the witness loses it too, exactly one;
+   the old primary, hearing from the witness again, stops (fenced);
+3. the old primary restarted after a takeover rejoins as the backup;
+4. with ``sync = true`` a RECEIPT waits for the backup (frozen with SIGSTOP).
+
+Every wait is bounded; processes are stopped by pid and cleaned up at teardown."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from e2e_support import HOST, BrokerProcess, _Output, manage_result, open_client, unique
+from mesh_support import free_port, wait_until
+
+from meshgate.client import FailoverConnection
+from meshgate.datadir import read_epoch
+from model.requests import Summary
+
+PASSWORD = "e2e-" + unique("repl")
+TAKEOVER_DEADLINE = 8.0  # seconds from kill -9 to the backup listening
+N = 300
+MESHGATE = str(Path(sys.executable).with_name("meshgate"))
+
+
+# -- processes and a proxy ------------------------------------------------------------------------
+
+
+class Member(BrokerProcess):
+    """One member of the pair ``A`` (its own data dir); ``launch()`` does not wait for
+    listeners, since a backup has none."""
+
+    def __init__(self, workdir: Path, label: str, config: str) -> None:
+        super().__init__(workdir, name=label, config=config, data_dir=workdir / f"data-{label}")
+        self.label = label
+
+    def command(self, port: int) -> list[str]:
+        cmd = super().command(port)
+        cmd[cmd.index("--name") + 1] = "A"
+        return cmd
+
+    def launch(self, port: int) -> Member:
+        assert not self.running
+        if self.output is not None:
+            self.past_outputs.append(self.describe())
+        self.port = port
+        self.proc = subprocess.Popen(self.command(port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, cwd=self.workdir)
+        self.output = _Output(self.proc)
+        self.starts += 1
+        return self
+
+    def wait_listening(self, timeout: float) -> None:
+        match = self.output.wait_for(r"listening on stomp://(\S+):(\d+)\s*$", timeout=timeout)
+        assert match is not None, f"{self.label} did not start listening within {timeout} s\n{self.describe()}"
+
+    def wait_log(self, pattern: str, timeout: float = 15.0) -> re.Match:
+        match = self.output.wait_for(pattern, stream="stderr", timeout=timeout)
+        assert match is not None, f"{self.label}: no log line matching {pattern!r} within {timeout} s\n" \
+                                  f"{self.describe()}"
+        return match
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.label} still runs after {timeout} s\n{self.describe()}") from None
+        self.output.join()
+        return code
+
+
+class Witness:
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        env = {**os.environ, "MESHGATE_HA_PASSWORD": PASSWORD}
+        self.proc = subprocess.Popen([MESHGATE, "witness", "--bind", f"{HOST}:{self.port}"], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                     cwd=workdir)
+        self.output = _Output(self.proc)
+        assert self.output.wait_for(r"meshgate witness listening on", timeout=15), self.output.text("stderr")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+class Proxy:
+    """A TCP proxy on a fixed port that the test stops (closing every connection:
+    the link is cut) and starts again."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.port = free_port()
+        self.server: socket.socket | None = None
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+
+    def start(self) -> Proxy:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((HOST, self.port))
+        server.listen(16)
+        self.server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+        return self
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection((HOST, self.target), timeout=2)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self.lock:
+                if self.server is not server:
+                    client.close()
+                    upstream.close()
+                    return
+                self.sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        with self.lock:
+            server, self.server = self.server, None
+            sockets, self.sockets = self.sockets, []
+        if server is not None:
+            server.close()
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((HOST, port)) == 0
+
+
+def ha_table(role: str, bind: int, peer: int, witness: int | None, extra: str = "") -> str:
+    text = (f'[ha]\nmode = "replicated"\nrole = "{role}"\nreplication_bind = "{HOST}:{bind}"\n'
+            f'peer = "{HOST}:{peer}"\npassword = "{PASSWORD}"\nheartbeat_ms = 200\ntakeover_after_ms = 1000\n')
+    if witness is not None:
+        text += f'witness = "{HOST}:{witness}"\n'
+    return text + extra
+
+
+class Pair:
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.members: list[Member] = []
+        self.witnesses: list[Witness] = []
+        self.proxies: list[Proxy] = []
+
+    def witness(self) -> Witness:
+        witness = Witness(self.tmp_path)
+        self.witnesses.append(witness)
+        return witness
+
+    def proxy(self, target: int) -> Proxy:
+        proxy = Proxy(target).start()
+        self.proxies.append(proxy)
+        return proxy
+
+    def member(self, label: str, config: str) -> Member:
+        member = Member(self.tmp_path, label, config)
+        self.members.append(member)
+        return member
+
+    def cleanup(self) -> None:
+        for member in self.members:
+            if member.proc is not None and member.proc.poll() is not None:
+                pass
+            try:
+                os.kill(member.pid, signal.SIGCONT) if member.running else None
+            except OSError:
+                pass
+            print(member.describe())
+            member.cleanup()
+        for proxy in self.proxies:
+            proxy.stop()
+        for witness in self.witnesses:
+            witness.stop()
+
+
+@pytest.fixture
+def pair(tmp_path):
+    made = Pair(tmp_path)
+    yield made
+    made.cleanup()
+
+
+def start_pair(pair: Pair, *, witness: Witness | None, backup_peer: int | None = None,
+               primary_witness: int | None = None, extra: str = "") -> tuple[Member, Member, int, int]:
+    """A primary and its backup, the backup caught up. Returns (primary, backup,
+    the primary's replication port, the backup's)."""
+    a_repl, b_repl = free_port(), free_port()
+    w = witness.port if witness is not None else None
+    primary = pair.member("primary", ha_table("primary", a_repl, b_repl,
+                                             primary_witness if primary_witness is not None else w, extra)).start()
+    backup = pair.member("backup", ha_table("backup", b_repl, backup_peer or a_repl, w, extra)).launch(free_port())
+    backup.wait_log(r"replication: caught up with the primary")
+    wait_until(lambda: manage_result(primary.port, Summary()).node.replication_state == "in-sync",
+               "the primary to see its backup in sync")
+    return primary, backup, a_repl, b_repl
+
+
+# -- (1) kill -9 under load: nothing receipted is lost ---------------------------------------------
+
+
+def test_the_backup_takes_over_a_killed_primary_with_every_receipted_message(pair):
+    witness = pair.witness()
+    primary, backup, _, _ = start_pair(pair, witness=witness)
+    before = manage_result(primary.port, Summary()).node
+    assert (before.ha_mode, before.ha_role, before.replication_state, before.replication_sync) == \
+        ("replicated", "primary", "in-sync", True)
+    assert not listening(backup.port), "the backup listens for clients"
+    epoch = before.epoch
+
+    url = (f"failover:(tcp://{HOST}:{primary.port},tcp://{HOST}:{backup.port})?randomize=false"
+           "&initialReconnectDelay=50&maxReconnectDelay=200&connectionTimeout=2000")
+    q = "/queue/" + unique("repl")
+    got: list[str] = []
+    got_lock = threading.Lock()
+    consumer = FailoverConnection(url).connect()
+
+    def handle(message) -> None:
+        with got_lock:
+            got.append(message.body)
+        consumer.ack(message)
+
+    consumer.subscribe(q, ack="client-individual", callback=handle)
+    producer = FailoverConnection(url).connect()
+    receipted: list[str] = []
+    killed_at: list[float] = []
+
+    def produce() -> None:
+        for i in range(N):
+            body = f"m{i:03d}"
+            producer.send(q, body, {"persistent": "true"}, timeout=30)  # returns once receipted
+            receipted.append(body)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    wait_until(lambda: len(receipted) >= N // 3, "a third of the sends receipted", timeout=30)
+    primary.kill9()
+    killed_at.append(time.monotonic())
+    backup.wait_listening(timeout=TAKEOVER_DEADLINE)
+    took = time.monotonic() - killed_at[0]
+    assert took <= TAKEOVER_DEADLINE
+    backup.wait_log(r"backup: the primary at .* is gone .* and the witness agrees; taking over at epoch")
+    thread.join(60)
+    assert not thread.is_alive() and len(receipted) == N, f"only {len(receipted)} sends receipted"
+
+    def all_consumed() -> bool:
+        with got_lock:
+            return set(receipted) <= set(got)
+
+    wait_until(all_consumed, "every receipted message consumed", timeout=30,
+               describe=lambda: f"missing {sorted(set(receipted) - set(got))[:10]}")
+    assert producer.broker.port == backup.port and consumer.broker.port == backup.port
+    after = manage_result(backup.port, Summary()).node
+    assert (after.id, after.epoch, after.ha_role) == (before.id, epoch + 1, "primary")
+    assert read_epoch(backup.data_dir) == epoch + 1
+    producer.disconnect()
+    consumer.disconnect()
+
+
+# -- (2) a cut replication link: no takeover without the witness's agreement ------------------------
+
+
+def test_a_cut_replication_link_makes_no_second_primary_and_exactly_one_with_quorum(pair):
+    witness = pair.witness()
+    a_repl = free_port()
+    link_proxy = pair.proxy(a_repl)  # backup -> primary's replication listener
+    witness_proxy = pair.proxy(witness.port)  # primary -> witness
+    b_repl = free_port()
+    primary = pair.member("primary", ha_table("primary", a_repl, b_repl, witness_proxy.port)).start()
+    backup = pair.member("backup", ha_table("backup", b_repl, link_proxy.port, witness.port)).launch(free_port())
+    backup.wait_log(r"replication: caught up with the primary")
+    q = "/queue/" + unique("cut")
+    client = open_client(primary)
+    client.send(q, "before the cut", headers={"persistent": "true"}, receipt=True)
+
+    link_proxy.stop()  # the replication link is cut; the witness still hears the primary
+    backup.wait_log(r"replication: the link to the primary at .* is gone")
+    backup.wait_log(r"the witness says: the witness heard the primary .* no takeover")
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        assert not listening(backup.port), "a second primary: the backup took over while the primary lives"
+        time.sleep(0.2)
+    assert primary.running and listening(primary.port)
+    wait_until(lambda: manage_result(primary.port, Summary()).node.replication_state == "no-backup",
+               "the primary to see its backup gone")
+    # The primary goes on alone: receipts no longer wait for the backup.
+    client.send(q, "alone", headers={"persistent": "true"}, receipt=True)
+
+    witness_proxy.stop()  # now the witness loses the primary too: quorum for the backup
+    backup.wait_listening(timeout=TAKEOVER_DEADLINE)
+    assert len(re.findall(r"taking over at epoch", backup.stderr())) == 1
+    # The old primary hears from the witness again and learns it was replaced: it stops.
+    witness_proxy.start()
+    assert primary.wait_exit(10) == 1
+    assert re.search(r"meshgate: fenced: the witness has seen epoch \d+ of node id", primary.stderr()), \
+        primary.stderr()
+    assert backup.running and listening(backup.port)
+    consumer = open_client(backup)
+    consumer.subscribe(q)
+    assert [m.body for m in consumer.listener.wait_for(1, timeout=10)] == ["before the cut"]
+    client.drop()
+
+
+# -- (3) the old primary, restarted, rejoins as the backup ------------------------------------------
+
+
+def test_the_old_primary_restarted_after_a_takeover_rejoins_as_the_backup(pair):
+    witness = pair.witness()
+    primary, backup, _, _ = start_pair(pair, witness=witness)
+    q = "/queue/" + unique("rejoin")
+    client = open_client(primary)
+    client.send(q, "one", headers={"persistent": "true"}, receipt=True)
+    client.drop()
+    primary.kill9()
+    backup.wait_listening(timeout=TAKEOVER_DEADLINE)
+    epoch = read_epoch(backup.data_dir)
+
+    primary.launch(free_port())  # same config: role = "primary"
+    primary.wait_log(r"ha: not starting as the primary: .*rejoins as the backup")
+    primary.wait_log(r"replication: caught up with the primary")
+    assert not listening(primary.port), "the old primary serves clients"
+    wait_until(lambda: manage_result(backup.port, Summary()).node.replication_state == "in-sync",
+               "the new primary to see the old one as its backup in sync")
+    assert read_epoch(primary.data_dir) == epoch, "the rejoined backup has the new primary's epoch"
+    # What the new primary receives now reaches the rejoined backup's copy.
+    sender = open_client(backup)
+    sender.send(q, "two", headers={"persistent": "true"}, receipt=True)
+    consumer = open_client(backup)
+    consumer.subscribe(q)
+    assert sorted(m.body for m in consumer.listener.wait_for(2, timeout=10)) == ["one", "two"]
+    sender.drop()
+
+
+# -- (4) sync: the RECEIPT waits for the backup ----------------------------------------------------
+
+
+def test_with_sync_a_receipt_waits_for_the_backup(pair):
+    witness = pair.witness()
+    primary, backup, _, _ = start_pair(pair, witness=witness, extra="")
+    client = open_client(primary)
+    q = "/queue/" + unique("sync")
+    client.send(q, "warm", headers={"persistent": "true"}, receipt=True)
+    os.kill(backup.pid, signal.SIGSTOP)
+    try:
+        rid = "r-" + unique("frozen")
+        client.conn.send(q, "frozen", headers={"persistent": "true", "receipt": rid})
+        time.sleep(1.0)  # the absence of a receipt over this window is the assertion
+        assert rid not in client.listener.receipts, "a RECEIPT was sent while the backup could not have the message"
+    finally:
+        os.kill(backup.pid, signal.SIGCONT)
+    wait_until(lambda: rid in client.listener.receipts, "the RECEIPT once the backup has the message", timeout=5)
+    assert primary.running and not listening(backup.port)
+    client.drop()
