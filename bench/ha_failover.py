@@ -50,6 +50,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM what is still running of ``procs`` (started here), SIGKILL after 20 s."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+
+
 def wait_for(predicate, what: str, timeout: float, interval: float = 0.05) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -202,14 +214,7 @@ def meshgate_run(work: Path, messages: int, poll_ms: int) -> Run:
         consumer.close()
         return Run(answered, consumed, delivered)
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
+        stop(procs)
 
 
 # -- ActiveMQ --------------------------------------------------------------------------------

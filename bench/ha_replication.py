@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ha_failover import HOST, BenchError, Stomp, consume_after_kill, drain, free_port, wait_for  # noqa: E402
+from ha_failover import HOST, BenchError, Stomp, consume_after_kill, drain, free_port, stop, wait_for  # noqa: E402
 
 MESHGATE = Path(sys.executable).with_name("meshgate")
 STOMP_BENCH = Path(__file__).resolve().parent / "stomp_bench.py"
@@ -58,14 +58,7 @@ class Procs:
             return b""
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(10)
+        stop(self.procs)
 
 
 def start_single(procs: Procs) -> tuple[int, int]:
