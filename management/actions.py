@@ -8,6 +8,8 @@ import itertools
 import re
 from typing import TYPE_CHECKING, Callable
 
+from twisted.internet.defer import Deferred, maybeDeferred
+
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import Queue
@@ -24,8 +26,10 @@ MAX_BROWSE = 500
 
 class LocalActions:
     def __init__(self, *, node_id: str, broker: Broker, mesh: MeshNode | None, clock,
-                 scale_down_and_stop: Callable[[], None] | None = None) -> None:
+                 scale_down_and_stop: Callable[[], None] | None = None,
+                 failback: Callable[[], Deferred] | None = None) -> None:
         self.node_id = node_id
+        self.failback_node = failback
         self.broker = broker
         self.mesh = mesh
         self.clock = clock
@@ -184,6 +188,27 @@ class LocalActions:
         # Answer first: the node stops once its messages are handed over.
         self.clock.callLater(0.2, self.scale_down_and_stop)
         return self._done("scale_down", self.node_id, detail="handing every message over, then stopping")
+
+
+    def failback(self) -> Deferred:
+        """Hand a replicated pair's node over to its in-sync backup; fires with a Done
+        naming the new epoch once the backup serves (docs/ha.md#failback)."""
+        if self.failback_node is None:
+            raise ManagementError("conflict", "this node is not a member of a replicated pair (ha.mode = "
+                                  '"replicated")', self.node_id)
+
+        def done(result: tuple[int, str]) -> Done:
+            epoch, backup = result
+            return self._done("ha_failback", self.node_id, count=epoch,
+                              detail=f"the backup {backup} took over at epoch {epoch}; this member rejoins as its "
+                                     "backup")
+
+        def refused(failure):
+            if failure.check(ManagementError):
+                return failure
+            raise ManagementError("conflict", f"failback refused: {failure.value}", self.node_id)
+
+        return maybeDeferred(self.failback_node).addCallbacks(done, refused)
 
 
 def _browsed(message: Message, preview: int, now: float) -> BrowsedMessage:

@@ -79,6 +79,7 @@ class ManagementService:
             "close_connection": lambda r: actions.close_connection(r.connection, r.reason),
             "forget": lambda r: actions.forget(r.forget),
             "scale_down": lambda r: actions.scale_down(),
+            "ha_failback": lambda r: actions.failback(),
             "definitions": lambda r: actions.definitions(),
             "define_queue": lambda r: actions.define_queue(r.queue, r.settings),
             "delete_definition": lambda r: actions.delete_definition(r.kind, r.name),
@@ -230,6 +231,17 @@ class ManagementService:
             if not (everywhere and error.code == "not_found"):
                 self.events.emit(AdminAction(user=user, action=action, target=target, ok=False, result=str(error)))
             raise
+        if isinstance(result, defer.Deferred):  # an action that takes a while (ha_failback)
+            def failed(failure):
+                if failure.check(ManagementError):
+                    self.events.emit(AdminAction(user=user, action=action, target=target, ok=False,
+                                                 result=str(failure.value)))
+                return failure
+
+            return result.addCallbacks(lambda done: self._record(action, target, user, done), failed)
+        return self._record(action, target, user, result)
+
+    def _record(self, action: str, target: str, user: str, result: Any) -> Any:
         if isinstance(result, BrowsePage):
             detail = f"looked at {len(result.messages)} of {result.total} message(s) from {result.offset}"
         else:
@@ -244,6 +256,9 @@ class ManagementService:
             if not isinstance(body, dict) or "request" not in body:
                 raise ManagementError("bad_request", "a routed request needs a request and a user")
             request = decode_request(msgspec.json.encode(body["request"]))
+            if request.__struct_config__.tag == "ha_failback":
+                raise ManagementError("bad_request", "ha_failback is answered by the serving member itself: ask it "
+                                                     "directly (meshgate ha failback --stomp HOST:PORT)")
             result = self._answer_here(request, str(body.get("user", "?")), bool(body.get("everywhere")))
             return {"result": msgspec.to_builtins(result)}
         except ManagementError as error:

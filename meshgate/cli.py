@@ -70,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     witness.add_argument("--state", metavar="FILE", help="keep the epochs it saw in this file across restarts")
     witness.add_argument("--log-level", default="INFO")
 
-    ha = commands.add_parser("ha", help="a replicated pair: status (docs/ha.md)")
+    ha = commands.add_parser("ha", help="a replicated pair: status, failback (docs/ha.md)")
     ha.add_argument("action", choices=["status", "failback"])
     ha.add_argument("--stomp", metavar="HOST:PORT", default="127.0.0.1:61613", help="the serving member")
     ha.add_argument("--login")
     ha.add_argument("--passcode")
     ha.add_argument("--json", action="store_true")
+    ha.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                    help="failback: how long to wait for the handover (default 60)")
 
     add_admin_commands(commands)
 
@@ -129,10 +131,7 @@ def _ha(args: argparse.Namespace) -> int:
     from model.requests import Summary
 
     if args.action == "failback":
-        print("meshgate ha failback: not done yet (docs/ha.md#not-done-yet): stop the serving member gracefully "
-              "(SIGTERM) once its backup is in sync; the backup takes over and the stopped member, restarted, "
-              "rejoins as the backup", file=sys.stderr)
-        return 1
+        return _failback(args)
     host, _, port = args.stomp.rpartition(":")
     try:
         with ManagementClient(host.strip("[]"), int(port), args.login, args.passcode) as client:
@@ -150,6 +149,31 @@ def _ha(args: argparse.Namespace) -> int:
     else:
         for key, value in fields.items():
             print(f"{key:12} {value}")
+    return 0
+
+
+def _failback(args: argparse.Namespace) -> int:
+    """``meshgate ha failback``: the serving member hands the node over to its in-sync
+    backup and rejoins as that one's backup (docs/ha.md#failback)."""
+    import json
+
+    from management.client import ManagementClient, ManagementClientError, RequestFailed
+    from model.requests import HaFailback
+
+    host, _, port = args.stomp.rpartition(":")
+    try:
+        with ManagementClient(host.strip("[]"), int(port), args.login, args.passcode,
+                              timeout=args.timeout) as client:
+            done = client.call(HaFailback())
+    except (ManagementClientError, RequestFailed, ValueError) as error:
+        print(f"meshgate ha failback: {error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"ok": True, "node": done.node, "epoch": done.count, "detail": done.detail}))
+    else:
+        print(f"failback done: {done.detail}")
+        print(f"new epoch {done.count}; the other member serves now (meshgate ha status there); clients with "
+              "failover URLs reconnect to it")
     return 0
 
 
@@ -224,12 +248,15 @@ def _broker(args: argparse.Namespace) -> int:
     node = Node(config, reactor)
     outcome = {"status": 0}
 
-    def started(node: Node) -> None:
-        reactor.addSystemEventTrigger("before", "shutdown", node.stop)
-        _tune_gc()
+    def serving(node: Node) -> None:
         for scheme, host, port in node.addresses():
             print(f"meshgate node {config.name} ({node.identity['id']}) listening on {scheme}://{host}:{port}",
                   flush=True)
+
+    def started(node: Node) -> None:
+        reactor.addSystemEventTrigger("before", "shutdown", node.stop)
+        _tune_gc()
+        serving(node)
         _, host, port = node.addresses()[0]
         print(f"connect with any STOMP client, e.g. python -c \"import stomp; c = stomp.Connection([('{host}', "
               f"{port})]); c.connect(wait=True)\"", flush=True)
@@ -243,6 +270,7 @@ def _broker(args: argparse.Namespace) -> int:
         reactor.stop()
 
     def begin() -> None:
+        node.on_restarted = serving  # after a failback this process serves again once it takes over
         node.start().addCallbacks(started, failed)
 
     reactor.callWhenRunning(begin)

@@ -7,6 +7,7 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from twisted.internet import defer, endpoints, task
@@ -66,6 +67,9 @@ class Node:
         self.replication = None  # replicated: the ReplicationSource while this process serves
         self.witness_reporter = None
         self._exit = os._exit  # how a replaced node leaves (a seam: no graceful stop)
+        self.failing_back = False  # replicated: a failback is under way
+        self._rejoin = False  # replicated: restarting as the backup after a failback
+        self.on_restarted: Callable[[Node], None] | None = None  # after a failback: serving again (a takeover)
 
     @defer.inlineCallbacks
     def start(self):
@@ -234,7 +238,10 @@ class Node:
 
         ha = self.config.ha
         witness = self._witness_client()
-        role = ha.role
+        role = "backup" if self._rejoin else ha.role
+        if self._rejoin:
+            log.warning("ha: rejoining as the backup of the member that took over (failback); copying the node's "
+                        "state from it")
         if role == "primary":
             own = self.data_dir.epoch()
             reason = ""
@@ -295,6 +302,149 @@ class Node:
                                                     ha.heartbeat_ms / 1000.0, self._replaced)
             self.witness_reporter.start()
 
+    # -- failback: a controlled switch of roles (meshgate ha failback) -----------------------------------
+
+    @defer.inlineCallbacks
+    def failback(self, drain_timeout_s: float = 10.0):
+        """Hand the node over to the in-sync backup, then rejoin as its backup.
+
+        1. Refuse unless a backup is connected and in sync (nothing changes then).
+        2. Stop taking client work: the client listeners stop accepting and every client
+           connection stops being read (what it sends waits in its socket).
+        3. Wait until the journal is flushed, synced here and acknowledged by the backup
+           (lag 0): everything receipted so far is on both.
+        4. Tell the witness this epoch hands over (``release``), after the last heartbeat.
+        5. ``TAKEOVER`` over the replication link: the backup claims the next epoch from the
+           witness and starts serving as a takeover does; it answers ``TAKEN`` first.
+        6. From then on nothing written here counts as durable (no RECEIPT or STORED for it);
+           this process closes its clients (their failover URLs take them to the other
+           member), stops its node and starts it again as the other member's backup.
+
+        If 3–5 fail, clients are read again and this process serves on. Fires with a
+        ``(epoch, backup address)`` pair; fails with HandoverRefused."""
+        from meshgate.replication import HandoverRefused
+        from meshgate.witness import WitnessUnreachable
+
+        source = self.replication
+        if source is None or self.ha_role != "primary":
+            raise HandoverRefused("this process is not the serving member of a replicated pair")
+        if self.failing_back:
+            raise HandoverRefused("a failback is under way already")
+        if source.backup is None or source.state != "in-sync":
+            raise HandoverRefused(f"no backup in sync: replication is {source.state}, lag {source.lag()} bytes; "
+                                  "a failback needs a connected backup in sync (meshgate ha status)")
+        backup = source.backup.peer
+        self.failing_back = True
+        log.warning("failback: requested; no new client work is taken while the backup %s catches the last "
+                    "writes", backup)
+        self._pause_clients(True)
+        reporter = self.witness_reporter
+        released = False
+        try:
+            waited = 0.0
+            while True:
+                if source.backup is None or source.state != "in-sync":
+                    raise HandoverRefused(f"the backup is no longer in sync (replication is {source.state})")
+                if not self.store._buffer and self.store.local_durable >= self.store.written \
+                        and source.lag() == 0:
+                    break
+                if waited >= drain_timeout_s:
+                    raise HandoverRefused(f"the backup did not acknowledge everything within {drain_timeout_s:g} s "
+                                          f"(lag {source.lag()} bytes)")
+                yield task.deferLater(self.reactor, 0.01, lambda: None)
+                waited += 0.01
+            if reporter is not None:
+                reporter.stop()
+                while reporter.busy:
+                    yield task.deferLater(self.reactor, 0.01, lambda: None)
+                try:
+                    answer = yield reporter.client.ask("release", node_id=self.identity["id"], epoch=self.epoch)
+                except WitnessUnreachable as problem:
+                    raise HandoverRefused(f"the witness cannot be reached ({problem})") from None
+                if not answer.get("released"):
+                    raise HandoverRefused(f"the witness knows epoch {answer.get('epoch')} of this node, not this "
+                                          f"process's {self.epoch}")
+                released = True
+            takeover_s = self.config.ha.takeover_after_ms / 1000.0
+            try:
+                epoch = yield source.hand_over(timeout_s=max(5.0, 2 * takeover_s))
+            except HandoverRefused:
+                # The link may have dropped after the backup took over: the witness knows.
+                epoch = (yield self._taken_over_meanwhile(reporter)) if released else 0
+                if not epoch:
+                    raise
+                log.warning("failback: no answer from the backup, but the witness has seen epoch %d: it took over",
+                            epoch)
+                source.handed_over = True
+                self.store.hand_over()
+        except Exception as problem:
+            self.failing_back = False
+            if source.handed_over:  # the answer came, but this side failed after: it must not serve
+                raise
+            if reporter is not None:
+                if released:
+                    log.warning("failback: refused after the witness was told; heartbeats resume")
+                reporter.start()
+            self._pause_clients(False)
+            log.warning("failback: not done (%s); serving on", problem)
+            raise
+        log.warning("failback: the backup %s took over at epoch %d; closing the clients and rejoining as its "
+                    "backup", backup, epoch)
+        self.reactor.callLater(0.3, self._rejoin_as_backup)  # the answer goes out first
+        return epoch, backup
+
+    @defer.inlineCallbacks
+    def _taken_over_meanwhile(self, reporter):
+        """The epoch the witness knows of this node if above this process's, else 0."""
+        from meshgate.witness import WitnessUnreachable
+
+        try:
+            known = (yield reporter.client.ask("status", node_id=self.identity["id"], epoch=self.epoch)).get("epoch")
+        except WitnessUnreachable:
+            return 0
+        return known if isinstance(known, int) and known > self.epoch else 0
+
+    def _pause_clients(self, pause: bool) -> None:
+        """Stop (or resume) accepting client connections and reading the open ones."""
+        for _, port in self.ports:
+            (port.stopReading if pause else port.startReading)()
+        for factory in (self.stomp_factory, self.amqp_factory):
+            if factory is None:
+                continue
+            for connection in list(factory.connections):
+                transport = connection.transport
+                method = getattr(transport, "pauseProducing" if pause else "resumeProducing", None)
+                if method is not None:
+                    method()
+
+    @defer.inlineCallbacks
+    def _rejoin_as_backup(self):
+        """After a failback: stop this node (its clients go, the store closes with nothing
+        more released) and start it again as the backup of the member that took over."""
+        try:
+            yield self.stop()
+        except Exception:  # noqa: BLE001 -- it must rejoin whatever went wrong in stopping
+            log.exception("failback: stopping the node failed; rejoining anyway")
+        self.store = self.broker = self.mesh = self.replication = self.witness_reporter = None
+        self.stomp_factory = self.amqp_factory = self.discovery = self.dns_discovery = self.metrics = None
+        self._sweeper = None
+        self.lease = None
+        self.ports = []
+        self.ha_role = ""
+        self.failing_back = False
+        self._rejoin = True
+        try:
+            yield self.start()
+        except Exception as error:  # noqa: BLE001 -- say why, and exit non-zero
+            self.fatal = f"cannot rejoin as the backup after a failback: {error}"
+            log.error("%s", self.fatal)
+            self.reactor.stop()
+            return
+        finally:
+            self._rejoin = False
+        if self.on_restarted is not None:
+            self.on_restarted(self)
+
     def _replaced(self, reason: str) -> None:
         """Another process took this node's data dir over (its epoch is higher): stop
         at once. No graceful stop: that would write to a store another process now
@@ -318,7 +468,8 @@ class Node:
             ha=self.ha_status,
         )
         actions = LocalActions(node_id=node_id, broker=self.broker, mesh=self.mesh, clock=self.reactor,
-                               scale_down_and_stop=self.scale_down_and_stop)
+                               scale_down_and_stop=self.scale_down_and_stop,
+                               failback=self.failback if self.config.ha.replicated else None)
         ManagementService(node_id=node_id, name=self.config.name, broker=self.broker, mesh=self.mesh,
                           state=self.state, actions=actions, events=self.events, authorizer=authorizer)
 
@@ -397,7 +548,8 @@ class Node:
         if self.mesh is not None and (self.config.mesh.scale_down or self.scale_down_requested) \
                 and self.fatal is None:
             yield self.mesh.scale_down()
-        self.events.flush()
+        if self.events is not None:
+            self.events.flush()
         if self.metrics is not None:
             self.metrics.stop()
         if self.dns_discovery is not None:

@@ -8,7 +8,10 @@ has not heard the node's current epoch for that long, and records the new epoch:
 from then on it answers the old epoch's ``alive`` with ``fenced`` (that process
 was replaced and stops), and a process starting as primary asks it (``status``)
 whether it was replaced while away. So a cut replication link alone never makes
-two primaries: the witness still hears the primary and refuses the claim.
+two primaries: the witness still hears the primary and refuses the claim. A
+serving process that hands the node over on request (``meshgate ha failback``)
+first says ``release`` (node id, its epoch): the witness forgets having heard it,
+so the backup's claim of the next epoch is granted at once, by the same rule.
 
 One JSON object per line each way over TCP, one request per connection; both
 carry an HMAC of the pair's password (``ha.password``) so that neither side
@@ -80,6 +83,13 @@ class Witness:
                 log.info("witness: node %s serves at epoch %d", node_id, epoch)
             self.heard[node_id] = now
             return {"ok": True}
+        if op == "release":
+            if epoch != known:
+                return {"released": False, "epoch": known}
+            self.heard.pop(node_id, None)
+            log.info("witness: node %s at epoch %d hands over (failback): the next claim need not wait", node_id,
+                     epoch)
+            return {"released": True}
         if op == "status":
             heard = self.heard.get(node_id)
             return {"epoch": known, "silent_s": None if heard is None else round(now - heard, 3)}
@@ -230,6 +240,8 @@ class WitnessReporter:
     def start(self) -> None:
         from twisted.internet import task
 
+        if self._loop is not None and self._loop.running:
+            return
         self._loop = task.LoopingCall(self._beat)
         self._loop.clock = self.client.reactor
         self._loop.start(self.interval_s, now=True)
@@ -237,6 +249,11 @@ class WitnessReporter:
     def stop(self) -> None:
         if self._loop is not None and self._loop.running:
             self._loop.stop()
+
+    @property
+    def busy(self) -> bool:
+        """A heartbeat is on its way (it may still reach the witness after ``stop``)."""
+        return self._busy
 
     @defer.inlineCallbacks
     def _beat(self):

@@ -122,6 +122,11 @@ class ScaleDownNode(Request, kw_only=True, tag="scale_down"):
     """The node hands every message to another node, leaves the mesh and stops."""
 
 
+class HaFailback(Request, kw_only=True, tag="ha_failback"):
+    """A replicated pair's serving member hands the node over to its in-sync backup and
+    rejoins as that one's backup (``meshgate ha failback``, docs/ha.md#failback)."""
+
+
 class Definitions(Request, kw_only=True, tag="definitions"):
     """The mesh-wide definitions (queue settings, durable subscriptions) as the node
     holds them, deletions included; every node holds the same once links carried them."""
@@ -145,11 +150,12 @@ class DeleteDefinition(Request, kw_only=True, tag="delete_definition"):
 
 
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
-              | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue | DeleteDefinition)
+              | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue | DeleteDefinition
+              | HaFailback)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
-                           "scale_down", "define_queue", "delete_definition"})
+                           "scale_down", "define_queue", "delete_definition", "ha_failback"})
 # Actions whose answer is one value, not a list gathered over nodes.
-SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition"})
+SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback"})
 
 
 # -- results ----------------------------------------------------------------------------
@@ -205,6 +211,7 @@ RESULT_TYPES: dict[str, Any] = {
     "definitions": list[Definition],
     "define_queue": Done,
     "delete_definition": Done,
+    "ha_failback": Done,
 }
 
 # Why a request failed: the REST API maps these to HTTP statuses.

@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from twisted.internet.defer import Deferred
+
 from gateway.store.journal import JournalStore
 
 
@@ -37,6 +39,7 @@ class ReplicatedJournalStore(JournalStore):
         self.replica_waits = False  # True while a caught-up backup's ack is part of durability (ha.sync)
         self.local_durable = 0  # what the local fdatasync covers
         self.replica_acked = 0  # what the backup has acknowledged as durable on its side
+        self.handed_over = False  # failback: the backup took over; nothing written here becomes durable any more
         super().__init__(*args, **kwargs)
 
     # -- what the backup is told -------------------------------------------------------------
@@ -77,6 +80,8 @@ class ReplicatedJournalStore(JournalStore):
 
     def acked(self, position: int) -> None:
         """The backup made everything up to ``position`` durable."""
+        if self.handed_over:
+            return
         if position > self.replica_acked:
             self.replica_acked = position
         if self.replica_waits:
@@ -85,10 +90,32 @@ class ReplicatedJournalStore(JournalStore):
     def set_replica_waits(self, waits: bool) -> None:
         """Whether durability waits for the backup (a caught-up backup with ha.sync).
         Turning it off releases what waited only for the backup."""
+        if self.handed_over:
+            return
         self.replica_waits = waits
         self._release()
 
+    def hand_over(self) -> None:
+        """The backup took over (failback) with everything it acknowledged. From now on
+        nothing written here counts as durable: no RECEIPT, confirm or mesh STORED is
+        released for a write the new serving member may not have. The process then
+        closes (``close``) and rejoins as the backup, its journal set aside."""
+        self.handed_over = True
+        self.replica_waits = True
+
+    def close(self) -> Deferred:
+        if self.handed_over:
+            # Whoever still waits is never told "durable": the new serving member has what was
+            # acknowledged; the rest is set aside with this journal when this process rejoins.
+            self._waiters.clear()
+            self.handed_over = False
+            self.replica_waits = False
+            self.sink = None
+        return super().close()
+
     def _release(self) -> None:
+        if self.handed_over:
+            return
         target = min(self.local_durable, self.replica_acked) if self.replica_waits else self.local_durable
         if target > self._durable or not self.replica_waits:
             super()._synced(target)

@@ -7,20 +7,16 @@ run it for minutes by hand)."""
 
 from __future__ import annotations
 
-import os
-import random
 import socket
 import threading
 import time
 
 import pytest
-from e2e_support import HOST, manage_result, unique
+from chaos_support import CHAOS_SECONDS, chaos_rng, queue_depths
+from e2e_support import HOST, unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
 
 from gateway.stomp.codec import FrameParser, encode_frame
-from model.requests import Queues
-
-CHAOS_SECONDS = float(os.environ.get("MESHGATE_CHAOS_SECONDS", "15"))
 
 
 class Wire:
@@ -102,14 +98,6 @@ def consume(node, destination: str, deliveries: list, stop: threading.Event) -> 
     wire.close()
 
 
-def queue_depths(nodes, address: str) -> dict[str, int]:
-    depths = {}
-    for node in nodes:
-        queues = manage_result(node.stomp, Queues(name=address))
-        depths[node.name] = sum(q.depth + q.in_flight + q.forwarding + q.in_doubt for q in queues)
-    return depths
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(CHAOS_SECONDS + 240)
 def test_random_kill9_loses_nothing_strands_nothing(mesh):
@@ -125,7 +113,7 @@ def test_random_kill9_loses_nothing_strands_nothing(mesh):
                 for i in (0, 1)]
     for thread in threads:
         thread.start()
-    rng = random.Random(os.environ.get("MESHGATE_CHAOS_SEED"))
+    rng = chaos_rng()
     kills = 0
     try:
         deadline = time.monotonic() + CHAOS_SECONDS

@@ -18,14 +18,13 @@ import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
-from e2e_support import HOST, BrokerProcess, _Output, manage_result, open_client, unique
+from e2e_support import HOST, manage_result, open_client, unique
+from ha_support import Member, Witness, listening
 from mesh_support import free_port, wait_until
 
 from meshgate.client import FailoverConnection
@@ -35,69 +34,9 @@ from model.requests import Summary
 PASSWORD = "e2e-" + unique("repl")
 TAKEOVER_DEADLINE = 8.0  # seconds from kill -9 to the backup listening
 N = 300
-MESHGATE = str(Path(sys.executable).with_name("meshgate"))
 
 
 # -- processes and a proxy ------------------------------------------------------------------------
-
-
-class Member(BrokerProcess):
-    """One member of the pair ``A`` (its own data dir); ``launch()`` does not wait for
-    listeners, since a backup has none."""
-
-    def __init__(self, workdir: Path, label: str, config: str) -> None:
-        super().__init__(workdir, name=label, config=config, data_dir=workdir / f"data-{label}")
-        self.label = label
-
-    def command(self, port: int) -> list[str]:
-        cmd = super().command(port)
-        cmd[cmd.index("--name") + 1] = "A"
-        return cmd
-
-    def launch(self, port: int) -> Member:
-        assert not self.running
-        if self.output is not None:
-            self.past_outputs.append(self.describe())
-        self.port = port
-        self.proc = subprocess.Popen(self.command(port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, cwd=self.workdir)
-        self.output = _Output(self.proc)
-        self.starts += 1
-        return self
-
-    def wait_listening(self, timeout: float) -> None:
-        match = self.output.wait_for(r"listening on stomp://(\S+):(\d+)\s*$", timeout=timeout)
-        assert match is not None, f"{self.label} did not start listening within {timeout} s\n{self.describe()}"
-
-    def wait_log(self, pattern: str, timeout: float = 15.0) -> re.Match:
-        match = self.output.wait_for(pattern, stream="stderr", timeout=timeout)
-        assert match is not None, f"{self.label}: no log line matching {pattern!r} within {timeout} s\n" \
-                                  f"{self.describe()}"
-        return match
-
-    def wait_exit(self, timeout: float) -> int:
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"{self.label} still runs after {timeout} s\n{self.describe()}") from None
-        self.output.join()
-        return code
-
-
-class Witness:
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        env = {**os.environ, "MESHGATE_HA_PASSWORD": PASSWORD}
-        self.proc = subprocess.Popen([MESHGATE, "witness", "--bind", f"{HOST}:{self.port}"], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     cwd=workdir)
-        self.output = _Output(self.proc)
-        assert self.output.wait_for(r"meshgate witness listening on", timeout=15), self.output.text("stderr")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
 
 
 class Proxy:
@@ -168,12 +107,6 @@ class Proxy:
             s.close()
 
 
-def listening(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(1.0)
-        return sock.connect_ex((HOST, port)) == 0
-
-
 def ha_table(role: str, bind: int, peer: int, witness: int | None, extra: str = "") -> str:
     text = (f'[ha]\nmode = "replicated"\nrole = "{role}"\nreplication_bind = "{HOST}:{bind}"\n'
             f'peer = "{HOST}:{peer}"\npassword = "{PASSWORD}"\nheartbeat_ms = 200\ntakeover_after_ms = 1000\n')
@@ -190,7 +123,7 @@ class Pair:
         self.proxies: list[Proxy] = []
 
     def witness(self) -> Witness:
-        witness = Witness(self.tmp_path)
+        witness = Witness(self.tmp_path, PASSWORD)
         self.witnesses.append(witness)
         return witness
 
@@ -397,3 +330,162 @@ def test_with_sync_a_receipt_waits_for_the_backup(pair):
     wait_until(lambda: rid in client.listener.receipts, "the RECEIPT once the backup has the message", timeout=5)
     assert primary.running and not listening(backup.port)
     client.drop()
+
+
+# -- (5) failback on request: the roles switch, nothing receipted is lost ----------------------------
+
+
+def run_meshgate(*args: str, timeout: float = 90.0):
+    """``meshgate ARGS…`` to its end: a CompletedProcess (text)."""
+    import subprocess
+
+    from e2e_support import MESHGATE
+
+    return subprocess.run([MESHGATE, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_failback_on_request_switches_the_roles_under_load_without_losing_a_receipted_message(pair):
+    witness = pair.witness()
+    primary, backup, _, _ = start_pair(pair, witness=witness)
+    before = manage_result(primary.port, Summary()).node
+    epoch = before.epoch
+    url = (f"failover:(tcp://{HOST}:{primary.port},tcp://{HOST}:{backup.port})?randomize=false"
+           "&initialReconnectDelay=50&maxReconnectDelay=200&connectionTimeout=2000")
+    q = "/queue/" + unique("failback")
+    producer = FailoverConnection(url).connect()
+    receipted: list[str] = []
+    errors: list[BaseException] = []
+
+    def produce() -> None:
+        try:
+            for i in range(N):
+                body = f"f{i:03d}"
+                producer.send(q, body, {"persistent": "true"}, timeout=30)  # returns once receipted
+                receipted.append(body)
+        except BaseException as problem:  # noqa: BLE001 -- reported below
+            errors.append(problem)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    wait_until(lambda: len(receipted) >= N // 3, "a third of the sends receipted", timeout=30)
+    done = run_meshgate("ha", "failback", "--stomp", f"{HOST}:{primary.port}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"new epoch {epoch + 1}" in done.stdout, done.stdout
+    backup.wait_listening(timeout=TAKEOVER_DEADLINE)
+    backup.wait_log(r"backup: the primary at .* hands the node over \(failback\); taking over at epoch")
+    primary.wait_log(r"ha: rejoining as the backup of the member that took over")
+    thread.join(60)
+    assert not errors and not thread.is_alive() and len(receipted) == N, \
+        f"only {len(receipted)} sends receipted: {errors}"
+    assert producer.broker.port == backup.port
+
+    # The other member serves with epoch + 1; the first one is its backup, in sync.
+    after = manage_result(backup.port, Summary()).node
+    assert (after.id, after.epoch, after.ha_role) == (before.id, epoch + 1, "primary")
+    wait_until(lambda: manage_result(backup.port, Summary()).node.replication_state == "in-sync",
+               "the old primary to be the new one's backup, in sync", timeout=20)
+    status = run_meshgate("ha", "status", "--stomp", f"{HOST}:{backup.port}", timeout=30)
+    assert status.returncode == 0, status.stderr
+    assert re.search(r"replication\s+in-sync", status.stdout) and re.search(rf"epoch\s+{epoch + 1}\b",
+                                                                             status.stdout), status.stdout
+    assert primary.running and not listening(primary.port), "the old primary still serves clients"
+    assert read_epoch(primary.data_dir) == epoch + 1, "the rejoined backup has the new primary's epoch"
+
+    # Every receipted message is there exactly once, or again only marked as resent.
+    consumer = open_client(backup)
+    consumer.subscribe(q)
+    messages = consumer.listener.wait_for(N, timeout=30)
+    time.sleep(1.0)  # duplicates would come right behind
+    messages = list(consumer.listener.messages)
+    seen: dict[str, list] = {}
+    for message in messages:
+        seen.setdefault(message.body, []).append(message)
+    assert set(receipted) <= set(seen), f"missing {sorted(set(receipted) - set(seen))[:10]}"
+    for body, copies in seen.items():
+        if len(copies) > 1:
+            assert any(m.headers.get("meshgate-resent") == "true" for m in copies), \
+                f"{body} delivered {len(copies)} times, none marked resent"
+    producer.disconnect()
+    consumer.drop()
+
+
+def test_a_failback_without_a_backup_in_sync_is_refused(pair):
+    witness = pair.witness()
+    a_repl, b_repl = free_port(), free_port()
+    primary = pair.member("primary", ha_table("primary", a_repl, b_repl, witness.port)).start()
+    refused = run_meshgate("ha", "failback", "--stomp", f"{HOST}:{primary.port}")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "no backup in sync: replication is no-backup, lag 0 bytes" in refused.stderr, refused.stderr
+    node = manage_result(primary.port, Summary()).node
+    assert (node.ha_role, node.replication_state) == ("primary", "no-backup") and primary.running
+    client = open_client(primary)  # it serves on
+    client.send("/queue/" + unique("still"), "x", headers={"persistent": "true"}, receipt=True)
+    client.drop()
+
+
+# -- (6) a large catch-up does not stall the primary ------------------------------------------------
+
+
+def log_time(match: re.Match) -> float:
+    """The wall clock of a log line (``%(asctime)s``: local time, milliseconds)."""
+    from datetime import datetime
+
+    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def test_a_large_catch_up_does_not_stall_the_primary(pair):
+    witness = pair.witness()
+    a_repl, b_repl = free_port(), free_port()
+    primary = pair.member("primary", ha_table("primary", a_repl, b_repl, witness.port)).start()
+    q = "/queue/" + unique("big")
+    loader = open_client(primary)
+    body = "x" * (100 * 1024)
+    count = 500  # ~50 MB of journal waiting, no consumer
+    for i in range(count):
+        loader.conn.send(q, f"{i:04d}{body}", headers={"persistent": "true"})
+    loader.send(q, "last", headers={"persistent": "true"}, receipt=True)
+    loader.drop()
+
+    backup = pair.member("backup", ha_table("backup", b_repl, a_repl, witness.port)).launch(free_port())
+    probe = open_client(primary)
+    pq = "/queue/" + unique("probe")
+    times: list[float] = []
+    answered: list[float] = []  # wall clock, to set beside the primary's log lines
+    sent = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        started = time.monotonic()
+        probe.send(pq, f"p{sent}", headers={"persistent": "true"}, receipt=True)
+        times.append(time.monotonic() - started)
+        answered.append(time.time())
+        sent += 1
+        if "replication: caught up with the primary" in backup.stderr():
+            break
+    else:
+        raise AssertionError(f"the backup did not catch up in 60 s\n{backup.describe()}")
+    assert sent >= 5, f"only {sent} round trips while the backup caught up: too fast to measure"
+    assert max(times) < 1.0, f"the primary stalled: SEND+RECEIPT took up to {max(times):.2f} s ({sent} sends)"
+    # Clients were served while the copy was being sent, not only before and after it (a copy
+    # read in one reactor turn leaves no room for a round trip between these two lines).
+    began = log_time(primary.wait_log(r"(\S+ \S+) INFO meshgate.replication: replication: backup \S+ connected; "
+                                      r"copying"))
+    ended = log_time(primary.wait_log(r"(\S+ \S+) INFO meshgate.replication: replication: sent the copy"))
+    during = [t for t in answered if began < t < ended]
+    print(f"catch-up of ~{count * 100 // 1024} MiB: {sent} SEND+RECEIPT round trips, the slowest "
+          f"{max(times) * 1000:.0f} ms; {len(during)} answered while the copy was sent ({ended - began:.3f} s)")
+    assert len(during) >= 3, f"{len(during)} round trips answered while the copy was sent " \
+                             f"({ended - began:.3f} s)"
+    wait_until(lambda: manage_result(primary.port, Summary()).node.replication_state == "in-sync",
+               "the primary to see its backup in sync")
+    probe.drop()
+
+    primary.kill9()
+    backup.wait_listening(timeout=30)
+    consumer = open_client(backup)
+    consumer.subscribe(q)
+    got = consumer.listener.wait_for(count + 1, timeout=60)
+    assert sorted(m.body[:4] for m in got) == sorted([f"{i:04d}" for i in range(count)] + ["last"])
+    consumer.subscribe(pq, id="probe")
+    probes = consumer.listener.wait_for(count + 1 + sent, timeout=30)
+    assert sorted(m.body for m in probes if m.body.startswith("p")) == sorted(f"p{i}" for i in range(sent))
+    consumer.drop()

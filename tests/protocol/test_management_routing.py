@@ -25,6 +25,7 @@ from model.requests import (
     Done,
     Events,
     Forget,
+    HaFailback,
     Move,
     Nodes,
     Purge,
@@ -399,6 +400,7 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         ScaleDownNode(node="c"),
         DefineQueue(queue="orders", settings=QueueSettings(max_delivery_attempts=2)),
         DeleteDefinition(kind="queue", name="orders"),
+        HaFailback(node="c"),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)

@@ -7,6 +7,7 @@ from twisted.test import iosim
 
 from gateway.store.replicated import ReplicatedJournalStore
 from meshgate import replication as r
+from meshgate.replication import primary as replication_primary
 from tests.unit.test_journal import LoopReactor, message
 
 
@@ -70,3 +71,105 @@ def test_a_backup_with_the_wrong_password_gets_nothing(tmp_path):
     waiter = store.when_durable()
     reactor.turn()
     assert waiter.called, "receipts do not wait for a backup that is not there"
+
+
+def step(reactor: Reactor) -> bool:
+    """Run one queued call (one reactor turn's worth of the copy); False when none waits."""
+    if reactor.calls.empty():
+        return False
+    func, args = reactor.calls.get()
+    func(*args)
+    return True
+
+
+def test_the_copy_goes_a_chunk_a_turn_and_stays_consistent_with_writes_and_deletions_made_meanwhile(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(replication_primary, "COPY_CHUNK", 2048)  # where the copy reads it
+    reactor = Reactor()
+    store = ReplicatedJournalStore(tmp_path / "primary", reactor, sync=False, segment_size=16 * 1024)
+    list(store.recover())
+    (tmp_path / "primary" / "epoch").write_text("3\n")
+    (tmp_path / "primary" / "node.json").write_text('{"id": "n1", "name": "A", "boots": 1}')
+    body = b"x" * 1000
+    added = [message(n, body) for n in range(120)]
+    for m in added:
+        store.add("queue:/queue/a", m)
+        reactor.turn()
+    source = r.ReplicationSource(store, reactor, node_id="n1", epoch=3, password="pw", sync=True, heartbeat_s=0.2,
+                                 backup_timeout_s=3.0, on_replaced=lambda reason: None)
+    (tmp_path / "backup").mkdir()
+    follower = r.ReplicaFollower(tmp_path / "backup", reactor, peer=("127.0.0.1", 1), password="pw", witness=None,
+                                 heartbeat_s=0.2, takeover_after_s=1.0, force=False, node_id=lambda: "n1")
+    server = r._SourceFactory(source).buildProtocol(None)
+    client = r._FollowerFactory(follower).buildProtocol(None)
+    follower.link = client
+    pump = iosim.connect(server, iosim.makeFakeServer(server), client, iosim.makeFakeClient(client), debug=False)
+    assert source.state == "catching-up"
+    turns = 0
+    n = 1000
+    while source.state != "in-sync":
+        pump.flush()
+        if turns % 3 == 0:  # writes while the copy goes on: new records, and whole segments freed
+            store.add("queue:/queue/a", message(n, body))
+            n += 1
+            for m in added[turns // 3 * 4:turns // 3 * 4 + 4]:
+                store.remove("queue:/queue/a", m)
+        step(reactor)
+        turns += 1
+        assert turns < 10_000
+    assert turns > 20, "the copy went in one turn"
+    reactor.turn()
+    pump.flush()
+    primary = {p.name: p.read_bytes() for p in (tmp_path / "primary" / "journal").glob("*.log")}
+    backup = {p.name: p.read_bytes() for p in (tmp_path / "backup" / "journal").glob("*.log")}
+    assert sorted(backup) == sorted(primary), "segments deleted meanwhile must not be recreated by the copy"
+    assert backup == primary
+    assert follower.caught_up and source.lag() == 0
+
+
+def test_a_failback_hands_over_to_the_in_sync_backup_and_nothing_written_after_counts(tmp_path):
+    from twisted.internet import defer
+
+    store, reactor, source, follower, pump, _ = pair(tmp_path)
+    follower._done = defer.Deferred()  # as wait() leaves it
+    store.add("queue:/queue/a", message(1))
+    reactor.turn()
+    pump.flush()
+    reactor.turn()
+    pump.flush()
+    assert source.state == "in-sync" and source.lag() == 0
+    outcome = []
+    source.hand_over(timeout_s=5.0).addBoth(outcome.append)  # (this test reactor runs timers at once: no turn)
+    pump.flush()
+    assert outcome == [4], outcome
+    assert follower._done.called and follower._done.result == 4
+    assert store.handed_over
+    store.add("queue:/queue/a", message(2))
+    waiter = store.when_durable()
+    reactor.turn()
+    pump.flush()
+    reactor.turn()
+    assert not waiter.called, "a write after the handover counted as durable"
+
+
+def test_a_backup_that_is_behind_refuses_the_handover_and_goes_on_following(tmp_path):
+    from twisted.internet import defer
+
+    store, reactor, source, follower, pump, _ = pair(tmp_path)
+    follower._done = defer.Deferred()
+    reactor.turn()
+    pump.flush()
+    reactor.turn()
+    pump.flush()
+    assert source.state == "in-sync"
+    follower.received = -1  # as if a write had not arrived
+    outcome = []
+    source.hand_over(timeout_s=5.0).addBoth(outcome.append)
+    pump.flush()
+    assert outcome and isinstance(outcome[0].value, r.HandoverRefused) and "behind" in str(outcome[0].value)
+    assert not follower._done.called and not store.handed_over
+    store.add("queue:/queue/a", message(3))
+    waiter = store.when_durable()
+    reactor.turn()
+    pump.flush()
+    assert waiter.called, "the stream goes on after a refused handover"

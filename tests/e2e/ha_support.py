@@ -1,0 +1,85 @@
+"""Processes of replicated pairs (docs/ha.md) for the end-to-end tests: a pair member
+(``meshgate broker`` with its own data dir, launched without waiting for listeners,
+since a backup has none) and a ``meshgate witness``. Used by
+``test_e2e_ha_replicated.py`` and ``test_e2e_chaos_pairs.py``."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+from pathlib import Path
+
+from e2e_support import HOST, MESHGATE, BrokerProcess, _Output
+from mesh_support import free_port
+
+
+class Member(BrokerProcess):
+    """One member of the pair named ``node`` (each member has its own data dir, named
+    after ``label``); ``launch()`` does not wait for listeners, since a backup has none."""
+
+    def __init__(self, workdir: Path, label: str, config: str, node: str = "A") -> None:
+        super().__init__(workdir, name=label, config=config, data_dir=workdir / f"data-{label}")
+        self.label = label
+        self.node = node
+
+    def command(self, port: int) -> list[str]:
+        cmd = super().command(port)
+        cmd[cmd.index("--name") + 1] = self.node
+        return cmd
+
+    def launch(self, port: int) -> Member:
+        assert not self.running
+        if self.output is not None:
+            self.past_outputs.append(self.describe())
+        self.port = port
+        self.proc = subprocess.Popen(self.command(port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, cwd=self.workdir)
+        self.output = _Output(self.proc)
+        self.starts += 1
+        return self
+
+    def wait_listening(self, timeout: float) -> None:
+        match = self.output.wait_for(r"listening on stomp://(\S+):(\d+)\s*$", timeout=timeout)
+        assert match is not None, f"{self.label} did not start listening within {timeout} s\n{self.describe()}"
+
+    def wait_log(self, pattern: str, timeout: float = 15.0) -> re.Match:
+        match = self.output.wait_for(pattern, stream="stderr", timeout=timeout)
+        assert match is not None, f"{self.label}: no log line matching {pattern!r} within {timeout} s\n" \
+                                  f"{self.describe()}"
+        return match
+
+    def wait_exit(self, timeout: float) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"{self.label} still runs after {timeout} s\n{self.describe()}") from None
+        self.output.join()
+        return code
+
+
+class Witness:
+    """``meshgate witness`` on a free loopback port (it keys its table by node id, so
+    one witness serves any number of pairs that share its password)."""
+
+    def __init__(self, workdir: Path, password: str) -> None:
+        self.port = free_port()
+        env = {**os.environ, "MESHGATE_HA_PASSWORD": password}
+        self.proc = subprocess.Popen([MESHGATE, "witness", "--bind", f"{HOST}:{self.port}"], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                     cwd=workdir)
+        self.output = _Output(self.proc)
+        assert self.output.wait_for(r"meshgate witness listening on", timeout=15), self.output.text("stderr")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.output.join()
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.settimeout(1.0)
+        return sock.connect_ex((HOST, port)) == 0
