@@ -55,6 +55,7 @@ def hello_epoch(hello: dict | None) -> int:
 class LinkProtocol(Protocol):
     def __init__(self, mesh: MeshNode, dialled: bool) -> None:
         self.mesh = mesh
+        self.duplicate = False  # refused by the peer as the second of two links dialled both ways
         self.dialled = dialled
         self.parser = LinkParser()
         self.nonce = os.urandom(16).hex()

@@ -316,8 +316,10 @@ class MeshNode:
 
     def refused(self, link: LinkProtocol, reason: str) -> None:
         # Two nodes that dialled each other keep one link: the other one's refusal is routine.
-        level = logging.DEBUG if reason == "duplicate link" else logging.WARNING
-        log.log(level, "mesh: %s refused the link: %s", link.peer_name, reason)
+        duplicate = reason == "duplicate link"
+        link.duplicate = duplicate  # its end, should it have been up here, is no news either
+        log.log(logging.DEBUG if duplicate else logging.WARNING, "mesh: %s refused the link: %s", link.peer_name,
+                reason)
 
     # -- links ----------------------------------------------------------------------------
 
@@ -368,9 +370,12 @@ class MeshNode:
         peer = self.peers.get(link.peer_id)
         if peer is None or peer.link is not link:
             return
-        log.info("mesh: link with %s lost", link.peer_name)
+        if link.duplicate:  # both dialled and the peer kept the other link, which comes up next
+            log.debug("mesh: link with %s given up for the one %s dialled", link.peer_name, link.peer_name)
+        else:
+            log.info("mesh: link with %s lost", link.peer_name)
         self.events.emit(LinkDown(peer=link.peer_id, peer_name=link.peer_name,
-                                  reason=link.down_reason or "connection lost"))
+                                  reason="duplicate link" if link.duplicate else link.down_reason or "connection lost"))
         self._drop_peer(link.peer_id)
         self.custody.unlinked(link.peer_id, self.reactor.seconds())
         self.demand.schedule_advertise()

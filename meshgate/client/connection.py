@@ -548,7 +548,10 @@ class FailoverConnection:
             raise ValueError("the message has no ack header (an auto-ack subscription?)")
         with self._cond:
             link = self._link
-            if self._state != "connected" or link is None or link.generation != message.generation:
+            # While resuming, the link is current already: what it delivered after the
+            # re-SUBSCRIBE is settled on it, in order after the SUBSCRIBE.
+            if self._state not in ("connected", "resuming") or link is None or \
+                    link.generation != message.generation:
                 return False
         confirm = Confirm(link)
         receipt_id = None
