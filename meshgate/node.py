@@ -255,7 +255,7 @@ class Node:
                     known = 0
                 if isinstance(known, int) and known > own:
                     reason = f"the witness has seen epoch {known} of this node, above this data dir's {own}"
-            if not reason and (yield primary_active_at(self.reactor, ha.peer)):
+            if not reason and (yield primary_active_at(self.reactor, ha.peer, tls=ha.tls)):
                 reason = f"the other member serves (its replication listener {ha.peer[0]}:{ha.peer[1]} answers)"
             if reason:
                 log.warning("ha: not starting as the primary: %s; this process rejoins as the backup and copies "
@@ -269,7 +269,7 @@ class Node:
                                         password=self.config.replication_password, witness=witness,
                                         heartbeat_s=ha.heartbeat_ms / 1000.0,
                                         takeover_after_s=ha.takeover_after_ms / 1000.0, force=ha.force_takeover,
-                                        node_id=self._stored_node_id)
+                                        node_id=self._stored_node_id, tls=ha.tls)
         trigger = self.reactor.addSystemEventTrigger("before", "shutdown", self.follower.stop)
         yield self.follower.wait()
         self.reactor.removeSystemEventTrigger(trigger)
@@ -292,10 +292,11 @@ class Node:
         self.replication = ReplicationSource(
             self.store, self.reactor, node_id=self.identity["id"], epoch=self.epoch,
             password=self.config.replication_password, sync=ha.sync, heartbeat_s=ha.heartbeat_ms / 1000.0,
-            backup_timeout_s=max(2 * ha.takeover_after_ms / 1000.0, 3.0), on_replaced=self._replaced)
+            backup_timeout_s=max(2 * ha.takeover_after_ms / 1000.0, 3.0), on_replaced=self._replaced, tls=ha.tls)
         yield self.replication.listen(ha.replication_bind)
         host, port = self.replication.address()
-        log.info("ha: replication listener on %s:%d (sync %s)", host, port, "on" if ha.sync else "off")
+        log.info("ha: replication listener on %s:%d (sync %s, %s)", host, port, "on" if ha.sync else "off",
+                 "TLS" if ha.tls is not None else "plain TCP")
         witness = self._witness_client()
         if witness is not None:
             self.witness_reporter = WitnessReporter(witness, self.identity["id"], self.epoch,

@@ -3,7 +3,7 @@
 ``schema`` is the framework (typed fields with parsers, errors naming the dotted
 key); ``node``, ``mesh``, ``metrics`` and ``ha`` hold the tables; ``loader`` reads a file."""
 
-from meshgate.config.ha import HA_MODES, HaConfig
+from meshgate.config.ha import HA_MODES, HaConfig, ReplicationTlsConfig
 from meshgate.config.loader import load_config, parse_override
 from meshgate.config.mesh import LOAD_BALANCING_MODES, DiscoveryConfig, MeshConfig, RedistributionOverride
 from meshgate.config.metrics import MetricsConfig
@@ -31,6 +31,7 @@ __all__ = [
     "MetricsConfig",
     "NodeConfig",
     "RedistributionOverride",
+    "ReplicationTlsConfig",
     "SecurityConfig",
     "StompConfig",
     "StoreConfig",

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from meshgate.config.schema import ConfigError, _boolean, _choice, _integer, _key, _string, parse_address
+from meshgate.config.schema import (
+    ConfigError,
+    _boolean,
+    _choice,
+    _integer,
+    _key,
+    _parse,
+    _path,
+    _string,
+    _table,
+    parse_address,
+)
 
 HA_MODES = ("none", "shared-store", "replicated")
 HA_ROLES = ("primary", "backup")
@@ -14,6 +26,33 @@ def _optional_address(value: object, key: str) -> tuple[str, int] | None:
     if value == "":
         return None
     return parse_address(value, key)  # type: ignore[arg-type]
+
+
+def _pem(path: str, key: str, marker: str) -> None:
+    """A clear error at load time (naming the key) for a file that is not the PEM it should be."""
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as problem:
+        raise ConfigError(key, f"cannot read {path!r}: {problem}") from None
+    if f"-----BEGIN {marker}" not in text and not (marker == "PRIVATE KEY" and "PRIVATE KEY-----" in text):
+        raise ConfigError(key, f"{path!r} holds no PEM {marker.lower()}")
+
+
+@dataclass(frozen=True)
+class ReplicationTlsConfig:
+    """``[ha.tls]``: TLS on the replication link, both ways. The listener is
+    ``ha.replication_bind``; each member presents ``certificate`` (as the listener and
+    when it dials) and accepts only a peer whose certificate ``ca_certificate`` signed
+    (the dialling side also checks the certificate names the host of ``ha.peer``)."""
+
+    certificate: str = _key(parse=_path(must_exist=True))
+    private_key: str = _key(parse=_path(must_exist=True))
+    ca_certificate: str = _key(parse=_path(must_exist=True))
+
+    def __post_init__(self) -> None:
+        _pem(self.certificate, "ha.tls.certificate", "CERTIFICATE")
+        _pem(self.private_key, "ha.tls.private_key", "PRIVATE KEY")
+        _pem(self.ca_certificate, "ha.tls.ca_certificate", "CERTIFICATE")
 
 
 @dataclass(frozen=True)
@@ -38,12 +77,16 @@ class HaConfig:
     heartbeat_ms: int = _key(250, _integer(10))  # primary -> backup and -> witness
     takeover_after_ms: int = _key(1500, _integer(50))  # silence of the primary before a takeover is considered
     force_takeover: bool = _key(False, _boolean)  # take over even while behind (messages may be lost)
+    # None (no [ha.tls] table) = a plain TCP replication link.
+    tls: ReplicationTlsConfig | None = field(default=None, metadata=_parse(_table(ReplicationTlsConfig)))
 
     def __post_init__(self) -> None:
         if self.lease_interval_ms > 60_000:
             raise ConfigError("ha.lease_interval_ms",
                               f"must be at most 60000, or a replaced node would serve on for minutes; "
                               f"got {self.lease_interval_ms}")
+        if self.tls is not None and self.mode != "replicated":
+            raise ConfigError("ha.tls", 'only with mode = "replicated" (it secures the replication link)')
         if self.mode == "replicated":
             if self.replication_bind is None:
                 raise ConfigError("ha.replication_bind", 'needed with mode = "replicated" (HOST:PORT this process '

@@ -12,11 +12,14 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from twisted.internet import defer, endpoints, error, task
+from twisted.internet import defer, error, task
+from twisted.internet.interfaces import IHandshakeListener
 from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from gateway.store.files import fsync_dir
+from meshgate.config.ha import ReplicationTlsConfig
 from meshgate.datadir import read_epoch
 from meshgate.replication.codec import (
     _U32,
@@ -50,6 +53,7 @@ from meshgate.replication.codec import (
     encode_position,
     proof,
 )
+from meshgate.replication.tls import COMPLAIN_EVERY_S, MISMATCH_HINT, client_endpoint
 from meshgate.witness import WitnessClient
 
 log = logging.getLogger("meshgate.replication")  # one logger for the whole link, both sides
@@ -139,6 +143,7 @@ class ReplicaFiles:
         self._dirty.clear()
 
 
+@implementer(IHandshakeListener)
 class _FollowerProtocol(Protocol):
     def __init__(self, follower: ReplicaFollower) -> None:
         self.follower = follower
@@ -148,6 +153,11 @@ class _FollowerProtocol(Protocol):
         self.copying = False
         self.last_received = 0.0
         self.held: list[tuple[int, bytes]] | None = None  # frames after a TAKEOVER, until it is decided
+        self.handshake_done = False  # TLS: the handshake finished (unused on a plain link)
+        self.received_any = False
+
+    def handshakeCompleted(self) -> None:
+        self.handshake_done = True
 
     def connectionMade(self) -> None:
         self.last_received = self.follower.reactor.seconds()
@@ -156,6 +166,7 @@ class _FollowerProtocol(Protocol):
 
     def dataReceived(self, data: bytes) -> None:
         self.last_received = self.follower.reactor.seconds()
+        self.received_any = True
         try:
             frames = self.parser.feed(data)
         except (ReplicationError, struct.error) as problem:
@@ -266,6 +277,10 @@ class _FollowerProtocol(Protocol):
             self._apply(held)
 
     def connectionLost(self, reason: Failure = None) -> None:
+        if self.follower.tls is not None and not self.handshake_done and not self.follower._stopped:
+            why = reason.getErrorMessage() if reason is not None else "closed"
+            self.follower.complain("backup: the TLS handshake with the primary's replication listener at %s failed "
+                                   "(%s): %s", self.follower.peer_text, why, MISMATCH_HINT)
         self.follower.lost(self)
 
 
@@ -284,8 +299,9 @@ class ReplicaFollower:
 
     def __init__(self, root: Path, reactor, *, peer: tuple[str, int], password: str, witness: WitnessClient | None,
                  heartbeat_s: float, takeover_after_s: float, force: bool,
-                 node_id: Callable[[], str]) -> None:
+                 node_id: Callable[[], str], tls: ReplicationTlsConfig | None = None) -> None:
         self.files = ReplicaFiles(root)
+        self.tls = tls  # None: a plain TCP link
         self.reactor = reactor
         self.peer = peer
         self.peer_text = f"{peer[0]}:{peer[1]}"
@@ -309,6 +325,7 @@ class ReplicaFollower:
         self._dialling = False
         self._deciding = False
         self._said = ""
+        self._complained: dict[str, float] = {}  # TLS mismatch messages -> when last logged
         self._stopped = False
 
     def wait(self) -> defer.Deferred:
@@ -378,6 +395,14 @@ class ReplicaFollower:
         primary's last heartbeat named a position beyond what arrived here."""
         return not self.caught_up or not self.files.complete or self.primary_written > self.received
 
+    def complain(self, text: str, *args: object) -> None:
+        """Log a TLS mismatch at most every 30 s (``_say`` only drops immediate repeats,
+        and the redials interleave other lines)."""
+        now = self.reactor.seconds()
+        if now - self._complained.get(text, -COMPLAIN_EVERY_S) >= COMPLAIN_EVERY_S:
+            self._complained[text] = now
+            log.warning(text, *args)
+
     def _say(self, text: str, *args) -> None:
         line = text % args
         if line != self._said:
@@ -388,8 +413,7 @@ class ReplicaFollower:
         if self._dialling or self._stopped or self.link is not None:
             return
         self._dialling = True
-        host, port = self.peer
-        endpoint = endpoints.TCP4ClientEndpoint(self.reactor, host, port, timeout=max(1, int(self.takeover_after_s)))
+        endpoint = client_endpoint(self.reactor, self.peer, self.tls, self.takeover_after_s)
         d = endpoint.connect(_FollowerFactory(self))
 
         def connected(protocol: _FollowerProtocol) -> None:
@@ -430,6 +454,10 @@ class ReplicaFollower:
             elif now - link.last_received > self.takeover_after_s:
                 log.warning("replication: nothing from the primary for %.1f s; dropping the link",
                             now - link.last_received)
+                if not link.received_any and self.tls is None:
+                    self.complain("backup: the replication listener at %s accepted the connection but sent nothing "
+                                  "(no CHALLENGE): it probably expects TLS ([ha.tls] is set there, not here): %s",
+                                  self.peer_text, MISMATCH_HINT)
                 link.transport.abortConnection()
             self.state = "in-sync" if self.caught_up and link.welcomed and not link.copying else "catching-up"
             return
@@ -480,17 +508,39 @@ class ReplicaFollower:
 
 
 @defer.inlineCallbacks
-def primary_active_at(reactor, peer: tuple[str, int], timeout: float = 1.0):
+def primary_active_at(reactor, peer: tuple[str, int], timeout: float = 1.0,
+                      tls: ReplicationTlsConfig | None = None):
     """Whether a process serves at the other member's replication listener (it only
-    listens while it serves): then this one must not."""
-    endpoint = endpoints.TCP4ClientEndpoint(reactor, peer[0], peer[1], timeout=max(1, int(timeout)))
+    listens while it serves): then this one must not. With ``tls`` the probe dials
+    with TLS and lets the handshake finish (or fail) before closing, so that the
+    listener sees a well-behaved peer; a listener that accepts counts either way."""
+    endpoint = client_endpoint(reactor, peer, tls, timeout)
     try:
         protocol = yield endpoint.connect(_ProbeFactory())
     except (error.ConnectError, error.TimeoutError, OSError):
         return False
+    if tls is not None:
+        timer = reactor.callLater(max(timeout, 1.0), lambda: protocol.settled.called or protocol.settled.callback(None))
+        yield protocol.settled
+        if timer.active():
+            timer.cancel()
     protocol.transport.loseConnection()
     return True
 
 
+@implementer(IHandshakeListener)
+class _ProbeProtocol(Protocol):
+    def __init__(self) -> None:
+        self.settled = defer.Deferred()  # the TLS handshake finished or the connection went
+
+    def handshakeCompleted(self) -> None:
+        if not self.settled.called:
+            self.settled.callback(None)
+
+    def connectionLost(self, reason: Failure = None) -> None:
+        if not self.settled.called:
+            self.settled.callback(None)
+
+
 class _ProbeFactory(ClientFactory):
-    protocol = Protocol
+    protocol = _ProbeProtocol

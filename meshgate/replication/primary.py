@@ -9,13 +9,14 @@ import os
 import struct
 from collections.abc import Callable
 
-from twisted.internet import defer, endpoints, task
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet import defer, task
+from twisted.internet.interfaces import IHandshakeListener, IPushProducer
 from twisted.internet.protocol import Protocol, ServerFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from gateway.store.replicated import ReplicatedJournalStore
+from meshgate.config.ha import ReplicationTlsConfig
 from meshgate.replication.codec import (
     _U32,
     ACK,
@@ -46,10 +47,12 @@ from meshgate.replication.codec import (
     encode_write,
     proof,
 )
+from meshgate.replication.tls import COMPLAIN_EVERY_S, MISMATCH_HINT, server_endpoint
 
 log = logging.getLogger("meshgate.replication")  # one logger for the whole link, both sides
 
 
+@implementer(IHandshakeListener)
 class _SourceProtocol(Protocol):
     """The primary's end of one backup's link."""
 
@@ -62,6 +65,11 @@ class _SourceProtocol(Protocol):
         self.copy: _Copy | None = None
         self.last_received = 0.0
         self.peer = ""
+        self.handshake_done = False  # TLS: the handshake finished (unused on a plain link)
+        self.received_any = False
+
+    def handshakeCompleted(self) -> None:
+        self.handshake_done = True
 
     def connectionMade(self) -> None:
         address = self.transport.getPeer()
@@ -73,6 +81,13 @@ class _SourceProtocol(Protocol):
 
     def dataReceived(self, data: bytes) -> None:
         self.last_received = self.source.reactor.seconds()
+        if not self.received_any:
+            self.received_any = True
+            if self.source.tls is None and data[:2] == b"\x16\x03":  # a TLS ClientHello on the plain listener
+                self.source.complain("replication: backup %s speaks TLS ([ha.tls] is set there) but this member "
+                                     "has no [ha.tls]; dropping it: %s", self.peer, MISMATCH_HINT)
+                self.transport.abortConnection()
+                return
         try:
             for kind, payload in self.parser.feed(data):
                 self._frame(kind, payload)
@@ -118,6 +133,10 @@ class _SourceProtocol(Protocol):
         self.transport.loseConnection()
 
     def connectionLost(self, reason: Failure = None) -> None:
+        if self.source.tls is not None and not self.handshake_done:
+            why = reason.getErrorMessage() if reason is not None else "closed"
+            self.source.complain("replication: the TLS handshake with backup %s failed (%s): %s", self.peer, why,
+                                 MISMATCH_HINT)
         if self.copy is not None:
             self.copy.stopProducing()
         self.source.detach(self)
@@ -152,6 +171,7 @@ class _Copy:
         self.stopped = False
         self.scheduled = False
         self.sent = 0
+        self.registered = False
 
     def start(self) -> int:
         """BEGIN and the small files now (in this turn); the segments follow, a chunk a turn."""
@@ -174,6 +194,7 @@ class _Copy:
         register = getattr(self.backup.transport, "registerProducer", None)
         if register is not None:
             register(self, True)
+            self.registered = True
         self._schedule()
         return position
 
@@ -243,8 +264,10 @@ class _Copy:
                  "position %d", self.backup.peer, self.sent, position)
 
     def _unregister(self) -> None:
+        # Our own flag, not ``transport.producer``: a TLS transport keeps its producer elsewhere.
         unregister = getattr(self.backup.transport, "unregisterProducer", None)
-        if unregister is not None and getattr(self.backup.transport, "producer", None) is self:
+        if unregister is not None and self.registered:
+            self.registered = False
             unregister()
 
     # IPushProducer: the link's send buffer is full / drained / the link is gone
@@ -279,8 +302,9 @@ class ReplicationSource:
 
     def __init__(self, store: ReplicatedJournalStore, reactor, *, node_id: str, epoch: int, password: str,
                  sync: bool, heartbeat_s: float, backup_timeout_s: float,
-                 on_replaced: Callable[[str], None]) -> None:
+                 on_replaced: Callable[[str], None], tls: ReplicationTlsConfig | None = None) -> None:
         self.store = store
+        self.tls = tls  # None: a plain TCP listener
         self.reactor = reactor
         self.node_id = node_id
         self.epoch = epoch
@@ -295,12 +319,19 @@ class ReplicationSource:
         self._heartbeat: task.LoopingCall | None = None
         self._handover: defer.Deferred | None = None  # a failback waiting for the backup's TAKEN
         self.handed_over = False  # the backup took over (failback): this process serves no more
+        self._complained: dict[tuple[str, str], float] = {}  # (message, peer host) -> when last logged
+
+    def complain(self, text: str, peer: str, *args: object) -> None:
+        """Log a link problem with ``peer`` (HOST:PORT) at most every 30 s per host: a
+        misconfigured backup redials every few hundred milliseconds."""
+        key, now = (text, peer.rsplit(":", 1)[0]), self.reactor.seconds()
+        if now - self._complained.get(key, -COMPLAIN_EVERY_S) >= COMPLAIN_EVERY_S:
+            self._complained[key] = now
+            log.warning(text, peer, *args)
 
     @defer.inlineCallbacks
     def listen(self, bind: tuple[str, int]):
-        host, port = bind
-        self.port = yield endpoints.TCP4ServerEndpoint(self.reactor, port, interface=host).listen(
-            _SourceFactory(self))
+        self.port = yield server_endpoint(self.reactor, bind, self.tls).listen(_SourceFactory(self))
         self._heartbeat = task.LoopingCall(self._beat)
         self._heartbeat.clock = self.reactor
         self._heartbeat.start(self.heartbeat_s, now=False)

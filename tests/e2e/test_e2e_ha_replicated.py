@@ -377,7 +377,7 @@ def test_failback_on_request_switches_the_roles_under_load_without_losing_a_rece
     thread.join(60)
     assert not errors and not thread.is_alive() and len(receipted) == N, \
         f"only {len(receipted)} sends receipted: {errors}"
-    assert producer.broker.port == backup.port
+    assert producer.wait_connected(TAKEOVER_DEADLINE).port == backup.port  # it may still be reconnecting
 
     # The other member serves with epoch + 1; the first one is its backup, in sync.
     after = manage_result(backup.port, Summary()).node
@@ -489,3 +489,88 @@ def test_a_large_catch_up_does_not_stall_the_primary(pair):
     probes = consumer.listener.wait_for(count + 1 + sent, timeout=30)
     assert sorted(m.body for m in probes if m.body.startswith("p")) == sorted(f"p{i}" for i in range(sent))
     consumer.drop()
+
+
+# -- TLS on the replication link ([ha.tls]) ---------------------------------------------------------
+
+
+def tls_table(tmp_path: Path, stem: str) -> str:
+    """An [ha.tls] table (to follow ha_table's [ha]) with a certificate for 127.0.0.1 that
+    the pair's test CA (made once per test directory) signed, usable as server and client."""
+    from tls_support import issue
+
+    ca_path = tmp_path / "ca.crt"
+    if not ca_path.exists():
+        issue(tmp_path, "ca", "replication-test-ca", ca=True)
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    ca_cert = x509.load_pem_x509_certificate(ca_path.read_bytes())
+    ca_key = serialization.load_pem_private_key((tmp_path / "ca.key").read_bytes(), password=None)
+    _, _, cert, key = issue(tmp_path, stem, "127.0.0.1", issuer=(ca_cert, ca_key), client=True)
+    return f'\n[ha.tls]\ncertificate = "{cert}"\nprivate_key = "{key}"\nca_certificate = "{ca_path}"\n'
+
+
+def test_a_tls_pair_replicates_and_the_backup_takes_over_a_killed_primary(pair, tmp_path):
+    witness = pair.witness()
+    primary, backup, _, _ = start_pair(pair, witness=witness, extra=tls_table(tmp_path, "member"))
+    primary.wait_log(r"ha: replication listener on \S+ \(sync on, TLS\)")
+    epoch = manage_result(primary.port, Summary()).node.epoch
+
+    url = (f"failover:(tcp://{HOST}:{primary.port},tcp://{HOST}:{backup.port})?randomize=false"
+           "&initialReconnectDelay=50&maxReconnectDelay=200&connectionTimeout=2000")
+    q = "/queue/" + unique("repl-tls")
+    producer = FailoverConnection(url).connect()
+    receipted: list[str] = []
+    count = 90
+
+    def produce() -> None:
+        for i in range(count):
+            body = f"t{i:03d}"
+            producer.send(q, body, {"persistent": "true"}, timeout=30)  # returns once receipted
+            receipted.append(body)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    wait_until(lambda: len(receipted) >= count // 3, "a third of the sends receipted", timeout=30)
+    primary.kill9()
+    backup.wait_listening(timeout=TAKEOVER_DEADLINE)
+    backup.wait_log(r"backup: the primary at .* is gone .* and the witness agrees; taking over at epoch")
+    thread.join(60)
+    assert not thread.is_alive() and len(receipted) == count, f"only {len(receipted)} sends receipted"
+    consumer = open_client(backup)
+    consumer.subscribe(q)
+    got = {m.body for m in consumer.listener.wait_for(count, timeout=30)}
+    assert set(receipted) <= got, f"missing {sorted(set(receipted) - got)[:10]}"
+    assert manage_result(backup.port, Summary()).node.epoch == epoch + 1
+    assert "TLS handshake" not in backup.stderr()
+    consumer.drop()
+    producer.disconnect()
+
+
+@pytest.mark.parametrize("plain", ["backup", "primary"])
+def test_a_member_without_tls_cannot_follow_a_tls_member_and_both_say_why(pair, tmp_path, plain):
+    witness = pair.witness()
+    a_repl, b_repl = free_port(), free_port()
+    tls = tls_table(tmp_path, "member")
+    primary = pair.member("primary", ha_table("primary", a_repl, b_repl, witness.port,
+                                              "" if plain == "primary" else tls)).start()
+    backup = pair.member("backup", ha_table("backup", b_repl, a_repl, witness.port,
+                                            "" if plain == "backup" else tls)).launch(free_port())
+    if plain == "backup":
+        backup.wait_log(r"accepted the connection but sent nothing \(no CHALLENGE\): it probably expects TLS "
+                        r"\(\[ha\.tls\] is set there, not here\)")
+        primary.wait_log(r"replication: the TLS handshake with backup \S+ failed \(.*\): the replication link "
+                         r"needs \[ha\.tls\] on both members or on neither")
+    else:
+        backup.wait_log(r"backup: the TLS handshake with the primary's replication listener at \S+ failed \(.*\): "
+                        r"the replication link needs \[ha\.tls\] on both members or on neither")
+        primary.wait_log(r"replication: backup \S+ speaks TLS \(\[ha\.tls\] is set there\) but this member has no "
+                         r"\[ha\.tls\]; dropping it")
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:
+        assert not listening(backup.port), "the backup took over while the primary lives"
+        time.sleep(0.2)
+    assert backup.running and primary.running and listening(primary.port)
+    assert "caught up with the primary" not in backup.stderr()
+    assert manage_result(primary.port, Summary()).node.replication_state == "no-backup"

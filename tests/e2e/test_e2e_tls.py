@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import re
 import socket
 import ssl
@@ -12,47 +10,9 @@ from pathlib import Path
 
 import pika
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.hazmat.primitives import serialization
 from e2e_support import ConnectRefused, unique
-
-
-def _name(common_name: str):
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
-def _issue(directory: Path, stem: str, common_name: str, issuer=None, ca: bool = False, server: bool = True):
-    """Write stem.crt/stem.key; issuer is (cert, key) or None for self-signed."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    issuer_cert, issuer_key = issuer if issuer is not None else (None, key)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(common_name))
-        .issuer_name(issuer_cert.subject if issuer_cert is not None else _name(common_name))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if not ca:
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-        builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        if server:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                             x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-                critical=False,
-            )
-    cert = builder.sign(issuer_key, hashes.SHA256())
-    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert, key, cert_path, key_path
+from tls_support import issue as _issue
 
 
 def _tls_config(cert: Path, key: Path, ca: Path | None = None) -> str:

@@ -3,6 +3,7 @@ the catch-up copy, the stream, and receipts held until the backup's ACK."""
 
 from __future__ import annotations
 
+import pytest
 from twisted.test import iosim
 
 from gateway.store.replicated import ReplicatedJournalStore
@@ -173,3 +174,87 @@ def test_a_backup_that_is_behind_refuses_the_handover_and_goes_on_following(tmp_
     reactor.turn()
     pump.flush()
     assert waiter.called, "the stream goes on after a refused handover"
+
+
+# -- [ha.tls]: the same link inside TLS ------------------------------------------------------------
+
+
+def _tls_configs(tmp_path):
+    """Two members' [ha.tls], both signed by the pair's CA, and a rogue one signed by another CA."""
+    from meshgate.config import ReplicationTlsConfig
+    from tests.e2e.tls_support import issue
+
+    ca_cert, ca_key, ca_path, _ = issue(tmp_path, "ca", "pair-ca", ca=True)
+    other_cert, other_key, _, _ = issue(tmp_path, "other-ca", "other-ca", ca=True)
+    made = {}
+    for stem, issuer in (("a", (ca_cert, ca_key)), ("b", (ca_cert, ca_key)), ("rogue", (other_cert, other_key))):
+        _, _, cert, key = issue(tmp_path, stem, "127.0.0.1", issuer=issuer, client=True)
+        made[stem] = ReplicationTlsConfig(certificate=str(cert), private_key=str(key), ca_certificate=str(ca_path))
+    return made
+
+
+def tls_pair(tmp_path, backup: str, dial: str = "127.0.0.1"):
+    from twisted.internet.task import Clock
+    from twisted.protocols.tls import TLSMemoryBIOFactory
+
+    from meshgate.replication.tls import client_options, server_options
+
+    tls = _tls_configs(tmp_path)
+    reactor = Reactor()
+    store = ReplicatedJournalStore(tmp_path / "primary", reactor, sync=False)
+    list(store.recover())
+    (tmp_path / "primary" / "epoch").write_text("3\n")
+    (tmp_path / "primary" / "node.json").write_text('{"id": "n1", "name": "A", "boots": 1}')
+    source = r.ReplicationSource(store, reactor, node_id="n1", epoch=3, password="pw", sync=True, heartbeat_s=0.2,
+                                 backup_timeout_s=3.0, on_replaced=lambda _: None, tls=tls["a"])
+    (tmp_path / "backup").mkdir()
+    follower = r.ReplicaFollower(tmp_path / "backup", reactor, peer=("127.0.0.1", 1), password="pw", witness=None,
+                                 heartbeat_s=0.2, takeover_after_s=1.0, force=False, node_id=lambda: "n1",
+                                 tls=tls[backup])
+    clock = Clock()  # the TLS transports gather small writes until the next turn of this clock
+    server = TLSMemoryBIOFactory(server_options(tls["a"]), False, r._SourceFactory(source),
+                                 clock=clock).buildProtocol(None)
+    client = TLSMemoryBIOFactory(client_options(tls[backup], dial), True, r._FollowerFactory(follower),
+                                 clock=clock).buildProtocol(None)
+    follower.link = client.wrappedProtocol
+    pump = iosim.connect(server, iosim.makeFakeServer(server), client, iosim.makeFakeClient(client), debug=False)
+
+    class Pump:
+        def flush(self) -> None:
+            for _ in range(100):
+                moved = pump.flush()
+                clock.advance(0)
+                moved = pump.flush() or moved
+                quiet = reactor.calls.empty()
+                reactor.turn()
+                if not moved and quiet and not clock.getDelayedCalls():
+                    return
+
+    return store, reactor, source, follower, Pump()
+
+
+def test_over_tls_the_backup_copies_and_follows(tmp_path):
+    store, reactor, source, follower, pump = tls_pair(tmp_path, backup="b")
+    store.add("queue:/queue/a", message(1))
+    reactor.turn()
+    pump.flush()
+    assert follower.link.handshake_done and source.backup is not None and source.backup.handshake_done
+    assert source.state == "in-sync" and follower.caught_up
+    store.add("queue:/queue/a", message(2))
+    waiter = store.when_durable()
+    reactor.turn()
+    pump.flush()
+    assert waiter.called and source.lag() == 0
+
+
+@pytest.mark.parametrize(("backup", "dial"), [("rogue", "127.0.0.1"), ("b", "other.example")],
+                         ids=["another CA signed the backup's certificate", "the listener's names another host"])
+def test_over_tls_a_peer_that_fails_verification_gets_nothing(tmp_path, caplog, backup, dial):
+    store, reactor, source, follower, pump = tls_pair(tmp_path, backup=backup, dial=dial)
+    store.add("queue:/queue/a", message(1))
+    reactor.turn()
+    with caplog.at_level("WARNING", logger="meshgate.replication"):
+        pump.flush()
+    assert source.backup is None and source.state == "no-backup"
+    assert not (tmp_path / "backup" / "journal").exists()
+    assert "the TLS handshake with backup" in caplog.text

@@ -213,3 +213,61 @@ def test_replicated_mode_needs_its_addresses_and_a_password():
                                 "127.0.0.1:2", "ha.password": "x", "ha.role": "backup", "ha.sync": False})
     assert (config.ha.role, config.ha.sync, config.ha.witness, config.replication_password) == \
         ("backup", False, None, "x")
+
+
+# -- [ha.tls] ---------------------------------------------------------------------------------------
+
+
+def _replicated(**more: object) -> dict[str, object]:
+    return {"ha.mode": "replicated", "ha.peer": "127.0.0.1:1", "ha.replication_bind": "127.0.0.1:2",
+            "ha.password": "x", **more}
+
+
+def _pem_files(tmp_path) -> dict[str, str]:
+    (tmp_path / "member.crt").write_text("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
+    (tmp_path / "member.key").write_text("-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n")
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
+    return {"ha.tls.certificate": str(tmp_path / "member.crt"), "ha.tls.private_key": str(tmp_path / "member.key"),
+            "ha.tls.ca_certificate": str(tmp_path / "ca.crt")}
+
+
+def test_ha_tls_is_optional_and_parsed(tmp_path):
+    from meshgate.config import load_config
+
+    assert load_config(None, _replicated()).ha.tls is None
+    tls = load_config(None, _replicated(**_pem_files(tmp_path))).ha.tls
+    assert (tls.certificate, tls.private_key, tls.ca_certificate) == \
+        (str(tmp_path / "member.crt"), str(tmp_path / "member.key"), str(tmp_path / "ca.crt"))
+
+
+@pytest.mark.parametrize("key", ["certificate", "private_key", "ca_certificate"])
+def test_ha_tls_needs_every_file(tmp_path, key):
+    from meshgate.config import ConfigError, load_config
+
+    files = _pem_files(tmp_path)
+    del files[f"ha.tls.{key}"]
+    with pytest.raises(ConfigError, match=rf"ha\.tls\.{key}: required key is missing"):
+        load_config(None, _replicated(**files))
+    files[f"ha.tls.{key}"] = str(tmp_path / "absent.pem")
+    with pytest.raises(ConfigError, match=rf"ha\.tls\.{key}: file .*absent\.pem.* does not exist"):
+        load_config(None, _replicated(**files))
+
+
+@pytest.mark.parametrize("key", ["certificate", "private_key", "ca_certificate"])
+def test_ha_tls_rejects_a_file_that_is_not_pem(tmp_path, key):
+    from meshgate.config import ConfigError, load_config
+
+    files = _pem_files(tmp_path)
+    (tmp_path / "junk.pem").write_text("not a certificate\n")
+    files[f"ha.tls.{key}"] = str(tmp_path / "junk.pem")
+    with pytest.raises(ConfigError, match=rf"ha\.tls\.{key}: .*junk\.pem.* holds no PEM"):
+        load_config(None, _replicated(**files))
+
+
+def test_ha_tls_only_with_a_replicated_pair(tmp_path):
+    from meshgate.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"ha\.tls: only with mode = \"replicated\""):
+        load_config(None, {"ha.mode": "shared-store", **_pem_files(tmp_path)})
+    with pytest.raises(ConfigError, match=r"ha\.tls\.bind: unknown key"):
+        load_config(None, _replicated(**_pem_files(tmp_path), **{"ha.tls.bind": "127.0.0.1:3"}))

@@ -1,0 +1,72 @@
+"""TLS on the replication link (``[ha.tls]``, docs/ha.md): the endpoints both sides use.
+
+Without ``[ha.tls]`` the link is plain TCP, as before. With it the serving member's
+listener (``ha.replication_bind``) speaks only TLS and requires the dialling member's
+certificate, signed by ``ha.tls.ca_certificate``; the dialling member (the backup, and
+the start-up probe of a primary) verifies the listener's certificate against the same
+CA and the host of ``ha.peer``, and presents its own. The HMAC challenge of the
+cluster password still runs on top: TLS adds confidentiality and a second check of
+who is at the other end, the password still authenticates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from twisted.internet import endpoints
+from twisted.internet.interfaces import (
+    IOpenSSLClientConnectionCreator,
+    IOpenSSLContextFactory,
+    IStreamClientEndpoint,
+    IStreamServerEndpoint,
+)
+
+from meshgate.config.ha import ReplicationTlsConfig
+
+COMPLAIN_EVERY_S = 30.0  # a repeated mismatch (the backup redials) is logged at most this often
+# What both sides log when a handshake fails or never starts.
+MISMATCH_HINT = ("the replication link needs [ha.tls] on both members or on neither, with certificates signed by "
+                 "the CA in ha.tls.ca_certificate (docs/ha.md)")
+
+
+def _own_certificate(tls: ReplicationTlsConfig):
+    from twisted.internet import ssl
+
+    return ssl.PrivateCertificate.loadPEM(Path(tls.certificate).read_text() + Path(tls.private_key).read_text())
+
+
+def _authority(tls: ReplicationTlsConfig):
+    from twisted.internet import ssl
+
+    return ssl.Certificate.loadPEM(Path(tls.ca_certificate).read_text())
+
+
+def server_options(tls: ReplicationTlsConfig) -> IOpenSSLContextFactory:
+    """The listener's side: this member's certificate; the peer must present one the CA signed."""
+    return _own_certificate(tls).options(_authority(tls))  # with a CA: verify and require the peer's certificate
+
+
+def client_options(tls: ReplicationTlsConfig, host: str) -> IOpenSSLClientConnectionCreator:
+    """The dialling side: the listener's certificate must be the CA's and name ``host``;
+    this member's certificate is presented."""
+    from twisted.internet import ssl
+
+    return ssl.optionsForClientTLS(host, trustRoot=_authority(tls), clientCertificate=_own_certificate(tls))
+
+
+def server_endpoint(reactor, bind: tuple[str, int], tls: ReplicationTlsConfig | None) -> IStreamServerEndpoint:
+    """The replication listener: plain TCP, or TLS requiring a client certificate the CA signed."""
+    host, port = bind
+    if tls is None:
+        return endpoints.TCP4ServerEndpoint(reactor, port, interface=host)
+    return endpoints.SSL4ServerEndpoint(reactor, port, server_options(tls), interface=host)
+
+
+def client_endpoint(reactor, peer: tuple[str, int], tls: ReplicationTlsConfig | None,
+                    timeout: float) -> IStreamClientEndpoint:
+    """Dialling the other member's replication listener: plain TCP, or TLS verifying
+    its certificate (the CA, and the host of ``peer``) and presenting this member's."""
+    host, port = peer
+    tcp = endpoints.TCP4ClientEndpoint(reactor, host, port, timeout=max(1, int(timeout)))
+    if tls is None:
+        return tcp
+    return endpoints.wrapClientTLS(client_options(tls, host), tcp)

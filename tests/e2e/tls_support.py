@@ -1,0 +1,54 @@
+"""Certificates made on the fly for the TLS tests (cryptography package): a test CA
+and leaves it signs. Used by ``test_e2e_tls.py`` and ``test_e2e_ha_replicated.py``."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+
+def _name(common_name: str):
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def issue(directory: Path, stem: str, common_name: str, issuer=None, ca: bool = False, server: bool = True,
+          client: bool = False):
+    """Write stem.crt/stem.key; issuer is (cert, key) or None for self-signed. A leaf is
+    for a server (with localhost and 127.0.0.1 as names) unless ``server`` is false; with
+    ``client`` it may also authenticate as a client (both ends of a replication link)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    issuer_cert, issuer_key = issuer if issuer is not None else (None, key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(common_name))
+        .issuer_name(issuer_cert.subject if issuer_cert is not None else _name(common_name))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if not ca:
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+        if client or not server:
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
+        if server:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                             x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
+    cert = builder.sign(issuer_key, hashes.SHA256())
+    cert_path, key_path = directory / f"{stem}.crt", directory / f"{stem}.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert, key, cert_path, key_path
