@@ -1,7 +1,8 @@
-"""Processes of replicated pairs (docs/ha.md) for the end-to-end tests: a pair member
-(``meshgate broker`` with its own data dir, launched without waiting for listeners,
-since a backup has none) and a ``meshgate witness``. Used by
-``test_e2e_ha_replicated.py`` and ``test_e2e_chaos_pairs.py``."""
+"""Processes of HA nodes (docs/ha.md) for the end-to-end tests: a member of a pair
+(``meshgate broker`` with its own data dir, or a shared one, launched without
+waiting for listeners, since a backup or a standby has none) and a ``meshgate
+witness``. Used by ``test_e2e_ha_replicated.py``, ``test_e2e_ha_shared_store.py``
+and ``test_e2e_chaos_pairs.py``."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ class Member(BrokerProcess):
     """One member of the pair named ``node`` (each member has its own data dir, named
     after ``label``); ``launch()`` does not wait for listeners, since a backup has none."""
 
-    def __init__(self, workdir: Path, label: str, config: str, node: str = "A") -> None:
-        super().__init__(workdir, name=label, config=config, data_dir=workdir / f"data-{label}")
+    def __init__(self, workdir: Path, label: str, config: str, node: str = "A", data_dir: Path | None = None) -> None:
+        super().__init__(workdir, name=label, config=config, data_dir=data_dir or workdir / f"data-{label}")
         self.label = label
         self.node = node
 
@@ -43,6 +44,7 @@ class Member(BrokerProcess):
     def wait_listening(self, timeout: float) -> None:
         match = self.output.wait_for(r"listening on stomp://(\S+):(\d+)\s*$", timeout=timeout)
         assert match is not None, f"{self.label} did not start listening within {timeout} s\n{self.describe()}"
+        self.port = int(match.group(2))
 
     def wait_log(self, pattern: str, timeout: float = 15.0) -> re.Match:
         match = self.output.wait_for(pattern, stream="stderr", timeout=timeout)

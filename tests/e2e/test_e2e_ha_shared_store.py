@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from e2e_support import HOST, BrokerProcess, _Output, manage_result, open_client, unique
+from e2e_support import HOST, manage_result, open_client, unique
+from ha_support import Member, listening
 from mesh_support import free_port, send_many, wait_until
 
 from meshgate.datadir import read_epoch, write_epoch
@@ -25,58 +24,6 @@ from model.requests import Nodes, Summary
 FAILOVER_DEADLINE = 5.0  # seconds from kill -9 of the active node to the standby listening
 PASSWORD = "e2e-" + unique("ha")
 N = 200
-
-
-class Member(BrokerProcess):
-    """One process of a node: ``label`` tells the processes of one node (one data dir,
-    one node name) apart; ``launch()`` starts it without waiting for its listeners,
-    as a standby has none."""
-
-    def __init__(self, workdir: Path, label: str, node_name: str, data_dir: Path, config: str) -> None:
-        super().__init__(workdir, name=label, config=config, data_dir=data_dir)
-        self.node_name = node_name
-        self.label = label
-
-    def command(self, port: int) -> list[str]:
-        cmd = super().command(port)
-        cmd[cmd.index("--name") + 1] = self.node_name
-        return cmd
-
-    def launch(self, port: int) -> Member:
-        assert not self.running
-        if self.output is not None:
-            self.past_outputs.append(self.describe())
-        self.port = port
-        self.proc = subprocess.Popen(self.command(port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, cwd=self.workdir)
-        self.output = _Output(self.proc)
-        self.starts += 1
-        return self
-
-    def wait_listening(self, timeout: float) -> None:
-        match = self.output.wait_for(r"listening on stomp://(\S+):(\d+)\s*$", timeout=timeout)
-        assert match is not None, f"{self.label} did not start listening within {timeout} s\n{self.describe()}"
-        self.port = int(match.group(2))
-
-    def wait_log(self, pattern: str, timeout: float = 10.0) -> re.Match:
-        match = self.output.wait_for(pattern, stream="stderr", timeout=timeout)
-        assert match is not None, f"{self.label}: no log line matching {pattern!r} within {timeout} s\n" \
-                                  f"{self.describe()}"
-        return match
-
-    def wait_exit(self, timeout: float) -> int:
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(f"{self.label} still runs after {timeout} s\n{self.describe()}") from None
-        self.output.join()
-        return code
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as sock:
-        sock.settimeout(1.0)
-        return sock.connect_ex((HOST, port)) == 0
 
 
 def ha_config(mesh: str = "") -> str:
@@ -95,7 +42,7 @@ def members(tmp_path):
     made: list[Member] = []
 
     def make(label: str, data_dir: Path, config: str, node_name: str = "A") -> Member:
-        member = Member(tmp_path, label, node_name, data_dir, config)
+        member = Member(tmp_path, label, config, node=node_name, data_dir=data_dir)
         made.append(member)
         return member
 
