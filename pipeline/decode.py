@@ -212,6 +212,15 @@ class Reduction:
         self.counted: dict[tuple, int] = {}
         self.groups: dict[tuple, _Group] = {}
 
+    def _small_rows(self) -> list[dict]:
+        """The summary, boot and event rows (few: built as dicts)."""
+        rows = list(self.summary.values())
+        rows.extend({"part": "boot", "node": node, "boot": boot, "first_seq": seq}
+                    for (node, boot), seq in self.boots.items())
+        rows.extend({"part": "event", "window": window, "node": node, "kind": kind, "count": count}
+                    for (window, node, kind), count in self.counted.items())
+        return rows
+
     def queue_rows(self) -> list[tuple]:
         """(node, boot, queue, window, first seq, first, last seq, last, time, deepest depth)."""
         return [(node, boot, first.name, window, first_seq, first, last_seq, last, time, depth_max)
@@ -220,11 +229,7 @@ class Reduction:
 
     def rows(self) -> list[dict]:
         """Every partial row as a dict, with ``part`` one of summary / boot / event / queue."""
-        rows = list(self.summary.values())
-        rows.extend({"part": "boot", "node": node, "boot": boot, "first_seq": seq}
-                    for (node, boot), seq in self.boots.items())
-        rows.extend({"part": "event", "window": window, "node": node, "kind": kind, "count": count}
-                    for (window, node, kind), count in self.counted.items())
+        rows = self._small_rows()
         rows.extend({"part": "queue", "node": node, "boot": boot, "queue": name, "window": window,
                      "first_seq": first_seq, "first": _counters(first), "last_seq": last_seq,
                      "last": _counters(last), "depth_max": depth_max,
@@ -241,11 +246,7 @@ class Reduction:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         schema = to_arrow_schema(partials_schema())
-        small = list(self.summary.values())
-        small.extend({"part": "boot", "node": node, "boot": boot, "first_seq": seq}
-                     for (node, boot), seq in self.boots.items())
-        small.extend({"part": "event", "window": window, "node": node, "kind": kind, "count": count}
-                     for (window, node, kind), count in self.counted.items())
+        small = self._small_rows()
         if small:
             yield pa.RecordBatch.from_pylist(small, schema=schema)
         queues = self.queue_rows()

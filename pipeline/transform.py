@@ -153,16 +153,11 @@ def _window_rows(table: Any) -> list[WindowRow]:
     # Whether each row is of the same window as the row before it (a partition cut it).
     same = pc.and_(pc.and_(_same_as_previous(flat, "node"), _same_as_previous(flat, "boot")),
                    pc.and_(_same_as_previous(flat, "queue"), _same_as_previous(flat, "window")))
-    active = pc.greater(flat.column("depth_max"), 0)
-    for name in ("now.consumers", "now.in_flight", *(f"last.{name}" for name in COUNTERS)):
-        active = pc.or_(active, pc.greater(flat.column(name), 0))
     rows = map(WindowRow._make, zip(
         column("node"), column("boot"), column("queue"), column("window"), column("first_seq"),
         column("last_seq"), counters("first"), histograms("first.latency"), column("first.latency_sum_ms"),
         counters("last"), histograms("last.latency"), column("last.latency_sum_ms"), column("depth_max"),
         column("now.depth"), column("now.consumers"), column("now.in_flight"), column("now.at"), strict=True))
-    if not pc.any(same).as_py():  # nothing to merge: the rows as they are, the idle ones left out
-        return [row for row, keep in zip(rows, active.to_pylist(), strict=True) if keep]
     windows: list[WindowRow] = []
     held = None
     for row, merge in zip(rows, pa.chunked_array(same).to_pylist(), strict=True):
