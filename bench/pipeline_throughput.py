@@ -263,8 +263,9 @@ def batch_reader(spark: Any, url: str, prefix: str, arrow: bool, full: bool) -> 
         return (spark.read.format("redis_streams").option("url", url)
                 .option("streams", f"{prefix}:snapshots,{prefix}:events").option("fields", "node,kind,data")
                 .option("arrow", "true" if arrow else "false").load()).count()
-    parts = spark.read.format("meshgate_partials").option("url", url).option("prefix", prefix).load()
-    return transform.collect(parts.toArrow(), 0.0).entries
+    parts = (spark.read.format("meshgate_partials").option("url", url).option("prefix", prefix)
+             .option("packed", "true").load())
+    return transform.collect(transform.unpacked(parts.toArrow()), 0.0).entries
 
 
 def batch_rates(spark: Any, url: str, prefix: str, total: int, repeat: int) -> dict[tuple[str, bool], float]:

@@ -9,12 +9,14 @@ the rollups skip what was already applied."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import signal
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,10 @@ from pipeline.rollup import Rollups, Settings
 
 log = logging.getLogger("meshgate.pipeline")
 QUERY_NAME = "meshgate-rollups"
-# Test hook: exit the process right after applying this batch, before Spark commits it.
+# Test hooks: exit the process right after applying this batch, before Spark commits it;
+# or with this batch committed by Spark and never applied.
 EXIT_AFTER_BATCH = "MESHGATE_PIPELINE_EXIT_AFTER_BATCH"
+EXIT_WITH_BATCH_UNAPPLIED = "MESHGATE_PIPELINE_EXIT_WITH_BATCH_UNAPPLIED"
 
 
 class PipelineFailed(Exception):
@@ -46,7 +50,14 @@ class JobOptions:
 
 
 class RollupBatches:
-    """The ``foreachBatch`` function: one micro-batch in, rollups out."""
+    """The ``foreachBatch`` function: one micro-batch in, rollups out.
+
+    A batch's rows are applied on a thread of their own while Spark computes the
+    next batch's (the driver's Python and the executors' overlap); the batch after
+    waits for it, so batches are applied one at a time and in order. Spark may then
+    commit a batch whose rollups the process dies before writing: the next query's
+    first read starts from what the rollups record as applied (``meshgate_partials``
+    does that), so such a batch is read again, and counted once."""
 
     def __init__(self, spark: Any, options: JobOptions) -> None:
         import redis
@@ -58,17 +69,44 @@ class RollupBatches:
                                                      master=options.master))
         self.batches = 0
         self.last_error: str | None = None
-        self._exit_after = os.environ.get(EXIT_AFTER_BATCH)
+        self._exit_after = _hook(EXIT_AFTER_BATCH)
+        self._exit_unapplied = _hook(EXIT_WITH_BATCH_UNAPPLIED)
+        self._applying: Future | None = None
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="meshgate-rollups")
 
     def __call__(self, parts: Any, batch: int) -> None:
         began = time.time()
         pipeline = self._query_id()
+        table = transform.unpacked(parts.toArrow())  # while the batch before is applied
+        if self._exit_unapplied == batch - 1:
+            os._exit(18)  # the batch before was committed by Spark, and is not applied
+        self.drain()
+        self._applying = self._worker.submit(self._apply, pipeline, batch, table, began)
+        if self._exit_after == batch:
+            self.drain()
+            os._exit(17)  # applied, and Spark has not committed it
+
+    def drain(self) -> None:
+        """Wait for the batch being applied; its failure is raised here."""
+        applying, self._applying = self._applying, None
+        if applying is not None:
+            applying.result()
+
+    def close(self) -> None:
+        """Apply what was handed over, then stop the thread."""
+        try:
+            self.drain()
+        finally:
+            self._worker.shutdown(wait=True)
+
+    def _apply(self, pipeline: str, batch: int, table: Any, began: float) -> None:
+        if self._exit_unapplied == batch:
+            return
         if self.rollups.status is None:
             self.rollups.load()
         if self.rollups.applied(pipeline, batch):
             log.info("batch %d already applied; skipped", batch)
             return
-        table = parts.toArrow()
         with gc_paused():
             collected = transform.collect(table, self.rollups.watermark)
             if not collected.entries:
@@ -77,14 +115,17 @@ class RollupBatches:
         self.batches += 1
         log.debug("batch %d: %d entries, %d malformed, %d late in %.2f s", batch, status.batch_entries,
                   status.malformed, status.late, status.batch_seconds)
-        if self._exit_after is not None and int(self._exit_after) == batch:
-            os._exit(17)
 
     def _query_id(self) -> str:
         for query in self.spark.streams.active:
             if query.name == QUERY_NAME:
                 return str(query.id)
         return "unknown"
+
+
+def _hook(name: str) -> int | None:
+    value = os.environ.get(name)
+    return None if value is None else int(value)
 
 
 def start_query(spark: Any, options: JobOptions, batches: RollupBatches) -> Any:
@@ -95,6 +136,7 @@ def start_query(spark: Any, options: JobOptions, batches: RollupBatches) -> Any:
     parts = (spark.readStream.format("meshgate_partials")
              .option("url", options.redis_url)
              .option("prefix", options.prefix)
+             .option("packed", "true")
              .option("startingOffsets", starting)
              .option("maxEntriesPerTrigger", str(options.max_entries))
              .option("progressKey", f"{options.prefix}:pipeline:progress")
@@ -130,7 +172,10 @@ def run_once(spark: Any, options: JobOptions) -> RollupBatches:
     options = JobOptions(**{**options.__dict__, "available_now": True})
     batches = RollupBatches(spark, options)
     query = start_query(spark, options, batches)
-    query.awaitTermination()
+    try:
+        query.awaitTermination()
+    finally:
+        batches.close()
     return batches
 
 
@@ -144,11 +189,14 @@ def _supervise(spark: Any, options: JobOptions, stop: threading.Event) -> None:
                 query.awaitTermination(0.5)
             if query.isActive:
                 query.stop()
+            batches.close()
             if query.exception() is not None:
                 raise RuntimeError(str(query.exception()))
             if options.available_now:
                 return
         except Exception as error:  # Redis gone, a task failed: start again from the checkpoint
+            with contextlib.suppress(Exception):  # what was handed over: applied or replayed
+                batches.close()
             text = str(error).strip()
             message = text.splitlines()[0][:300] if text else type(error).__name__
             if options.available_now:  # a one-off run (cron) fails rather than waiting for help

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 from model.rollups import COUNTERS
 from pipeline.decode import WINDOW_SECONDS
 
-__all__ = ["WINDOW_SECONDS", "merged", "collect", "queue_windows", "boot_starts", "event_windows"]
+__all__ = ["WINDOW_SECONDS", "merged", "unpacked", "collect", "queue_windows", "boot_starts", "event_windows"]
 
 
 def _functions() -> Any:
@@ -47,6 +47,18 @@ def merged(parts: Any) -> Any:
     for name in COUNTERS:
         active = active | (F.col("last")[name] > 0)
     return grouped.where((F.col("part") != "queue") | active)
+
+
+def unpacked(table: Any) -> Any:
+    """The partial rows of a ``packed`` read (one Arrow IPC stream per task) as one table."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from pipeline.decode import partials_schema
+
+    tables = [pa.ipc.open_stream(blob.as_buffer()).read_all()
+              for blob in table.column("packed").combine_chunks() if blob.is_valid and len(blob.as_buffer())]
+    return pa.concat_tables(tables) if tables else to_arrow_schema(partials_schema()).empty_table()
 
 
 WINDOW_COLUMNS = ("node", "boot", "queue", "window", "first_seq", "last_seq", "first", "last", "depth_max", "now")

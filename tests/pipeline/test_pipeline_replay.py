@@ -1,5 +1,6 @@
 """Exactly once across restarts: from the checkpoint, after a crash between
-applying a micro-batch and Spark committing it, and with a new checkpoint."""
+applying a micro-batch and Spark committing it, after one between Spark committing
+a micro-batch and its rollups being written, and with a new checkpoint."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from rollup_support import mismatches, status
 from test_pipeline_rollups import drive, options
 from traffic import Mesh
 
-from pipeline.job import EXIT_AFTER_BATCH, run_once
+from pipeline.job import EXIT_AFTER_BATCH, EXIT_WITH_BATCH_UNAPPLIED, run_once
 
 
 def started_mesh(client) -> tuple[Mesh, float]:
@@ -51,6 +52,21 @@ def test_a_batch_applied_but_not_committed_is_replayed_without_counting_twice(
     with caplog.at_level(logging.INFO, logger="meshgate.pipeline"):
         run_once(spark, options(redis_server, tmp_path, max_entries=50))
     assert "batch 1 already applied; skipped" in caplog.text
+    assert status(client).batch > 1
+    assert_agrees(client, mesh, written)
+
+
+def test_a_batch_committed_but_not_applied_is_read_again_and_counted_once(
+        spark, client, redis_server, tmp_path, pipeline_process):
+    mesh, base = started_mesh(client)
+    written = drive(mesh, base, 60)
+    checkpoint = tmp_path / "checkpoint"
+    crashed = pipeline_process(redis_server.url, "--once", "--max-entries", "50", "--checkpoint", str(checkpoint),
+                               env={EXIT_WITH_BATCH_UNAPPLIED: "1"})
+    assert crashed.wait() == 18, crashed.log()
+    assert (checkpoint / "commits" / "1").exists()  # Spark counts batch 1 as done ...
+    assert status(client).batch == 0  # ... and its rollups were never written
+    run_once(spark, options(redis_server, tmp_path, max_entries=50))
     assert status(client).batch > 1
     assert_agrees(client, mesh, written)
 
