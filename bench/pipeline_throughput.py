@@ -285,49 +285,52 @@ def batch_rates(spark: Any, url: str, prefix: str, total: int, repeat: int) -> d
 
 
 class Timings:
-    """Seconds spent per micro-batch in the foreachBatch function, in the driver's
-    Rollups.apply and in its Redis transaction (Rollups._write)."""
+    """Seconds spent per micro-batch (by id) in the foreachBatch function (the Spark
+    jobs: the rollups are applied on another thread, overlapping the next batch's),
+    in the driver's Rollups.apply and in its Redis transaction (Rollups._write)."""
 
     def __init__(self) -> None:
-        self.batches: list[dict[str, float]] = []
+        self.by_id: dict[int, dict[str, float]] = {}
+
+    @property
+    def batches(self) -> list[dict[str, float]]:
+        return [self.by_id[key] for key in sorted(self.by_id)]
 
     def instrument(self, batches: Any) -> None:
         rollups = batches.rollups
         apply, write = rollups.apply, rollups._write
-        current: dict[str, float] = {}
+        applying: dict[str, int] = {}
+        by_id = self.by_id
 
-        def timed_apply(*args: Any, **kwargs: Any) -> Any:
+        def timed_apply(pipeline: str, batch: int, *args: Any, **kwargs: Any) -> Any:
             began = time.perf_counter()
+            applying["id"] = batch
             try:
-                return apply(*args, **kwargs)
+                return apply(pipeline, batch, *args, **kwargs)
             finally:
-                current["apply"] = time.perf_counter() - began
+                by_id.setdefault(batch, {"id": batch})["apply"] = time.perf_counter() - began
 
         def timed_write(*args: Any, **kwargs: Any) -> Any:
             began = time.perf_counter()
             try:
                 return write(*args, **kwargs)
             finally:
-                current["write"] = time.perf_counter() - began
+                by_id.setdefault(applying["id"], {})["write"] = time.perf_counter() - began
 
         rollups.apply, rollups._write = timed_apply, timed_write
         call = batches.__class__.__call__
-        outer = self
 
         class Timed(batches.__class__):
             def __call__(self, entries: Any, batch: int) -> None:
-                current.clear()
-                current["id"] = batch
                 began = time.perf_counter()
                 call(self, entries, batch)
-                current["batch"] = time.perf_counter() - began
-                outer.batches.append(dict(current))
+                by_id.setdefault(batch, {"id": batch})["batch"] = time.perf_counter() - began
 
         batches.__class__ = Timed
 
 
 def job(spark: Any, url: str, prefix: str, checkpoint: str, available_now: bool, max_entries: int = 200_000
-        ) -> tuple[Any, Timings]:
+        ) -> tuple[Any, Timings, Any]:
     from pipeline.job import JobOptions, RollupBatches, start_query
 
     options = JobOptions(redis_url=url, prefix=prefix, checkpoint=checkpoint, trigger_s=1.0,
@@ -335,7 +338,7 @@ def job(spark: Any, url: str, prefix: str, checkpoint: str, available_now: bool,
     batches = RollupBatches(spark, options)
     timings = Timings()
     timings.instrument(batches)
-    return start_query(spark, options, batches), timings
+    return start_query(spark, options, batches), timings, batches
 
 
 def status(client: redis.Redis, prefix: str) -> PipelineStatus | None:
@@ -352,11 +355,13 @@ def published(client: redis.Redis, prefix: str) -> int:
     return total
 
 
-def backlog_run(spark: Any, url: str, prefix: str, work: Path, total: int) -> dict[str, Any]:
+def backlog_run(spark: Any, url: str, prefix: str, work: Path, total: int, batch_entries: int) -> dict[str, Any]:
     client = redis.Redis.from_url(url)
-    query, timings = job(spark, url, prefix, str(work / f"checkpoint-{prefix}"), available_now=True)
+    query, timings, batches = job(spark, url, prefix, str(work / f"checkpoint-{prefix}"), available_now=True,
+                                  max_entries=batch_entries)
     began = time.perf_counter()
     query.awaitTermination()
+    batches.close()  # the last batch's rollups are written
     elapsed = time.perf_counter() - began
     applied = status(client, prefix)
     progress = [p for p in query.recentProgress if p.numInputRows]
@@ -434,7 +439,7 @@ def live_run(spark: Any, host: str, port: int, prefix: str, work: Path, rate: fl
     # One entry first, so the query is planned and running before the clock starts.
     traffic = Traffic(prefix, 1, 1, 0.0, started=time.time(), seed=5, name="warm")
     Wire(host, port).call(traffic.entries(time.time()))
-    query, timings = job(spark, url, prefix, str(work / f"checkpoint-{prefix}"), available_now=False)
+    query, timings, batches = job(spark, url, prefix, str(work / f"checkpoint-{prefix}"), available_now=False)
     while status(client, prefix) is None:
         time.sleep(0.1)
     before = status(client, prefix).entries
@@ -458,16 +463,18 @@ def live_run(spark: Any, host: str, port: int, prefix: str, work: Path, rate: fl
     prober.join()
     fresh = [value for value in iter(results.get, None)]
     query.stop()
+    batches.close()
     client.close()
     tail = [s for s in samples if s[0] >= min(5.0, seconds / 3)]  # after the first seconds' start-up
     applied_rate = ((tail[-1][2] - tail[0][2]) / (tail[-1][0] - tail[0][0])) if len(tail) > 1 else 0.0
     lags = [(p - a) / max(rate, 1) for _, p, a in tail]  # seconds of production not yet applied
-    batches = timings.batches[skip:]
+    applied_batches = timings.batches[skip:]
     return {"rate": rate, "produced": produced, "seconds": seconds, "applied_rate": applied_rate,
             "lag_end": lags[-1] if lags else 0.0, "lag_max": max(lags, default=0.0), "drained": drained,
             "producer_cpu": cpu.value / seconds, "fresh": fresh,
-            "batch_median": statistics.median([b["batch"] for b in batches]) if batches else 0.0,
-            "batches": len(batches)}
+            "batch_median": statistics.median([b.get("batch", 0.0) + b.get("apply", 0.0)
+                                               for b in applied_batches]) if applied_batches else 0.0,
+            "batches": len(applied_batches)}
 
 
 # -- the report -----------------------------------------------------------------------------------
@@ -485,7 +492,7 @@ def breakdown(backlog: dict[str, Any]) -> list[str]:
     by_id = {t["id"]: t for t in timings}
     for p in progress:
         d, t = p.durationMs, by_id.get(p.batchId, {"batch": 0.0})
-        spark_part = t["batch"] - t.get("apply", 0.0)
+        spark_part = t.get("batch", 0.0)
         lines.append(f"| {p.batchId} | {p.numInputRows:,} | {d.get('triggerExecution', 0) / 1000:.2f} | "
                      f"{d.get('latestOffset', 0) / 1000:.2f} | {(d.get('getBatch', 0) + d.get('queryPlanning', 0) + d.get('walCommit', 0) + d.get('commitOffsets', 0)) / 1000:.2f} | "  # noqa: E501
                      f"{spark_part:.2f} | {t.get('apply', 0) - t.get('write', 0):.2f} | {t.get('write', 0):.2f} |")
@@ -501,6 +508,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs of the XRANGE and batch-reader measures")
     parser.add_argument("--rates", default="100,25000,50000", help="live producer rates, entries/s")
     parser.add_argument("--seconds", type=float, default=30.0, help="each live run's producing time")
+    parser.add_argument("--batch-entries", type=int, default=200_000,
+                        help="the backlog job's entries per micro-batch (maxEntriesPerTrigger)")
     parser.add_argument("--skip", default="", help="comma-separated: xrange, batch, backlog, live")
     parser.add_argument("--quick", action="store_true", help="30,000 entries, 1 repeat, 10 s live runs")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
@@ -545,12 +554,12 @@ def main() -> int:
             rows.append(("batch reader `meshgate_partials` (decoded, reduced), merged and collected",
                          f"{rates_[('parse', True)]:,.0f}/s{of_limit(rates_[('parse', True)])}", "—"))
         if "backlog" not in skip:
-            backlog = backlog_run(spark, url, "backlog", work, total)
+            backlog = backlog_run(spark, url, "backlog", work, total, args.batch_entries)
             print(f"backlog applied: {backlog['entries']:,} entries in {backlog['seconds']:.1f} s, "
                   f"{backlog['rate']:,.0f}/s", flush=True)
             applied_published = published(redis.Redis.from_url(url), "backlog")
             check = "rollups check" if applied_published == traffic.published else "ROLLUPS DIFFER"
-            rows.append(("streaming job, backlog (`availableNow`, 200,000 a batch)",
+            rows.append((f"streaming job, backlog (`availableNow`, {args.batch_entries:,} a batch)",
                          f"{backlog['rate']:,.0f}/s ({backlog['entries']:,} in {backlog['seconds']:.1f} s; "
                          f"{len(backlog['progress'])} batches; {check})", "≥ 50,000/s"))
             notes.append("Backlog micro-batches (seconds): Spark's trigger, its latestOffset and the rest of "

@@ -19,7 +19,10 @@ Options (names are case-insensitive):
   object of key -> id; reading starts after the id
 - ``endingOffsets`` (batch only): ``latest`` (default), an id or JSON; inclusive
 - ``maxEntriesPerTrigger`` (streaming): entries per micro-batch at most, shared fairly
-  between the streams
+  between the streams and read in step: no stream's part of a micro-batch goes past
+  the entry time (its id) where another stream's part stopped short of that stream's
+  end, so that a small stream read to its end does not carry the event time (and a
+  job's watermark) past what the others have delivered
 - ``entriesPerPartition``: entries per Spark task, about (default 50,000)
 - ``pageSize``: entries per XRANGE, and per Arrow batch (default 1,000)
 - ``progressKey`` (streaming): a hash where ``commit()`` records the last id read of each
@@ -351,6 +354,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for key, (count, last) in available.items():
             share = shares[key]
             end[key] = last if share == count else ahead(key, share)[1] if share else start.get(key, NOTHING)
+        cut_short = [id_key(end[key])[0] for key, (count, _) in available.items()
+                     if shares[key] < count or count >= max_rows]  # entries of it are left for later
+        if cut_short:
+            until_ms = min(cut_short)
+            for key in end:
+                if id_key(end[key])[0] > until_ms:
+                    end[key] = _last_until(client, key, start.get(key, NOTHING), until_ms)
         return end
 
     def partitions(self, start: dict, end: dict) -> list[StreamRange]:
@@ -364,6 +374,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         with self.options.client() as client:
             client.hset(self.options.progress_key, mapping=end)
+
+
+def _last_until(client: Any, key: str, after: str, until_ms: int) -> str:
+    """The id of the last entry after ``after`` stamped ``until_ms`` or earlier
+    (``after`` when there is none)."""
+    found = client.xrevrange(key, str(until_ms), f"({after}", count=1)
+    return found[0][0].decode() if found else after
 
 
 def _ahead(client: Any, key: str, after: str, until: str, count: int) -> tuple[int, str]:

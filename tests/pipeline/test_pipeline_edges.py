@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from rollup_support import cluster, mismatches, queue, status
-from test_pipeline_rollups import options
+from test_pipeline_rollups import drive, options
 from traffic import Mesh
 
 from pipeline.job import run_once
@@ -125,3 +125,20 @@ def test_a_one_off_run_that_cannot_reach_redis_fails_with_a_message(pipeline_pro
     run = pipeline_process(url, "--once", "--checkpoint", str(tmp_path / "checkpoint"))
     assert run.wait() == 1, run.log()
     assert "meshgate pipeline: failed:" in run.log() and "Connection refused" in run.log(), run.log()
+
+
+def test_a_backlog_read_in_small_batches_counts_every_window(spark, client, redis_server, tmp_path):
+    """The events stream is small: with a limit per batch its fair share would reach
+    the end of the backlog in the first batch, and its event time would carry the
+    watermark past the snapshots still to come, dropping them as late. The streams
+    are read in step instead."""
+    mesh = Mesh(client, seed=3)
+    base = float(int(time.time() // 60) * 60 - 480)
+    for node in ("a", "b", "c"):
+        mesh.start(node, base - 1)
+    written = drive(mesh, base, 400)
+    run_once(spark, options(redis_server, tmp_path, watermark_s=60, max_entries=300))
+    applied = status(client)
+    assert (applied.entries, applied.late) == (written, 0)
+    problems = mismatches(client, mesh.expected)
+    assert problems == [], "\n".join(problems)
