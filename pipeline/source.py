@@ -345,15 +345,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if sum(pipe.execute()) <= max_rows:  # everything the streams hold fits: nothing to count
             return self.latestOffset(start, ReadAllAvailable())
 
-        def ahead(key: str, count: int) -> tuple[int, str]:
-            return _ahead(client, key, start.get(key, NOTHING), caps.get(key, "+"), count)
-
-        available = {key: ahead(key, max_rows) for key in self.options.streams}
-        shares = fair_shares({key: count for key, (count, _) in available.items()}, max_rows)
-        end = {}
-        for key, (count, last) in available.items():
-            share = shares[key]
-            end[key] = last if share == count else ahead(key, share)[1] if share else start.get(key, NOTHING)
+        scans = {key: _Scan(client, key, start.get(key, NOTHING), caps.get(key, "+"), max_rows)
+                 for key in self.options.streams}
+        shares = fair_shares({key: scan.found for key, scan in scans.items()}, max_rows)
+        end = {key: scan.id_at(shares[key]) for key, scan in scans.items()}
+        available = {key: (scan.found, scan.last) for key, scan in scans.items()}
         cut_short = [id_key(end[key])[0] for key, (count, _) in available.items()
                      if shares[key] < count or count >= max_rows]  # entries of it are left for later
         if cut_short:
@@ -383,20 +379,36 @@ def _last_until(client: Any, key: str, after: str, until_ms: int) -> str:
     return found[0][0].decode() if found else after
 
 
-def _ahead(client: Any, key: str, after: str, until: str, count: int) -> tuple[int, str]:
-    """How many entries follow ``after`` up to ``until``, at most ``count``, and the
-    id of the last of them (``after`` when there are none)."""
-    page_end = client.register_script(_PAGE_END)
-    found, last = 0, after
-    while found < count:
-        size = min(count - found, _SCAN_PAGE)
-        counted, page_last = page_end(keys=[key], args=[last, until, size])
-        if not counted:
-            break
-        found, last = found + int(counted), page_last.decode()
-        if counted < size:
-            break
-    return found, last
+class _Scan:
+    """How many entries follow ``after`` up to ``until``, at most ``count`` (``found``),
+    and the id of the last of them (``last``; ``after`` when there are none),
+    counted a page at a time in Redis; the page ends are kept, so that the id of any
+    entry among them is found again by scanning at most a page."""
+
+    def __init__(self, client: Any, key: str, after: str, until: str, count: int) -> None:
+        self.client, self.key, self.after, self.until = client, key, after, until
+        self.marks = [(0, after)]  # (entries counted, the id of the last of them)
+        self.found, self.last = self._count(after, count)
+
+    def _count(self, after: str, count: int, mark: bool = True) -> tuple[int, str]:
+        page_end = self.client.register_script(_PAGE_END)
+        found, last = 0, after
+        while found < count:
+            size = min(count - found, _SCAN_PAGE)
+            counted, page_last = page_end(keys=[self.key], args=[last, self.until, size])
+            if not counted:
+                break
+            found, last = found + int(counted), page_last.decode()
+            if mark:
+                self.marks.append((found, last))
+            if counted < size:
+                break
+        return found, last
+
+    def id_at(self, position: int) -> str:
+        """The id of the ``position``-th entry after ``after`` (``after`` for 0)."""
+        counted, last = max((mark for mark in self.marks if mark[0] <= position), key=lambda mark: mark[0])
+        return last if counted == position else self._count(last, position - counted, mark=False)[1]
 
 
 def fair_shares(available: dict[str, int], limit: int) -> dict[str, int]:
