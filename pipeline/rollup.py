@@ -148,11 +148,13 @@ class Rollups:
         changed_states: dict[tuple[str, float, str], PartialState] = {}
         key = base = None  # the partial queue at hand, and the (seq, counters, histogram, sum) it counts from
         moved = False
+        counted: list[tuple[WindowRow, tuple]] = []  # the partial queue's windows to count, with their bases
         for row in rows:
             if (row.node, row.boot, row.queue) != key:
                 if moved:
                     self._states[key] = changed_states[key] = _state(base)
-                key, moved = (row.node, row.boot, row.queue), False
+                self._count(counted)
+                key, moved, counted = (row.node, row.boot, row.queue), False, []
                 state = self._states.get(key)
                 base = None if state is None else (state.seq, state.counters, state.latency, state.latency_sum_ms)
             if base is not None and base[0] >= row.last_seq:
@@ -163,10 +165,11 @@ class Rollups:
                 else:  # the first snapshot seen of a start the pipeline joined late: only a baseline
                     base = (row.first_seq, row.first, row.first_latency, row.first_sum_ms)
             if row.window + WINDOW_SECONDS > watermark:  # else late: counted nowhere, but the next counts from it
-                self._count(row, base)
+                counted.append((row, base))
             base, moved = (row.last_seq, row.last, row.last_latency, row.last_sum_ms), True
         if moved:
             self._states[key] = changed_states[key] = _state(base)
+        self._count(counted)
         for window_start, node, kind, count in collected.events:
             for name, seconds in RESOLUTIONS.items():
                 window = self._windows[(name, _align(window_start, seconds))]
@@ -179,39 +182,60 @@ class Rollups:
         self._evict(status.watermark)
         return status
 
-    def _count(self, row: WindowRow, base: tuple) -> None:
-        """Add one window of a partial queue, counted from ``base`` (the last seq,
-        counters, histogram and latency sum before it), to its windows."""
+    def _count(self, counted: list[tuple[WindowRow, tuple]]) -> None:
+        """One partial queue's windows (in order, each with the base it counts from:
+        the last seq, counters, histogram and latency sum before it) added to the
+        windows of every resolution: each 10-second one on its own; for a coarser
+        one, a run of them inside it at once, counted from the run's first base to
+        its last window (the counters are cumulative: the differences add up to that)."""
+        for name, seconds in RESOLUTIONS.items():
+            if seconds == WINDOW_SECONDS:
+                for row, base in counted:
+                    self._add(self._windows[(name, float(row.window))], row, base)
+                continue
+            at, size = 0, len(counted)
+            while at < size:
+                row, base = counted[at]
+                start = row.window - row.window % seconds
+                depth_max = row.depth_max
+                while at + 1 < size and counted[at + 1][0].window - counted[at + 1][0].window % seconds == start:
+                    at += 1
+                    row = counted[at][0]
+                    depth_max = max(depth_max, row.depth_max)
+                if depth_max != row.depth_max:
+                    row = row._replace(depth_max=depth_max)
+                self._add(self._windows[(name, float(start))], row, base)
+                at += 1
+
+    @staticmethod
+    def _add(window: Window, row: WindowRow, base: tuple) -> None:
+        """What a partial queue did from ``base`` to the end of ``row``, added to ``window``."""
         _, base_counters, base_latency, base_sum = base
         delta = [now - before if now > before else 0 for now, before in zip(row.last, base_counters, strict=True)]
         latency_delta = [a - b if a > b else 0 for a, b in zip_longest(row.last_latency, base_latency, fillvalue=0)]
         acked = any(latency_delta)
         sum_delta = max(0.0, row.last_sum_ms - base_sum)
         queue, node = row.queue, row.node
-        for name, seconds in RESOLUTIONS.items():
-            window = self._windows[(name, float(row.window - row.window % seconds))]
-            nodes = window.queues.get(queue)
-            if nodes is None:
-                nodes = window.queues[queue] = {}
-            partial = nodes.get(node)
-            if partial is None:  # new in the window (nearly always at 10 s): made whole at once
-                nodes[node] = _counts(delta, row, latency.trimmed(latency_delta) if acked else [],
-                                      sum_delta if acked else 0.0)
-                window.dirty.add(queue)
-                window.touched = True
-                continue
-            _add_counters(partial, delta)
-            if row.depth_max > partial.depth_max:
-                partial.depth_max = row.depth_max
-            if row.at >= partial.at:
-                partial.depth_last, partial.consumers = row.depth, row.consumers
-                partial.in_flight, partial.at = row.in_flight, row.at
-            if acked:
-                partial.latency = latency.trimmed([a + b for a, b in zip_longest(partial.latency, latency_delta,
-                                                                                 fillvalue=0)])
-                partial.latency_sum_ms += sum_delta
-            window.dirty.add(queue)
-            window.touched = True
+        nodes = window.queues.get(queue)
+        if nodes is None:
+            nodes = window.queues[queue] = {}
+        window.dirty.add(queue)
+        window.touched = True
+        partial = nodes.get(node)
+        if partial is None:  # new in the window: made whole at once
+            nodes[node] = _counts(delta, row, latency.trimmed(latency_delta) if acked else [],
+                                  sum_delta if acked else 0.0)
+            return
+        _add_counters(partial, delta)
+        if row.depth_max > partial.depth_max:
+            partial.depth_max = row.depth_max
+        if row.at >= partial.at:
+            partial.depth_last, partial.consumers = row.depth, row.consumers
+            partial.in_flight, partial.at = row.in_flight, row.at
+        if acked:
+            partial.latency = latency.trimmed([a + b for a, b in zip_longest(partial.latency, latency_delta,
+                                                                             fillvalue=0)])
+            partial.latency_sum_ms += sum_delta
 
     def _next_status(self, pipeline: str, batch: int, summary: list[dict], began: float) -> PipelineStatus:
         before = self.status
