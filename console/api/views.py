@@ -409,6 +409,12 @@ class QueueSettingsInput(serializers.Serializer):
     expiry_queue = serializers.CharField(required=False, allow_blank=True, help_text='"" discards expired messages')
     message_ttl_ms = serializers.IntegerField(required=False, min_value=1)
     max_length = serializers.IntegerField(required=False, min_value=0)
+    # What a queue declared over AMQP holds besides (GET definitions lists them): a PUT of what
+    # was listed defines the queue as it was, so that its client's next declaration still matches.
+    dead_letter_exchange = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
+                                                 help_text='AMQP x-dead-letter-exchange ("": the default exchange)')
+    dead_letter_routing_key = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    amqp_arguments = serializers.DictField(required=False, help_text="the x- arguments of the AMQP queue.declare")
 
 
 _ONE_DONE = {200: {"type": "object", "properties": {"result": {"$ref": "#/components/schemas/Done"},

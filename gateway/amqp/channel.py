@@ -11,7 +11,16 @@ from typing import TYPE_CHECKING
 
 from gateway.amqp import properties as props
 from gateway.amqp import spec
-from gateway.amqp.codec import AmqpError, Command, encode_content, encode_deliver, encode_method, encode_properties
+from gateway.amqp.codec import (
+    AmqpError,
+    Command,
+    encode_consumer,
+    encode_content,
+    encode_delivery,
+    encode_method,
+    encode_properties,
+    encode_route,
+)
 from gateway.broker.errors import BrokerError
 from gateway.broker.exchanges import PREDECLARED, TOPIC_EXCHANGE
 from gateway.broker.message import QUEUE, Message
@@ -375,17 +384,18 @@ class Channel:
             self._reply("basic.consume_ok", consumer_tag=tag)
         session = self.session
         ack_mode = AUTO if args.no_ack else CLIENT_INDIVIDUAL
+        consumer = encode_consumer(tag)  # the subscription's tag: what its deliveries start with
         if self._full and ack_mode != AUTO:
             # The channel-wide limit is reached: the consumer starts with its window closed
             # (the session takes nothing while it attaches, the queue dispatching as it does).
             writable, session.writable = session.writable, False
             try:
-                sub = session.subscribe(tag, QUEUE, args.queue, ack_mode, self.prefetch, None)
+                sub = session.subscribe(tag, QUEUE, args.queue, ack_mode, self.prefetch, None, tag=consumer)
             finally:
                 session.writable = writable
             sub.prefetch = 0
         else:
-            sub = session.subscribe(tag, QUEUE, args.queue, ack_mode, self.prefetch, None)
+            sub = session.subscribe(tag, QUEUE, args.queue, ack_mode, self.prefetch, None, tag=consumer)
         self.consumers[tag] = sub
         self._windows[tag] = self.prefetch
         if args.exclusive:
@@ -430,15 +440,13 @@ class Channel:
                 self._close_windows(sub)
         encoded = message.encoded.get("amqp")
         if encoded is None:  # shared by the copies a fan-out made, and by every redelivery
-            exchange, routing_key = _route_of(message)
             encoded = message.encoded["amqp"] = (
-                exchange.encode(), routing_key.encode(),
+                encode_route(*_route_of(message)),
                 encode_properties(props.to_properties(message.headers, message.persistent, message.priority)))
         connection = self.connection
-        frames = encode_content(self.number, encoded[2], message.body, connection.frame_max)
-        frames.insert(0, encode_deliver(self.number, sub.id.encode(), tag, message.redelivered, encoded[0],
-                                        encoded[1]))
-        connection.writeSequence(frames)
+        # sub.tag: the consumer's part of basic.deliver, encoded at basic.consume
+        connection.write_soon(encode_delivery(self.number, sub.tag, tag, message.redelivered, encoded[0], encoded[1],
+                                              message.body, connection.frame_max))
 
     def method_basic_get(self, args, command: Command) -> None:
         queue = self._existing_queue(args.queue, command)
@@ -560,7 +568,7 @@ class Channel:
             headers[props.ROUTING_KEY] = routing_key
         # Consumers get the properties as they came, encoded once (expiration included, as in RabbitMQ).
         raw = command.raw_properties
-        encoded = None if raw is None else {"amqp": (exchange.encode(), routing_key.encode(), raw)}
+        encoded = None if raw is None else {"amqp": (args.route, raw)}
         if self.transactional:
             self._tx.append((exchange, routing_key, headers, command.body, publish, args.mandatory, encoded))
             return

@@ -123,6 +123,9 @@ class _Partial:
         self.refused = False
 
 
+_PUBLISHES_KEPT = 256  # the basic.publish arguments a connection's reader keeps decoded
+
+
 class FrameReader:
     """Feed it bytes; it returns events in order. Raises AmqpError for what no
     connection can go on after (a malformed frame, a frame out of order)."""
@@ -134,40 +137,46 @@ class FrameReader:
         self._buffer = bytearray()
         self._expect_header = expect_header
         self._content: dict[int, _Partial] = {}
+        self._publishes: dict[bytes, SimpleNamespace] = {}  # basic.publish method frames -> their arguments
 
     def feed(self, data: bytes) -> list:
+        # Frames are read from bytes, whose slices are the bytes the events hold: what an
+        # earlier read left unfinished (less than a frame) is joined to this one first.
         buffer = self._buffer
-        buffer += data
+        if buffer:
+            buffer += data
+            data = bytes(buffer)
+            buffer.clear()
         events: list = []
         if self._expect_header:
-            if len(buffer) < 8 and PROTOCOL_HEADER.startswith(bytes(buffer)):
+            if len(data) < 8 and PROTOCOL_HEADER.startswith(data):
+                buffer += data
                 return events  # the rest of a right header may follow
             self._expect_header = False
-            header = ProtocolHeader(bytes(buffer[:8]))
-            del buffer[:8]
+            header = ProtocolHeader(data[:8])
             events.append(header)
             if not header.ok:
-                buffer.clear()
                 return events
+            data = data[8:]
         position = 0
-        length = len(buffer)
+        length = len(data)
         frame_max = self.frame_max
         try:
             while length - position >= 7:
-                kind, channel, size = _FRAME_HEAD.unpack_from(buffer, position)
+                kind, channel, size = _FRAME_HEAD.unpack_from(data, position)
                 if size + 8 > frame_max:
                     raise AmqpError(FRAME_ERROR, f"a frame of {size + 8} bytes is over frame_max ({frame_max})")
                 end = position + 7 + size
                 if end >= length:
                     break
-                if buffer[end] != FRAME_END:
-                    raise AmqpError(FRAME_ERROR, f"a frame does not end with 0xCE (got {buffer[end]:#04x})")
-                if kind == FRAME_METHOD and buffer[position + 7:position + 11] == _PUBLISH_IDS:
-                    taken = self._whole_publish(buffer, position, end, length, channel, events)
+                if data[end] != FRAME_END:
+                    raise AmqpError(FRAME_ERROR, f"a frame does not end with 0xCE (got {data[end]:#04x})")
+                if kind == FRAME_METHOD and data[position + 7:position + 11] == _PUBLISH_IDS:
+                    taken = self._whole_publish(data, position, end, length, channel, events)
                     if taken:
                         position = taken
                         continue
-                payload = bytes(buffer[position + 7:end])
+                payload = data[position + 7:end]
                 position = end + 1
                 if kind == FRAME_METHOD:
                     self._method(channel, payload, events)
@@ -182,49 +191,62 @@ class FrameReader:
                 else:
                     raise AmqpError(FRAME_ERROR, f"unknown frame type {kind}")
         finally:
-            del buffer[:position]
+            if position < length:
+                buffer += memoryview(data)[position:]
         return events
 
-    def _whole_publish(self, buffer: bytearray, start: int, end: int, length: int, channel: int,
+    def _whole_publish(self, data: bytes, start: int, end: int, length: int, channel: int,
                        events: list) -> int:
-        """A basic.publish whose header and single body frame are all in the buffer,
+        """A basic.publish whose header and single body frame are all in the data read,
         taken in one go (the usual case): where the next frame starts, or 0 to take
         it frame by frame (anything unusual, which the general path then judges)."""
         header_at = end + 1
         if channel in self._content or length - header_at < 7 + _CONTENT_HEAD.size + 1:
             return 0
-        kind, header_channel, header_size = _FRAME_HEAD.unpack_from(buffer, header_at)
+        kind, header_channel, header_size = _FRAME_HEAD.unpack_from(data, header_at)
         header_end = header_at + 7 + header_size
         if kind != FRAME_HEADER or header_channel != channel or header_end >= length or \
-                header_size + 8 > self.frame_max or buffer[header_end] != FRAME_END:
+                header_size + 8 > self.frame_max or data[header_end] != FRAME_END:
             return 0
-        class_id, _, size, flags = _CONTENT_HEAD.unpack_from(buffer, header_at + 7)
+        class_id, _, size, flags = _CONTENT_HEAD.unpack_from(data, header_at + 7)
         if class_id != BASIC_CLASS or size > self.max_body:
             return 0
         body_at = header_end + 1
         if size:
             if length - body_at < 8:
                 return 0
-            kind, body_channel, body_size = _FRAME_HEAD.unpack_from(buffer, body_at)
+            kind, body_channel, body_size = _FRAME_HEAD.unpack_from(data, body_at)
             body_end = body_at + 7 + body_size
             if kind != FRAME_BODY or body_channel != channel or body_size != size or body_end >= length or \
-                    body_size + 8 > self.frame_max or buffer[body_end] != FRAME_END:
+                    body_size + 8 > self.frame_max or data[body_end] != FRAME_END:
                 return 0
-            body = bytes(buffer[body_at + 7:body_end])
+            body = data[body_at + 7:body_end]
             after = body_end + 1
         else:
             body, after = b"", body_at
-        method = bytes(buffer[start + 7:end])
-        raw = bytes(buffer[header_at + 7 + _CONTENT_HEAD.size:header_end])
+        method = data[start + 7:end]
+        raw = data[header_at + 7 + _CONTENT_HEAD.size:header_end]
         try:
-            args, used = _decode_publish(method)
+            args = self._publishes.get(method) or self._publish_args(method)
             properties = decode_properties(flags, raw, 0)
         except (struct.error, ValueError, IndexError, UnicodeDecodeError):
             return 0
-        if used != len(method):
+        if args is None:
             return 0
         events.append(Command(channel, _PUBLISH, args, properties, body, (flags, raw)))
         return after
+
+    def _publish_args(self, method: bytes) -> SimpleNamespace | None:
+        """A basic.publish's arguments, kept for the next one with the same (publishers
+        mostly repeat theirs; handlers only read them). None if it is malformed."""
+        args, used = _decode_publish(method)
+        if used != len(method):
+            return None
+        publishes = self._publishes
+        if len(publishes) >= _PUBLISHES_KEPT:
+            publishes.clear()
+        publishes[method] = args
+        return args
 
     def _method(self, channel: int, payload: bytes, events: list) -> None:
         if channel in self._content:
@@ -351,12 +373,13 @@ def decode_fields(fields: list[tuple[str, str]], data: bytes, offset: int) -> tu
 
 
 def _decode_publish(data: bytes) -> tuple[SimpleNamespace, int]:
-    """basic.publish, the busiest method there is, without the generic loop."""
+    """basic.publish, the busiest method there is, without the generic loop. Besides its
+    arguments, ``route``: its exchange and routing key as they came, which basic.deliver repeats."""
     exchange, offset = _shortstr(data, 6)
     routing_key, offset = _shortstr(data, offset)
     bits = data[offset]
     return SimpleNamespace(reserved_1=0, exchange=exchange, routing_key=routing_key, mandatory=bool(bits & 1),
-                           immediate=bool(bits & 2)), offset + 1
+                           immediate=bool(bits & 2), route=data[6:offset]), offset + 1
 
 
 _ACK = struct.Struct(">QB")
@@ -603,16 +626,40 @@ def encode_content(channel: int, properties: dict | tuple[int, bytes], body: byt
     return frames
 
 
-_DELIVER_HEAD = struct.Struct(">BHIHHB")  # frame head, class, method, then the consumer tag's length
+# basic.deliver's delivery tag and redelivered; then the end of its frame and the head of
+# the content header frame (up to its property flags); then the end of that and the body frame's head.
+_DELIVERY_TAGS = struct.Struct(">QB")
+_HEADER_AFTER_METHOD = struct.Struct(">BBHIHHQH")
+_BODY_AFTER_HEADER = struct.Struct(">BBHI")
 
 
-def encode_deliver(channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool, exchange: bytes,
-                   routing_key: bytes) -> bytes:
-    """basic.deliver, once per message delivered: the strings come encoded."""
-    size = 4 + 1 + len(consumer_tag) + 8 + 1 + 1 + len(exchange) + 1 + len(routing_key)
-    return b"".join((_DELIVER_HEAD.pack(FRAME_METHOD, channel, size, BASIC_CLASS, 60, len(consumer_tag)),
-                     consumer_tag, _Q.pack(delivery_tag), b"\x01" if redelivered else b"\x00",
-                     _B.pack(len(exchange)), exchange, _B.pack(len(routing_key)), routing_key, b"\xce"))
+def encode_consumer(consumer_tag: str) -> bytes:
+    """What every basic.deliver to one consumer starts with: class, method, consumer tag."""
+    return _METHOD_HEAD.pack(BASIC_CLASS, 60) + _encode_shortstr(consumer_tag)
+
+
+def encode_route(exchange: str, routing_key: str) -> bytes:
+    """basic.deliver's exchange and routing key, the same for every delivery of a message."""
+    return _encode_shortstr(exchange) + _encode_shortstr(routing_key)
+
+
+def encode_delivery(channel: int, consumer: bytes, delivery_tag: int, redelivered: bool, route: bytes,
+                    properties: tuple[int, bytes], body: bytes, frame_max: int) -> bytes:
+    """One delivery's frames (basic.deliver, content header, body) as one bytes object:
+    ``consumer`` from encode_consumer, ``route`` from encode_route, ``properties``
+    from encode_properties. A body over one frame goes the general way."""
+    size = len(body)
+    flags, raw = properties
+    head = _FRAME_HEAD.pack(FRAME_METHOD, channel, len(consumer) + 9 + len(route))
+    tags = _DELIVERY_TAGS.pack(delivery_tag, redelivered)
+    if size > frame_max - 8:
+        return b"".join((head, consumer, tags, route, b"\xce", *encode_content(channel, properties, body, frame_max)))
+    header = _HEADER_AFTER_METHOD.pack(FRAME_END, FRAME_HEADER, channel, _CONTENT_HEAD.size + len(raw), BASIC_CLASS,
+                                       0, size, flags)
+    if not size:
+        return b"".join((head, consumer, tags, route, header, raw, b"\xce"))
+    return b"".join((head, consumer, tags, route, header, raw,
+                     _BODY_AFTER_HEADER.pack(FRAME_END, FRAME_BODY, channel, size), body, b"\xce"))
 
 
 def encode_heartbeat() -> bytes:

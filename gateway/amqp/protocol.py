@@ -29,7 +29,7 @@ from gateway.amqp.codec import (
 )
 from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.broker import Broker
-from gateway.broker.session import ConnectionInfo
+from gateway.broker.session import ConnectionInfo, Session
 from model.events import AuthenticationFailed
 from model.mesh import Connection
 
@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 HANDSHAKE_TIMEOUT = 30.0
 CLOSE_TIMEOUT = 2.0  # after a connection.close, how long the client has to answer
+HOLD_LIMIT = 65536  # bytes of deliveries held for one write at most (Twisted's transport buffer size)
 _HARD = {spec.CONNECTION_FORCED, spec.INVALID_PATH, spec.FRAME_ERROR, spec.SYNTAX_ERROR, spec.COMMAND_INVALID,
          spec.CHANNEL_ERROR, spec.UNEXPECTED_FRAME, spec.RESOURCE_ERROR, spec.NOT_ALLOWED, spec.NOT_IMPLEMENTED,
          spec.INTERNAL_ERROR}
@@ -75,6 +76,9 @@ class AmqpProtocol(Protocol):
         self._timers: list = []
         self._sent = False
         self._last_received = 0.0
+        self._held: list[bytes] = []  # what write_soon holds for the end of the reactor turn
+        self._held_size = 0
+        self.session: Session | None = None  # the connection's own, from connection.open (see _listed)
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -107,6 +111,8 @@ class AmqpProtocol(Protocol):
         for channel in list(self.channels.values()):
             channel.closed()
         self.channels.clear()
+        if self.session is not None:
+            self.session.close()
         self.factory.connection_gone(self)
 
     def _handshake_timeout(self) -> None:
@@ -251,10 +257,19 @@ class AmqpProtocol(Protocol):
         # Shared by the sessions of its channels: the management model lists the connection once.
         self.info = ConnectionInfo("amqp", "0-9-1", remote, self.clock.seconds(), self.close_from_admin, self.name,
                                    self.describe)
+        self._listed()
         self.state = "open"
         self.write(encode_method(0, "connection.open_ok"))
         if factory.broker.memory_full:
             self.set_blocked(True)
+
+    def _listed(self) -> None:
+        """The management model lists a connection from its sessions (its channels'
+        share ``info``); this one, holding no subscriptions, lists it from
+        connection.open on, before any channel, as STOMP's does from CONNECT."""
+        self.session = self.factory.broker.open_session(_NO_DELIVERIES, self.name)
+        self.session.principal = self.principal
+        self.session.connection = self.info
 
     def method_connection_close(self, command: Command) -> None:
         # Its channels end before close_ok goes: a client that got close_ok finds them gone.
@@ -340,12 +355,37 @@ class AmqpProtocol(Protocol):
     # -- bytes out and flow control -------------------------------------------------------
 
     def write(self, data: bytes) -> None:
+        if self._held:
+            self.flush()
         self._sent = True
         self.transport.write(data)
 
     def writeSequence(self, frames: list[bytes]) -> None:
+        if self._held:
+            self.flush()
         self._sent = True
         self.transport.writeSequence(frames)
+
+    def write_soon(self, data: bytes) -> None:
+        """Write by the end of this reactor turn (deliveries): the turn's writes go to
+        the transport as one, sooner once HOLD_LIMIT bytes wait (the transport's own
+        buffer limit then pauses the core's dispatching to this connection). Any
+        other write flushes them first, so the client reads everything in order."""
+        held = self._held
+        if not held:
+            self.clock.callLater(0, self.flush)
+        held.append(data)
+        self._held_size += len(data)
+        if self._held_size >= HOLD_LIMIT:
+            self.flush()
+
+    def flush(self) -> None:
+        held = self._held
+        if held:
+            self._held = []
+            self._held_size = 0
+            self._sent = True
+            self.transport.write(b"".join(held))
 
     def pause_reading(self, until) -> None:
         """Stop reading the client (a producer the broker cannot take from now) until
@@ -384,6 +424,16 @@ class AmqpProtocol(Protocol):
 
     def stopProducing(self) -> None:
         pass
+
+
+class _NoDeliveries:
+    """The sink of a connection's own session: it never subscribes (its channels do)."""
+
+    def deliver(self, subscription, message) -> None:
+        raise AssertionError("an AMQP connection's own session has no subscriptions")
+
+
+_NO_DELIVERIES = _NoDeliveries()
 
 
 class AmqpFactory(ServerFactory):

@@ -9,6 +9,7 @@ bad input is a 4xx JSON error that changes nothing."""
 from __future__ import annotations
 
 import pytest
+from amqp_support import Pika
 from e2e_support import manage_result, unique
 
 from model.definitions import DURABLE_SUBSCRIPTION, QUEUE_SETTINGS
@@ -90,6 +91,39 @@ def test_a_durable_subscription_is_listed_and_deleted_for_every_node(mesh, admin
     expect_ok(admin.delete(f"/api/v1/definitions/durable/{durable}"))
     for member in mesh.nodes:
         mesh.wait(lambda m=member: _held(m, DURABLE_SUBSCRIPTION, durable).deleted, f"the deletion on {member}")
+
+
+def test_a_queue_declared_over_amqp_keeps_its_arguments_through_export_and_import(mesh, admin):
+    queue, dead = unique("qx"), unique("qx.dead")
+    arguments = {"x-message-ttl": 600000, "x-max-length": 1, "x-dead-letter-exchange": "",
+                 "x-dead-letter-routing-key": dead}
+    clients = Pika()
+    try:
+        channel = clients(mesh.a.proc).channel()
+        channel.queue_declare(dead)
+        channel.queue_declare(queue, arguments=arguments)
+        for member in mesh.nodes:
+            mesh.wait(lambda m=member: _held(m, QUEUE_SETTINGS, queue), f"the definition on {member}")
+        declared = _held(mesh.a, QUEUE_SETTINGS, queue).queue
+        (exported,) = _listed(admin, queue)  # the export: GET /api/v1/definitions
+        assert exported["queue"]["amqp_arguments"] == arguments
+        # The import, onto a mesh that no longer holds the queue: PUT what was exported.
+        expect_ok(admin.delete(f"/api/v1/definitions/queues/{queue}"))
+        mesh.wait(lambda: _held(mesh.c, QUEUE_SETTINGS, queue).deleted, "the deletion on C")
+        expect_ok(admin.put(f"/api/v1/definitions/queues/{queue}", exported["queue"], format="json"))
+        for member in mesh.nodes:
+            mesh.wait(lambda m=member: (_held(m, QUEUE_SETTINGS, queue).queue or None) == declared,
+                      f"the imported settings, arguments and all, on {member}")
+        # An AMQP client declaring it again as before is answered declare_ok (not a 406), on any node,
+        # and the arguments act: x-max-length 1 dead-letters the oldest through the default exchange.
+        other = clients(mesh.c.proc).channel()
+        other.queue_declare(queue, arguments=arguments)
+        for body in (b"first", b"second"):
+            other.basic_publish("", queue, body)
+        mesh.wait(lambda: other.queue_declare(dead, passive=True).method.message_count == 1, "the dead-lettered one")
+        assert other.basic_get(dead, auto_ack=True)[2] == b"first"
+    finally:
+        clients.close_all()
 
 
 @pytest.mark.parametrize("body, field", [

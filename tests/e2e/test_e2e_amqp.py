@@ -473,6 +473,31 @@ def test_the_model_lists_an_amqp_connections_channels(node, amqp, connect):
                                                                               consuming.channel_number]
 
 
+def test_an_amqp_connection_is_listed_once_open_before_any_channel(node, amqp, connect):
+    stomp = connect(node)  # listed from CONNECT on: an AMQP connection is too, from connection.open
+    stomp_row = next(c for c in manage_result(node.port, Connections()) if c.protocol == "stomp")
+    connection = amqp(node)  # open: connection.open done, no channel yet
+    rows = [c for c in manage_result(node.port, Connections()) if c.protocol == "amqp"]
+    assert len(rows) == 1, rows
+    row = rows[0]
+    assert (row.channels, row.channel_details, row.subscriptions, row.unacked) == (0, [], 0, 0)
+    assert row.version == "0-9-1" and row.user == stomp_row.user
+    assert row.remote.startswith(HOST + ":")
+    channel = connection.channel()  # a channel adds to the row, not a row
+    rows = [c for c in manage_result(node.port, Connections()) if c.protocol == "amqp"]
+    assert [(r.id, r.channels) for r in rows] == [(row.id, 1)]
+    channel.close()
+    manage_result(node.port, CloseConnection(connection=row.id, reason="maintenance"))
+    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as closed:
+        connection.process_data_events(time_limit=5)
+    assert closed.value.reply_code == 320 and "maintenance" in closed.value.reply_text
+    deadline = time.monotonic() + 5
+    while [c for c in manage_result(node.port, Connections()) if c.protocol == "amqp"]:
+        assert time.monotonic() < deadline, "the closed connection is still listed"
+        time.sleep(0.05)
+    stomp.disconnect()
+
+
 def test_a_full_channel_holds_back_a_consumer_that_joins_it_but_not_a_no_ack_one(node, amqp):
     connection = amqp(node)
     channel, publisher = connection.channel(), connection.channel()

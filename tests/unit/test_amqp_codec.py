@@ -21,8 +21,12 @@ from gateway.amqp.codec import (
     FrameReader,
     ProtocolHeader,
     decode_table,
+    encode_consumer,
     encode_content,
+    encode_delivery,
     encode_method,
+    encode_properties,
+    encode_route,
     encode_table,
 )
 from gateway.amqp.spec import FRAME_ERROR, PROTOCOL_HEADER, SYNTAX_ERROR, UNEXPECTED_FRAME
@@ -216,3 +220,42 @@ def test_a_publish_with_a_bad_header_in_one_read_is_still_refused():
     broken[len(pika_method(1, pika.spec.Basic.Publish(routing_key="q"))) + 8] = 0x3d  # content class 61
     with pytest.raises(AmqpError, match="content class 61"):
         reader().feed(bytes(broken))
+
+
+@pytest.mark.parametrize("body, frame_max", [(b"", 4096), (b"x" * 256, 4096), (b"y" * 4088, 4096),
+                                             (bytes(range(256)) * 40, 4096)])
+def test_a_delivery_in_one_piece_is_the_frames_it_stands_for(body, frame_max):
+    """encode_delivery (one bytes per delivery) against basic.deliver and its content
+    encoded frame by frame; pika reads it: an empty body has no body frame, a long one several."""
+    properties = encode_properties({"content_type": "text/plain", "delivery_mode": 1, "headers": {"n": 5}})
+    one = encode_delivery(7, encode_consumer("ctag-1"), 2 ** 40, True, encode_route("amq.topic", "a.b"), properties,
+                          body, frame_max)
+    frames = encode_method(7, "basic.deliver", consumer_tag="ctag-1", delivery_tag=2 ** 40, redelivered=True,
+                           exchange="amq.topic", routing_key="a.b")
+    assert one == frames + b"".join(encode_content(7, properties, body, frame_max))
+    decoded, offset = [], 0
+    while offset < len(one):
+        consumed, frame = pika.frame.decode_frame(one[offset:])
+        decoded.append(frame)
+        offset += consumed
+    method, header, *bodies = decoded
+    assert (method.method.consumer_tag, method.method.exchange, method.method.routing_key) == ("ctag-1", "amq.topic",
+                                                                                               "a.b")
+    assert header.properties.headers == {"n": 5} and header.body_size == len(body)
+    assert b"".join(b.fragment for b in bodies) == body and len(bodies) == -(-len(body) // (frame_max - 8))
+
+
+def test_publishes_that_repeat_their_arguments_each_read_right():
+    """The reader keeps decoded basic.publish arguments for the next like them: publishes
+    to different places, mixed, read in one go or a byte at a time, keep theirs; ``route``
+    is their exchange and routing key as basic.deliver encodes them."""
+    places = [("", "q1"), ("ex", "rk"), ("", "q1"), ("ex", "other"), ("ex", "rk")]
+    data = b"".join(pika_method(1, pika.spec.Basic.Publish(exchange=e, routing_key=k, mandatory=k == "other"))
+                    + pika_content(1, pika.spec.BasicProperties(), b"body") for e, k in places)
+    r = reader()
+    for events in (reader().feed(data), [e for i in range(len(data)) for e in r.feed(data[i:i + 1])],
+                   r.feed(data)):
+        assert [(c.args.exchange, c.args.routing_key, c.args.mandatory) for c in events] == [
+            (e, k, k == "other") for e, k in places]
+        assert [c.args.route for c in events] == [encode_route(e, k) for e, k in places]
+        assert all(c.body == b"body" for c in events)
