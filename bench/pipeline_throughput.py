@@ -305,10 +305,13 @@ class Timings:
         def timed_apply(pipeline: str, batch: int, *args: Any, **kwargs: Any) -> Any:
             began = time.perf_counter()
             applying["id"] = batch
+            timings = by_id.setdefault(batch, {"id": batch})
             try:
-                return apply(pipeline, batch, *args, **kwargs)
+                applied = apply(pipeline, batch, *args, **kwargs)
+                timings["entries"] = applied.batch_entries
+                return applied
             finally:
-                by_id.setdefault(batch, {"id": batch})["apply"] = time.perf_counter() - began
+                timings["apply"] = time.perf_counter() - began
 
         def timed_write(*args: Any, **kwargs: Any) -> Any:
             began = time.perf_counter()
@@ -493,7 +496,7 @@ def breakdown(backlog: dict[str, Any]) -> list[str]:
     for p in progress:
         d, t = p.durationMs, by_id.get(p.batchId, {"batch": 0.0})
         spark_part = t.get("batch", 0.0)
-        lines.append(f"| {p.batchId} | {p.numInputRows:,} | {d.get('triggerExecution', 0) / 1000:.2f} | "
+        lines.append(f"| {p.batchId} | {t.get('entries', 0):,} | {d.get('triggerExecution', 0) / 1000:.2f} | "
                      f"{d.get('latestOffset', 0) / 1000:.2f} | {(d.get('getBatch', 0) + d.get('queryPlanning', 0) + d.get('walCommit', 0) + d.get('commitOffsets', 0)) / 1000:.2f} | "  # noqa: E501
                      f"{spark_part:.2f} | {t.get('apply', 0) - t.get('write', 0):.2f} | {t.get('write', 0):.2f} |")
     return lines

@@ -58,7 +58,7 @@ local page = redis.call('XRANGE', KEYS[1], '(' .. ARGV[1], ARGV[2], 'COUNT', ARG
 if #page == 0 then return {0, false} end
 return {#page, page[#page][1]}
 """
-_SCAN_PAGE = 2000
+_SCAN_PAGE = 200  # measured: a script handed 2,000 entries of 3.8 KB a call took twice as long per entry
 
 
 def register(spark: Any) -> None:
