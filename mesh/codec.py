@@ -36,6 +36,8 @@ class FrameType:
     CHUNK = 19     # a piece of a large MESSAGE (mesh.large), to peers whose HELLO says "chunks"
     BUSY = 20      # ids the receiver did not take: its store has no room; the sender keeps them, tries later
     DEFINITIONS = 21  # mesh-wide definitions (model.definitions): all of them on link up, then each change
+    VOTE = 22      # instead of a HELLO: a backup asks whether the peer still hears its primary (mesh.quorum)
+    VOTED = 23     # the answer to a VOTE; then close (the connection never becomes a link)
 
 
 _HEAD = struct.Struct(">IB")

@@ -225,6 +225,13 @@ class Custody:
         record = self.known_peers[peer_id] = Message(peer_id, QUEUE, "", headers, b"", True)
         self.store.add(PEER_RECORD, record)
 
+    def remember_epoch(self, peer_id: str) -> None:
+        """Keep the epoch seen of a peer durably (a quorum vote granted a higher one),
+        if this node keeps a record of that peer; other fields of the record stay."""
+        record = self.known_peers.get(peer_id)
+        if record is not None:
+            self._record_peer(peer_id, {k: v for k, v in record.headers.items() if k != "epoch"})
+
     def stop_counting_on(self, node_id: str) -> None:
         """The node is gone for good: it will not resend, nor hold anything of ours."""
         record = self.known_peers.pop(node_id, None)

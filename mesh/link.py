@@ -25,12 +25,15 @@ from mesh.codec import (
     encode_frame,
 )
 from mesh.large import ChunkAssembler, ChunkedSender
+from mesh.quorum import answer_vote
 
 if TYPE_CHECKING:
     from mesh.node import MeshNode
 
 log = logging.getLogger(__name__)
-# 2: messages carry their accept time; 3: mesh-wide definitions; 4: HELLO carries the node's epoch (fencing)
+# 2: messages carry their accept time; 3: mesh-wide definitions; 4: HELLO carries the node's epoch (fencing).
+# Quorum votes (mesh.quorum) need no new version: a HELLO's "votes" flag says a node answers them, a VOTE is
+# only sent to such a node, and it comes on a connection that never becomes a link.
 PROTOCOL_VERSION = 4
 SELF_LINK = "a link to this node itself"  # a refusal: a discovery listed this node's own address
 
@@ -218,6 +221,8 @@ class LinkProtocol(Protocol):
             pass
         elif kind == FrameType.HELLO and self.peer is None:
             self._hello(decode_control(payload))
+        elif kind == FrameType.VOTE and self.peer is None and not self.dialled:
+            self._vote(decode_control(payload))
         elif kind == FrameType.AUTH and self.peer is not None and not self.authenticated:
             self._auth(decode_control(payload))
         elif kind == FrameType.REFUSE:
@@ -270,6 +275,15 @@ class LinkProtocol(Protocol):
             mesh.fenced(f"{self.peer_name} has seen epoch {epoch} of this node id {mesh.node_id}, above this "
                         f"node's epoch {mesh.epoch}: another process took this node's data dir over, so this one "
                         f"was replaced ({reason})")
+
+    def _vote(self, request: object) -> None:
+        """A backup asks, instead of a HELLO, whether this node still hears its primary
+        (mesh.quorum): one answer, then the connection closes; it never is a link."""
+        address = self.transport.getPeer()
+        voter = f"{getattr(address, 'host', '?')}:{getattr(address, 'port', '?')}"
+        self.send_control(FrameType.VOTED, answer_vote(self.mesh, self.nonce, request, voter))
+        self.closing = True
+        self.transport.loseConnection()
 
     def _hello(self, hello: dict) -> None:
         if not isinstance(hello, dict) or hello.get("version") != PROTOCOL_VERSION or "node_id" not in hello:

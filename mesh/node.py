@@ -53,6 +53,9 @@ class MeshNode:
         self.epoch = epoch
         self.on_fenced = on_fenced
         self.peer_epochs: dict[str, int] = {}  # node id -> the highest epoch seen of it (kept in its peer record)
+        self.granted_epochs: dict[str, int] = {}  # node id -> the epoch a quorum vote granted a backup of it
+        self.last_frame: dict[str, float] = {}  # node id -> when its last link's last frame came (quorum votes)
+        self.listening_since = reactor.seconds()
         self.name = name
         self.broker = broker
         self.reactor = reactor
@@ -95,6 +98,7 @@ class MeshNode:
     def start(self):
         host, port = self.config.bind
         self.port = yield self._listen(host, port)
+        self.listening_since = self.reactor.seconds()
         address = self.port.getHost()
         self.link_address = (address.host, address.port)
         for peer in self.config.static:
@@ -279,6 +283,7 @@ class MeshNode:
             "chunks": True,  # large messages may come as CHUNK frames (mesh.large)
             "busy": True,  # a message it cannot store for want of room gets BUSY back, not silence
             "epoch": self.epoch,
+            "votes": True,  # answers a backup's quorum VOTE sent instead of a HELLO (mesh.quorum)
         }
 
     def newer_epoch(self, hello: dict) -> int | None:
@@ -376,6 +381,7 @@ class MeshNode:
             log.info("mesh: link with %s lost", link.peer_name)
         self.events.emit(LinkDown(peer=link.peer_id, peer_name=link.peer_name,
                                   reason="duplicate link" if link.duplicate else link.down_reason or "connection lost"))
+        self.last_frame[link.peer_id] = link.last_received
         self._drop_peer(link.peer_id)
         self.custody.unlinked(link.peer_id, self.reactor.seconds())
         self.demand.schedule_advertise()
@@ -596,6 +602,8 @@ class MeshNode:
             return
         log.warning("mesh: forgetting node %s: it is not waited for, and what was kept for it is dropped", node_id)
         self.peer_epochs.pop(node_id, None)  # with its peer record: a node forgotten may come back at any epoch
+        self.granted_epochs.pop(node_id, None)
+        self.last_frame.pop(node_id, None)
         self.custody.stop_counting_on(node_id)
         self.broker.unbind_link(node_id)
         self.topology.forget(node_id)

@@ -229,6 +229,19 @@ class Node:
             return None
         return WitnessClient(self.reactor, ha.witness, self.config.replication_password)
 
+    def _mesh_quorum(self):
+        """Without a witness, the mesh's other nodes (``[mesh] static``) are the backup's quorum."""
+        from meshgate.replication.quorum import MeshQuorum
+
+        mesh = self.config.mesh
+        if self.config.ha.witness is not None or mesh is None:
+            return None
+        peers = tuple(p for p in mesh.static if tuple(p) != tuple(mesh.bind))
+        if not peers:
+            return None
+        timeout_s = max(0.5, min(self.config.ha.takeover_after_ms / 1000.0, 2.0))
+        return MeshQuorum(self.reactor, peers, mesh.cluster_password, mesh.cluster_user, timeout_s)
+
     @defer.inlineCallbacks
     def _take_turn(self):
         """Replicated: start as the backup (``ha.role``, or a primary that was replaced
@@ -238,6 +251,7 @@ class Node:
 
         ha = self.config.ha
         witness = self._witness_client()
+        quorum = self._mesh_quorum()
         role = "backup" if self._rejoin else ha.role
         if self._rejoin:
             log.warning("ha: rejoining as the backup of the member that took over (failback); copying the node's "
@@ -255,6 +269,10 @@ class Node:
                     known = 0
                 if isinstance(known, int) and known > own:
                     reason = f"the witness has seen epoch {known} of this node, above this data dir's {own}"
+            if not reason and quorum is not None and node_id:
+                known = yield quorum.highest_epoch(node_id)  # a backup may have taken over by the mesh's votes
+                if known > own:
+                    reason = f"a node of the mesh has seen epoch {known} of this node, above this data dir's {own}"
             if not reason and (yield primary_active_at(self.reactor, ha.peer, tls=ha.tls)):
                 reason = f"the other member serves (its replication listener {ha.peer[0]}:{ha.peer[1]} answers)"
             if reason:
@@ -269,7 +287,7 @@ class Node:
                                         password=self.config.replication_password, witness=witness,
                                         heartbeat_s=ha.heartbeat_ms / 1000.0,
                                         takeover_after_s=ha.takeover_after_ms / 1000.0, force=ha.force_takeover,
-                                        node_id=self._stored_node_id, tls=ha.tls)
+                                        node_id=self._stored_node_id, tls=ha.tls, quorum=quorum)
         trigger = self.reactor.addSystemEventTrigger("before", "shutdown", self.follower.stop)
         yield self.follower.wait()
         self.reactor.removeSystemEventTrigger(trigger)

@@ -14,7 +14,9 @@ copy it is *catching up* and receipts do not wait for it.
 The backup takes over when the primary is gone (the link lost, or silent for
 ``ha.takeover_after_ms``) and the witness agrees (it has not heard the primary for
 that long either); the witness records the new epoch, so the old primary, should
-it still run, learns it was replaced.
+it still run, learns it was replaced. Without a witness, a strict majority of the
+node's ``[mesh] static`` peers must agree (``quorum``, :mod:`mesh.quorum`): each
+records the new epoch on a yes and refuses the old primary's links from then on.
 
 Wire format: frames of ``<u32 payload length><u8 kind>payload``; control payloads
 are JSON, data payloads are packed binary (``codec``, no Twisted there). The
@@ -28,8 +30,6 @@ from meshgate.replication.backup import (
     ReplicaFollower,
     _FollowerFactory,
     _FollowerProtocol,
-    _ProbeFactory,
-    primary_active_at,
 )
 from meshgate.replication.codec import (
     _FILE,
@@ -79,6 +79,7 @@ from meshgate.replication.primary import (
     _SourceFactory,
     _SourceProtocol,
 )
+from meshgate.replication.probe import _ProbeFactory, primary_active_at
 
 __all__ = [
     "ACK",

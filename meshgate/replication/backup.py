@@ -1,6 +1,6 @@
 """The backup's side: following the primary's stream into its own data dir,
-acknowledging what it made durable, and deciding (with the witness) when to
-take over."""
+acknowledging what it made durable, and deciding when to take over: with the
+witness, or without one with the mesh's other nodes (``quorum``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 
-from twisted.internet import defer, error, task
+from twisted.internet import defer, task
 from twisted.internet.interfaces import IHandshakeListener
 from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.python.failure import Failure
@@ -53,6 +53,7 @@ from meshgate.replication.codec import (
     encode_position,
     proof,
 )
+from meshgate.replication.quorum import MeshQuorum
 from meshgate.replication.tls import COMPLAIN_EVERY_S, MISMATCH_HINT, client_endpoint
 from meshgate.witness import WitnessClient
 
@@ -299,7 +300,8 @@ class ReplicaFollower:
 
     def __init__(self, root: Path, reactor, *, peer: tuple[str, int], password: str, witness: WitnessClient | None,
                  heartbeat_s: float, takeover_after_s: float, force: bool,
-                 node_id: Callable[[], str], tls: ReplicationTlsConfig | None = None) -> None:
+                 node_id: Callable[[], str], tls: ReplicationTlsConfig | None = None,
+                 quorum: MeshQuorum | None = None) -> None:
         self.files = ReplicaFiles(root)
         self.tls = tls  # None: a plain TCP link
         self.reactor = reactor
@@ -307,6 +309,9 @@ class ReplicaFollower:
         self.peer_text = f"{peer[0]}:{peer[1]}"
         self.password = password
         self.witness = witness
+        self.quorum = None if witness is not None else quorum  # a witness, when there is one, decides alone
+        self._next_vote = 0.0  # the mesh's nodes are asked at most once per takeover_after (min 0.5 s)
+        self._verdict: tuple[object, float] = (None, 0.0)  # the mesh's last refusal logged, and when
         self.heartbeat_s = heartbeat_s
         self.takeover_after_s = takeover_after_s
         self.force = force
@@ -431,6 +436,7 @@ class ReplicaFollower:
     def welcomed(self, link: _FollowerProtocol, body: dict) -> None:
         self._lost_at = None
         self._said = ""
+        self._verdict = (None, 0.0)
         self.state = "catching-up"
         log.info("replication: linked with the primary at %s (epoch %s)", self.peer_text, body.get("epoch"))
 
@@ -480,67 +486,44 @@ class ReplicaFollower:
                       "ha.force_takeover = true to take over anyway, accepting that loss", self.peer_text,
                       self.received, self.primary_written)
             return
-        if self.witness is None:
-            self._say("backup: the primary at %s is unreachable; no ha.witness is configured, so there is no quorum "
-                      "and no automatic takeover (docs/ha.md)", self.peer_text)
+        if self.witness is None and self.quorum is None:
+            self._say("backup: the primary at %s is unreachable; no ha.witness is configured and no [mesh] static "
+                      "peers to ask, so there is no quorum and no automatic takeover (docs/ha.md)", self.peer_text)
+            return
+        now = self.reactor.seconds()
+        if self.witness is None and now < self._next_vote:
             return
         self._deciding = True
         try:
             epoch = read_epoch(self.files.root) + 1
-            verdict = yield self.witness.claim(self.node_id(), epoch, self.takeover_after_s)
+            if self.witness is not None:
+                verdict = yield self.witness.claim(self.node_id(), epoch, self.takeover_after_s)
+            else:
+                self._next_vote = now + max(0.5, self.takeover_after_s)
+                verdict = yield self.quorum.vote(self.node_id(), epoch, self.takeover_after_s)
         finally:
             self._deciding = False
         if self._stopped or self.link is not None or self._done is None or self._done.called:
             return
         if not verdict.get("granted"):
-            self._say("backup: the primary at %s is unreachable from here, but the witness says: %s; no takeover",
-                      self.peer_text, verdict.get("reason", "no"))
+            if self.witness is not None:
+                self._say("backup: the primary at %s is unreachable from here, but the witness says: %s; no takeover",
+                          self.peer_text, verdict.get("reason", "no"))
+            elif verdict.get("key") != self._verdict[0] or now - self._verdict[1] >= COMPLAIN_EVERY_S:
+                self._verdict = (verdict.get("key"), now)  # once per distinct verdict (the reasons carry seconds)
+                log.warning("backup: the primary at %s is unreachable from here, but the mesh's other nodes say: %s; "
+                            "no takeover", self.peer_text, verdict.get("reason", "no"))
             return
         if self.behind:
             log.critical("backup: taking over while behind (ha.force_takeover): up to %d bytes of journal the "
                          "primary wrote are not in this copy; messages acknowledged there may be lost",
                          self.primary_written - self.received)
         waited = self.reactor.seconds() - (self._lost_at or self.reactor.seconds())
-        log.warning("backup: the primary at %s is gone (for %.1f s) and the witness agrees; taking over at epoch %d",
-                    self.peer_text, waited, epoch)
+        if self.witness is not None:
+            log.warning("backup: the primary at %s is gone (for %.1f s) and the witness agrees; taking over at "
+                        "epoch %d", self.peer_text, waited, epoch)
+        else:
+            log.warning("backup: the primary at %s is gone (for %.1f s) and the mesh's other nodes agree (%s); "
+                        "taking over at epoch %d", self.peer_text, waited, verdict.get("reason"), epoch)
         self.stop()
         self._done.callback(epoch)
-
-
-@defer.inlineCallbacks
-def primary_active_at(reactor, peer: tuple[str, int], timeout: float = 1.0,
-                      tls: ReplicationTlsConfig | None = None):
-    """Whether a process serves at the other member's replication listener (it only
-    listens while it serves): then this one must not. With ``tls`` the probe dials
-    with TLS and lets the handshake finish (or fail) before closing, so that the
-    listener sees a well-behaved peer; a listener that accepts counts either way."""
-    endpoint = client_endpoint(reactor, peer, tls, timeout)
-    try:
-        protocol = yield endpoint.connect(_ProbeFactory())
-    except (error.ConnectError, error.TimeoutError, OSError):
-        return False
-    if tls is not None:
-        timer = reactor.callLater(max(timeout, 1.0), lambda: protocol.settled.called or protocol.settled.callback(None))
-        yield protocol.settled
-        if timer.active():
-            timer.cancel()
-    protocol.transport.loseConnection()
-    return True
-
-
-@implementer(IHandshakeListener)
-class _ProbeProtocol(Protocol):
-    def __init__(self) -> None:
-        self.settled = defer.Deferred()  # the TLS handshake finished or the connection went
-
-    def handshakeCompleted(self) -> None:
-        if not self.settled.called:
-            self.settled.callback(None)
-
-    def connectionLost(self, reason: Failure = None) -> None:
-        if not self.settled.called:
-            self.settled.callback(None)
-
-
-class _ProbeFactory(ClientFactory):
-    protocol = _ProbeProtocol

@@ -1,8 +1,9 @@
 """Processes of HA nodes (docs/ha.md) for the end-to-end tests: a member of a pair
 (``meshgate broker`` with its own data dir, or a shared one, launched without
-waiting for listeners, since a backup or a standby has none) and a ``meshgate
-witness``. Used by ``test_e2e_ha_replicated.py``, ``test_e2e_ha_shared_store.py``
-and ``test_e2e_chaos_pairs.py``."""
+waiting for listeners, since a backup or a standby has none), a ``meshgate
+witness`` and a TCP proxy the test can cut. Used by ``test_e2e_ha_replicated.py``,
+``test_e2e_ha_mesh_quorum.py``, ``test_e2e_ha_shared_store.py`` and
+``test_e2e_chaos_pairs.py``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import re
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 from e2e_support import HOST, MESHGATE, BrokerProcess, _Output
@@ -85,3 +87,71 @@ def listening(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(1.0)
         return sock.connect_ex((HOST, port)) == 0
+
+
+class Proxy:
+    """A TCP proxy on a fixed port that the test stops (closing every connection:
+    the link is cut) and starts again."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.port = free_port()
+        self.server: socket.socket | None = None
+        self.sockets: list[socket.socket] = []
+        self.lock = threading.Lock()
+
+    def start(self) -> Proxy:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((HOST, self.port))
+        server.listen(16)
+        self.server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+        return self
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection((HOST, self.target), timeout=2)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self.lock:
+                if self.server is not server:
+                    client.close()
+                    upstream.close()
+                    return
+                self.sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        with self.lock:
+            server, self.server = self.server, None
+            sockets, self.sockets = self.sockets, []
+        if server is not None:
+            server.close()
+        for s in sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()

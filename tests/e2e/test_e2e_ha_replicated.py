@@ -17,14 +17,13 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import threading
 import time
 from pathlib import Path
 
 import pytest
 from e2e_support import HOST, manage_result, open_client, unique
-from ha_support import Member, Witness, listening
+from ha_support import Member, Proxy, Witness, listening
 from mesh_support import free_port, wait_until
 
 from meshgate.client import FailoverConnection
@@ -37,74 +36,6 @@ N = 300
 
 
 # -- processes and a proxy ------------------------------------------------------------------------
-
-
-class Proxy:
-    """A TCP proxy on a fixed port that the test stops (closing every connection:
-    the link is cut) and starts again."""
-
-    def __init__(self, target: int) -> None:
-        self.target = target
-        self.port = free_port()
-        self.server: socket.socket | None = None
-        self.sockets: list[socket.socket] = []
-        self.lock = threading.Lock()
-
-    def start(self) -> Proxy:
-        server = socket.socket()
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind((HOST, self.port))
-        server.listen(16)
-        self.server = server
-        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
-        return self
-
-    def _accept(self, server: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = server.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection((HOST, self.target), timeout=2)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            with self.lock:
-                if self.server is not server:
-                    client.close()
-                    upstream.close()
-                    return
-                self.sockets += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        for s in (source, sink):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-    def stop(self) -> None:
-        with self.lock:
-            server, self.server = self.server, None
-            sockets, self.sockets = self.sockets, []
-        if server is not None:
-            server.close()
-        for s in sockets:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
 
 
 def ha_table(role: str, bind: int, peer: int, witness: int | None, extra: str = "") -> str:
