@@ -42,8 +42,9 @@ from model.rollups import (
     window_key,
     with_percentiles,
 )
+from pipeline import counting
 from pipeline.decode import WINDOW_SECONDS
-from pipeline.transform import Collected, WindowRow
+from pipeline.transform import Collected, WindowColumns
 
 _ZEROS = (0,) * len(COUNTERS)
 STATE_TTL_S = 7 * 24 * 3600  # a partial queue's last counters, kept for a node that comes back
@@ -135,41 +136,29 @@ class Rollups:
     def apply(self, pipeline: str, batch: int, collected: Collected, began: float | None = None) -> PipelineStatus:
         """Apply one micro-batch (``transform.collect``'s rows)."""
         began = time.time() if began is None else began
-        rows = collected.windows  # a partial queue's windows in order: each counts from the last
-        self._load_states({(row.node, row.boot, row.queue) for row in rows}, set(collected.boots))
+        windows = collected.windows  # a partial queue's windows in order: each counts from the last
+        starts = counting.partial_queue_starts(windows)
+        keys = [(windows.node[at], float(windows.boot[at]), windows.queue[at]) for at in starts.tolist()]
+        self._load_states(set(keys), set(collected.boots))
         new_boots = {}
         for key, first_seq in collected.boots.items():
             if self._first_seen.get(key) is None:
                 self._first_seen[key] = new_boots[key] = first_seq
         watermark = self.watermark
-        starts = {row.window for row in rows} | {window for window, *_ in collected.events}
-        self._load_windows({(name, _align(start, seconds)) for start in starts if start + WINDOW_SECONDS > watermark
-                            for name, seconds in RESOLUTIONS.items()})
+        window_starts = set(windows.window.tolist()) | {window for window, *_ in collected.events}
+        self._load_windows({(name, _align(start, seconds)) for start in window_starts
+                            if start + WINDOW_SECONDS > watermark for name, seconds in RESOLUTIONS.items()})
         changed_states: dict[tuple[str, float, str], PartialState] = {}
-        key = base = None  # the partial queue at hand, and the (seq, counters, histogram, sum) it counts from
-        moved = False
-        counted: list[tuple[WindowRow, tuple]] = []  # the partial queue's windows to count, with their bases
-        for row in rows:
-            if (row.node, row.boot, row.queue) != key:
-                if moved:
-                    self._states[key] = changed_states[key] = _state(base)
-                self._count(counted)
-                key, moved, counted = (row.node, row.boot, row.queue), False, []
-                state = self._states.get(key)
-                base = None if state is None else (state.seq, state.counters, state.latency, state.latency_sum_ms)
-            if base is not None and base[0] >= row.last_seq:
-                continue  # a duplicate of snapshots already counted
-            if base is None:
-                if row.first_seq > (self._first_seen.get(key[:2]) or 1) or row.first_seq == 1:
-                    base = (0, _ZEROS, [], 0.0)
-                else:  # the first snapshot seen of a start the pipeline joined late: only a baseline
-                    base = (row.first_seq, row.first, row.first_latency, row.first_sum_ms)
-            if row.window + WINDOW_SECONDS > watermark:  # else late: counted nowhere, but the next counts from it
-                counted.append((row, base))
-            base, moved = (row.last_seq, row.last, row.last_latency, row.last_sum_ms), True
-        if moved:
-            self._states[key] = changed_states[key] = _state(base)
-        self._count(counted)
+        if len(windows):
+            bases = [self._base(key, windows, at) for key, at in zip(keys, starts.tolist(), strict=True)]
+            counted, lasts = counting.count(windows, starts, bases, watermark)
+            for key, at in zip(keys, lasts.tolist(), strict=True):
+                if at >= 0:
+                    self._states[key] = changed_states[key] = PartialState(
+                        int(windows.last_seq[at]), windows.last[at].tolist(),
+                        latency.trimmed(windows.last_latency[at].tolist()), float(windows.last_sum_ms[at]))
+            for name, seconds in RESOLUTIONS.items():
+                self._add(name, counting.by_window(counted, seconds))
         for window_start, node, kind, count in collected.events:
             for name, seconds in RESOLUTIONS.items():
                 window = self._windows[(name, _align(window_start, seconds))]
@@ -182,60 +171,52 @@ class Rollups:
         self._evict(status.watermark)
         return status
 
-    def _count(self, counted: list[tuple[WindowRow, tuple]]) -> None:
-        """One partial queue's windows (in order, each with the base it counts from:
-        the last seq, counters, histogram and latency sum before it) added to the
-        windows of every resolution: each 10-second one on its own; for a coarser
-        one, a run of them inside it at once, counted from the run's first base to
-        its last window (the counters are cumulative: the differences add up to that)."""
-        for name, seconds in RESOLUTIONS.items():
-            if seconds == WINDOW_SECONDS:
-                for row, base in counted:
-                    self._add(self._windows[(name, float(row.window))], row, base)
-                continue
-            at, size = 0, len(counted)
-            while at < size:
-                row, base = counted[at]
-                start = row.window - row.window % seconds
-                depth_max = row.depth_max
-                while at + 1 < size and counted[at + 1][0].window - counted[at + 1][0].window % seconds == start:
-                    at += 1
-                    row = counted[at][0]
-                    depth_max = max(depth_max, row.depth_max)
-                if depth_max != row.depth_max:
-                    row = row._replace(depth_max=depth_max)
-                self._add(self._windows[(name, float(start))], row, base)
-                at += 1
+    def _base(self, key: tuple[str, float, str], windows: WindowColumns, first: int) -> counting.Base:
+        """Where a partial queue counts from: the counters the rollups kept of it; else
+        zero (it is new: it counts from zero), except in the first snapshot seen of a
+        start the pipeline joined late, which is only a baseline."""
+        state = self._states.get(key)
+        if state is not None:
+            return counting.Base(state.seq, state.counters, state.latency, state.latency_sum_ms, True)
+        first_seq = int(windows.first_seq[first])
+        if first_seq > (self._first_seen.get(key[:2]) or 1) or first_seq == 1:
+            return counting.Base(0, _ZEROS, [], 0.0, False)
+        return counting.Base(first_seq, windows.first[first].tolist(), windows.first_latency[first].tolist(),
+                             float(windows.first_sum_ms[first]), False)
 
-    @staticmethod
-    def _add(window: Window, row: WindowRow, base: tuple) -> None:
-        """What a partial queue did from ``base`` to the end of ``row``, added to ``window``."""
-        _, base_counters, base_latency, base_sum = base
-        delta = [now - before if now > before else 0 for now, before in zip(row.last, base_counters, strict=True)]
-        latency_delta = [a - b if a > b else 0 for a, b in zip_longest(row.last_latency, base_latency, fillvalue=0)]
-        acked = any(latency_delta)
-        sum_delta = max(0.0, row.last_sum_ms - base_sum)
-        queue, node = row.queue, row.node
-        nodes = window.queues.get(queue)
-        if nodes is None:
-            nodes = window.queues[queue] = {}
-        window.dirty.add(queue)
-        window.touched = True
-        partial = nodes.get(node)
-        if partial is None:  # new in the window: made whole at once
-            nodes[node] = _counts(delta, row, latency.trimmed(latency_delta) if acked else [],
-                                  sum_delta if acked else 0.0)
+    def _add(self, name: str, counted: counting.Counted) -> None:
+        """Counted windows of resolution ``name`` added to the windows they fall in: a
+        partial queue new in its window is made whole at once (percentiles and all)."""
+        if not len(counted):
             return
-        _add_counters(partial, delta)
-        if row.depth_max > partial.depth_max:
-            partial.depth_max = row.depth_max
-        if row.at >= partial.at:
-            partial.depth_last, partial.consumers = row.depth, row.consumers
-            partial.in_flight, partial.at = row.in_flight, row.at
-        if acked:
-            partial.latency = latency.trimmed([a + b for a, b in zip_longest(partial.latency, latency_delta,
-                                                                             fillvalue=0)])
-            partial.latency_sum_ms += sum_delta
+        histograms = counting.trimmed_rows(counted.latency)
+        p50, p95, p99 = counting.percentiles(counted.latency)
+        windows = self._windows
+        for at, (start, queue, node, delta, histogram, sum_ms, depth_max, depth, consumers, in_flight, when) in \
+                enumerate(zip(counted.start.tolist(), counted.queue.tolist(), counted.node.tolist(),
+                              counted.delta.tolist(), histograms, counted.sum_ms.tolist(), counted.depth_max.tolist(),
+                              counted.depth.tolist(), counted.consumers.tolist(), counted.in_flight.tolist(),
+                              counted.at.tolist(), strict=True)):
+            window = windows[(name, start)]
+            nodes = window.queues.get(queue)
+            if nodes is None:
+                nodes = window.queues[queue] = {}
+            window.dirty.add(queue)
+            window.touched = True
+            partial = nodes.get(node)
+            if partial is None:
+                nodes[node] = _counts(delta, histogram, sum_ms, depth_max, depth, consumers, in_flight, when,
+                                      (p50[at], p95[at], p99[at]))
+                continue
+            _add_counters(partial, delta)
+            partial.depth_max = max(partial.depth_max, depth_max)
+            if when >= partial.at:
+                partial.depth_last, partial.consumers, partial.in_flight, partial.at = depth, consumers, in_flight, when
+            if histogram:
+                partial.latency = latency.trimmed([a + b for a, b in zip_longest(partial.latency, histogram,
+                                                                                 fillvalue=0)])
+                partial.latency_sum_ms += sum_ms
+                with_percentiles(partial)
 
     def _next_status(self, pipeline: str, batch: int, summary: list[dict], began: float) -> PipelineStatus:
         before = self.status
@@ -334,9 +315,7 @@ class Rollups:
     # -- documents --------------------------------------------------------------------------
 
     def _queue_window(self, window: Window, queue: str) -> QueueWindow:
-        nodes = window.queues[queue]
-        for partial in nodes.values():
-            with_percentiles(partial)  # here, once a batch, not at every change
+        nodes = window.queues[queue]  # each with its percentiles, kept as it changes
         return QueueWindow(queue=queue, start=window.start, seconds=window.seconds, total=_sum(nodes.values()),
                            nodes=nodes)
 
@@ -359,16 +338,19 @@ def _state(base: tuple) -> PartialState:
     return PartialState(seq, list(counters), latency.trimmed(list(histogram)), sum_ms)
 
 
-def _counts(delta: list[int], row: WindowRow, histogram: list[int], sum_ms: float) -> Counts:
-    """A partial queue's first counts in a window: ``delta`` (``COUNTERS`` order) and
-    ``row``'s gauges."""
+def _counts(delta: list[int], histogram: list[int], sum_ms: float, depth_max: int, depth: int, consumers: int,
+            in_flight: int, at: float, found: tuple[float | None, ...]) -> Counts:
+    """A partial queue's first counts in a window: ``delta`` (``COUNTERS`` order), its
+    histogram and latency sum, gauges and percentiles."""
     (enqueued, acked, forwarded_out, forwarded_in, redistributed_out, redistributed_in, expired,
      dead_lettered) = delta
+    p50, p95, p99 = found
     return Counts(published=max(0, enqueued - forwarded_in - redistributed_in), enqueued=enqueued, acked=acked,
                   forwarded_out=forwarded_out, forwarded_in=forwarded_in, redistributed_out=redistributed_out,
                   redistributed_in=redistributed_in, expired=expired, dead_lettered=dead_lettered,
-                  depth_last=row.depth, depth_max=row.depth_max, consumers=row.consumers, in_flight=row.in_flight,
-                  latency=histogram, latency_sum_ms=sum_ms, at=row.at)
+                  depth_last=depth, depth_max=depth_max, consumers=consumers, in_flight=in_flight,
+                  latency=histogram, latency_sum_ms=sum_ms if histogram else 0.0, p50_ms=p50, p95_ms=p95,
+                  p99_ms=p99, at=at)
 
 
 def _add_counters(partial: Counts, delta: list[int]) -> None:

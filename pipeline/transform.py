@@ -11,9 +11,11 @@ where the rest of its work runs too."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from model.latency import BUCKETS as _BUCKETS
 from model.rollups import COUNTERS
 from pipeline.decode import WINDOW_SECONDS
 
@@ -96,6 +98,49 @@ class WindowRow(NamedTuple):
         return bool(self.depth_max or self.consumers or self.in_flight or any(self.last))
 
 
+class WindowColumns:
+    """The active partial queues' windows of a batch as columns (numpy arrays, one row
+    per window, in (node, boot, queue, window) order): the counters as (rows,
+    ``COUNTERS``) matrices, the histograms as (rows, buckets) ones. The driver counts
+    on them a column at a time (``rollup``); iterating gives ``WindowRow``s."""
+
+    FIELDS = ("node", "boot", "queue", "window", "first_seq", "last_seq", "first", "first_latency", "first_sum_ms",
+              "last", "last_latency", "last_sum_ms", "depth_max", "depth", "consumers", "in_flight", "at")
+
+    def __init__(self, **columns: Any) -> None:
+        for name in self.FIELDS:
+            setattr(self, name, columns[name])
+
+    @classmethod
+    def empty(cls) -> WindowColumns:
+        import numpy as np
+
+        width = len(COUNTERS)
+        ints, floats, objects = np.zeros(0, np.int64), np.zeros(0, np.float64), np.zeros(0, object)
+        return cls(node=objects, boot=floats, queue=objects, window=ints, first_seq=ints, last_seq=ints,
+                   first=np.zeros((0, width), np.int64), first_latency=np.zeros((0, 0), np.int64),
+                   first_sum_ms=floats, last=np.zeros((0, width), np.int64), last_latency=np.zeros((0, 0), np.int64),
+                   last_sum_ms=floats, depth_max=ints, depth=ints, consumers=ints, in_flight=ints, at=floats)
+
+    def __len__(self) -> int:
+        return len(self.window)
+
+    def take(self, rows: Any) -> WindowColumns:
+        """The rows ``rows`` (indices or a mask) of every column."""
+        return WindowColumns(**{name: getattr(self, name)[rows] for name in self.FIELDS})
+
+    def __iter__(self) -> Iterator[WindowRow]:
+        from model.latency import trimmed
+
+        for at in range(len(self)):
+            yield WindowRow(
+                self.node[at], float(self.boot[at]), self.queue[at], int(self.window[at]), int(self.first_seq[at]),
+                int(self.last_seq[at]), tuple(self.first[at].tolist()), trimmed(self.first_latency[at].tolist()),
+                float(self.first_sum_ms[at]), tuple(self.last[at].tolist()), trimmed(self.last_latency[at].tolist()),
+                float(self.last_sum_ms[at]), int(self.depth_max[at]), int(self.depth[at]), int(self.consumers[at]),
+                int(self.in_flight[at]), float(self.at[at]))
+
+
 @dataclass
 class Collected:
     """A micro-batch's partial rows, merged on the driver: the summary per stream
@@ -105,7 +150,7 @@ class Collected:
 
     summary: list[dict] = field(default_factory=list)
     boots: dict[tuple[str, float], int] = field(default_factory=dict)
-    windows: list[WindowRow] = field(default_factory=list)
+    windows: WindowColumns = field(default_factory=WindowColumns.empty)
     events: list[tuple[int, str, str, int]] = field(default_factory=list)
 
     @property
@@ -135,67 +180,56 @@ def collect(table: Any, watermark: float) -> Collected:
         elif part == "event" and not late:
             collected.events.append((window, row["node"], row["kind"], row["count"]))
     collected.summary = list(streams.values())
-    collected.windows = _window_rows(table.filter(is_queue))
+    collected.windows = _window_columns(table.filter(is_queue))
     return collected
 
 
-def _window_rows(table: Any) -> list[WindowRow]:
-    """The queue rows as ``WindowRow``s in (node, boot, queue, window) order, taken
-    from Arrow a column at a time; the rows of one window (adjacent, in first seq
-    order) merged into one, and those of idle partial queues left out."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
+def _window_columns(table: Any) -> WindowColumns:
+    """The queue rows as columns in (node, boot, queue, window) order; the rows of one
+    window (adjacent, in first seq order: a partition boundary cut it) merged into one,
+    and those of idle partial queues left out."""
+    import numpy as np
 
     if not table.num_rows:
-        return []
+        return WindowColumns.empty()
     flat = table.sort_by([(name, "ascending") for name in _ORDER]).flatten()
 
-    def column(name: str) -> list:
-        return flat.column(name).to_pylist()
+    def column(name: str) -> Any:
+        return flat.column(name).to_numpy(zero_copy_only=False)
 
-    def counters(struct: str) -> Any:
-        return zip(*(column(f"{struct}.{name}") for name in COUNTERS), strict=True)
+    node, boot, queue, window = column("node"), column("boot"), column("queue"), column("window")
+    # A window's first row, and its last (the later part of a cut window comes after).
+    same = (node[1:] == node[:-1]) & (boot[1:] == boot[:-1]) & (queue[1:] == queue[:-1]) & (window[1:] == window[:-1])
+    starts = np.flatnonzero(np.concatenate(([True], ~same)))
+    ends = np.concatenate((starts[1:], [len(node)])) - 1
 
-    def histograms(name: str) -> list[list[int]]:
-        # One flat list cut by the offsets: 10x to_pylist's list per row.
+    def counters(struct: str, rows: Any) -> Any:
+        return np.stack([column(f"{struct}.{name}")[rows] for name in COUNTERS], axis=1).astype(np.int64)
+
+    def histograms(name: str, rows: Any) -> Any:
         lists = flat.column(name).combine_chunks()
-        values, offsets = lists.values.to_pylist(), lists.offsets.to_pylist()
-        return [values[start:end] for start, end in zip(offsets, offsets[1:], strict=False)]
+        offsets = lists.offsets.to_numpy()
+        values = lists.flatten().to_numpy(zero_copy_only=False)
+        lengths = np.diff(offsets)
+        width = max(_BUCKETS, int(lengths.max(initial=0)))
+        dense = np.zeros((len(lengths), width), np.int64)
+        dense[np.repeat(np.arange(len(lengths)), lengths),
+              np.arange(len(values)) - np.repeat(offsets[:-1] - offsets[0], lengths)] = values
+        return dense[rows]
 
-    # Whether each row is of the same window as the row before it (a partition cut it).
-    same = pc.and_(pc.and_(_same_as_previous(flat, "node"), _same_as_previous(flat, "boot")),
-                   pc.and_(_same_as_previous(flat, "queue"), _same_as_previous(flat, "window")))
-    rows = map(WindowRow._make, zip(
-        column("node"), column("boot"), column("queue"), column("window"), column("first_seq"),
-        column("last_seq"), counters("first"), histograms("first.latency"), column("first.latency_sum_ms"),
-        counters("last"), histograms("last.latency"), column("last.latency_sum_ms"), column("depth_max"),
-        column("now.depth"), column("now.consumers"), column("now.in_flight"), column("now.at"), strict=True))
-    windows: list[WindowRow] = []
-    held = None
-    for row, merge in zip(rows, pa.chunked_array(same).to_pylist(), strict=True):
-        if merge:
-            later = row if row.last_seq > held.last_seq else held
-            held = held._replace(last_seq=later.last_seq, last=later.last, last_latency=later.last_latency,
-                                 last_sum_ms=later.last_sum_ms, depth_max=max(held.depth_max, row.depth_max),
-                                 depth=later.depth, consumers=later.consumers, in_flight=later.in_flight,
-                                 at=later.at)
-            continue
-        if held is not None and held.active:
-            windows.append(held)
-        held = row
-    if held is not None and held.active:
-        windows.append(held)
-    return windows
-
-
-def _same_as_previous(table: Any, name: str) -> Any:
-    """Per row, whether ``name`` equals the row before's (false for the first row)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    values = table.column(name)
-    equal = pc.equal(values.slice(1), values.slice(0, len(values) - 1))
-    return pa.chunked_array([pa.array([False]), *equal.chunks], type=pa.bool_())
+    last_counters = counters("last", ends)
+    depth_max = np.maximum.reduceat(column("depth_max"), starts)
+    depth, consumers = column("now.depth")[ends], column("now.consumers")[ends]
+    in_flight = column("now.in_flight")[ends]
+    merged = WindowColumns(
+        node=node[starts], boot=boot[starts], queue=queue[starts], window=window[starts],
+        first_seq=column("first_seq")[starts], last_seq=column("last_seq")[ends], first=counters("first", starts),
+        first_latency=histograms("first.latency", starts), first_sum_ms=column("first.latency_sum_ms")[starts],
+        last=last_counters, last_latency=histograms("last.latency", ends),
+        last_sum_ms=column("last.latency_sum_ms")[ends], depth_max=depth_max, depth=depth, consumers=consumers,
+        in_flight=in_flight, at=column("now.at")[ends])
+    active = (depth_max > 0) | (consumers > 0) | (in_flight > 0) | (last_counters > 0).any(axis=1)
+    return merged if active.all() else merged.take(active)
 
 
 def _summarize(streams: dict[str, dict], row: dict, late: bool) -> None:

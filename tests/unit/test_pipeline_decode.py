@@ -161,3 +161,21 @@ def test_add_counters_follows_the_order_of_COUNTERS():
     partial = Counts()
     _add_counters(partial, list(range(1, len(COUNTERS) + 1)))
     assert [getattr(partial, name) for name in COUNTERS] == list(range(1, len(COUNTERS) + 1))
+
+
+def test_percentiles_on_columns_equal_the_models_and_rows_are_trimmed():
+    import random
+
+    import numpy as np
+
+    from model import latency
+    from pipeline import counting
+
+    rng = random.Random(7)
+    rows = [[rng.choice([0, 0, 1, 3, 40, 900]) for _ in range(latency.BUCKETS)] for _ in range(2000)]
+    rows += [[0] * latency.BUCKETS, [0] * 5 + [1] + [0] * (latency.BUCKETS - 6)]
+    histograms = np.array(rows, np.int64)
+    p50, p95, p99 = counting.percentiles(histograms)
+    assert [list(found) for found in zip(p50, p95, p99, strict=True)] == [
+        latency.percentiles_ms(row, counting.QUANTILES) for row in rows]
+    assert counting.trimmed_rows(histograms) == [latency.trimmed(row) for row in rows]
