@@ -41,7 +41,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, SupportsTriggerAvailableNow
@@ -315,6 +315,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Options) -> None:
         self.options = options
         self.target: dict[str, str] | None = None  # availableNow: read up to here and no further
+        self.positions: dict[str, tuple[str, int]] = {}  # stream -> (an id, entries added up to it)
 
     def initialOffset(self) -> dict:
         with self.options.client() as client:
@@ -339,11 +340,13 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self._limited(client, start, caps, max_rows)
 
     def _limited(self, client: Any, start: dict, caps: dict, max_rows: int) -> dict:
-        pipe = client.pipeline(transaction=False)
-        for key in self.options.streams:
-            pipe.xlen(key)
-        if sum(pipe.execute()) <= max_rows:  # everything the streams hold fits: nothing to count
-            return self.latestOffset(start, ReadAllAvailable())
+        infos = _infos(client, self.options.streams)
+        ahead = None if caps else self._known_ahead(start, infos)
+        if sum(info.length for info in infos.values()) <= max_rows or (ahead is not None and ahead <= max_rows):
+            # Everything the streams hold fits, or what came since the last batch does: nothing to count.
+            end = {key: later(start.get(key, NOTHING), caps.get(key) or info.last_id) for key, info in infos.items()}
+            self._remember(end, infos, caps)
+            return end
 
         scans = {key: _Scan(client, key, start.get(key, NOTHING), caps.get(key, "+"), max_rows)
                  for key in self.options.streams}
@@ -357,7 +360,26 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for key in end:
                 if id_key(end[key])[0] > until_ms:
                     end[key] = _last_until(client, key, start.get(key, NOTHING), until_ms)
+        self._remember(end, infos, caps)
         return end
+
+    def _known_ahead(self, start: dict, infos: dict[str, _Info]) -> int | None:
+        """How many entries follow ``start``, if this reader knows how many had been
+        added up to it (it ended the last batch there): the streams' own count of
+        entries ever added, minus that. None if not known."""
+        ahead = 0
+        for key, info in infos.items():
+            known = self.positions.get(key)
+            if info.added is None or known is None or known[0] != start.get(key, NOTHING):
+                return None
+            ahead += info.added - known[1]
+        return ahead
+
+    def _remember(self, end: dict, infos: dict[str, _Info], caps: dict) -> None:
+        """Where an end is a stream's last entry, how many entries had been added up to
+        it (as of the same XINFO): the next batch, starting there, need not count."""
+        self.positions = {key: (end[key], info.added) for key, info in infos.items()
+                          if not caps and info.added is not None and end.get(key) == info.last_id}
 
     def partitions(self, start: dict, end: dict) -> list[StreamRange]:
         return ranges(self.options, start, end)
@@ -370,6 +392,28 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         with self.options.client() as client:
             client.hset(self.options.progress_key, mapping=end)
+
+
+class _Info(NamedTuple):
+    length: int
+    last_id: str
+    added: int | None  # entries ever added (Redis 7)
+
+
+def _infos(client: Any, keys: list[str]) -> dict[str, _Info]:
+    """XINFO STREAM of each stream (a stream not there yet: empty)."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys:
+        pipe.xinfo_stream(key)
+    found = {}
+    for key, info in zip(keys, pipe.execute(raise_on_error=False), strict=True):
+        if isinstance(info, Exception):
+            found[key] = _Info(0, NOTHING, None)
+            continue
+        last = info.get("last-generated-id") or NOTHING
+        found[key] = _Info(int(info.get("length", 0)), last.decode() if isinstance(last, bytes) else str(last),
+                           info.get("entries-added"))
+    return found
 
 
 def _last_until(client: Any, key: str, after: str, until_ms: int) -> str:

@@ -104,3 +104,30 @@ def test_fair_shares_split_a_limit_and_pass_on_what_a_short_stream_leaves():
     assert fair_shares({"a": 5, "b": 3}, 300) == {"a": 5, "b": 3}
     assert fair_shares({"a": 10, "b": 10, "c": 10}, 2) == {"a": 1, "b": 1, "c": 0}
     assert sum(fair_shares({"a": 7, "b": 9, "c": 100}, 31).values()) == 31
+
+
+def test_a_reader_that_ended_its_last_batch_at_the_streams_end_does_not_count_again(client, redis_server):
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from pipeline.source import Options, StreamReader
+
+    def scripts() -> int:
+        stats = client.info("commandstats")
+        return sum(stats.get(name, {}).get("calls", 0) for name in ("cmdstat_evalsha", "cmdstat_eval"))
+
+    a_ids, b_ids = fill(client, "s:a", 700), fill(client, "s:b", 40)
+    reader = StreamReader(Options({"url": redis_server.url, "streams": "s:a,s:b"}))
+    limit = ReadMaxRows(300)
+    # The streams hold more than the limit and the reader knows nothing yet: it counts.
+    before = scripts()
+    end = reader.latestOffset({"s:a": a_ids[599], "s:b": b_ids[-1]}, limit)
+    assert end == {"s:a": a_ids[-1], "s:b": b_ids[-1]} and scripts() > before
+    # The next batch starts where that one ended: what came since is known without counting.
+    a_more, b_more = fill(client, "s:a", 50, start=700), fill(client, "s:b", 10, start=40)
+    before = scripts()
+    end = reader.latestOffset(end, limit)
+    assert end == {"s:a": a_more[-1], "s:b": b_more[-1]} and scripts() == before
+    # More than the limit came: it counts, and the batch takes exactly the limit.
+    a_most = fill(client, "s:a", 400, start=750)
+    end = reader.latestOffset(end, limit)
+    assert end == {"s:a": a_most[299], "s:b": b_more[-1]} and scripts() > before
