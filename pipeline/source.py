@@ -353,8 +353,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         shares = fair_shares({key: scan.found for key, scan in scans.items()}, max_rows)
         end = {key: scan.id_at(shares[key]) for key, scan in scans.items()}
         available = {key: (scan.found, scan.last) for key, scan in scans.items()}
+        # Streams with entries left for later; one given no share (a limit below the number
+        # of streams) sets no bound, else no stream might move at all.
         cut_short = [id_key(end[key])[0] for key, (count, _) in available.items()
-                     if shares[key] < count or count >= max_rows]  # entries of it are left for later
+                     if shares[key] and (shares[key] < count or count >= max_rows)]
         if cut_short:
             until_ms = min(cut_short)
             for key in end:
