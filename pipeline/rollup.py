@@ -1,6 +1,7 @@
 """The driver half of the rollups: turn each micro-batch's per-window rows into
-counts (differences of the nodes' cumulative counters), add them to the open
-windows and write everything to Redis in one transaction.
+counts (differences of the nodes' cumulative counters, on columns:
+``pipeline.counting``), add them to the open windows and write everything to
+Redis in one transaction.
 
 Exactly once: the transaction that writes a batch's windows also writes the last
 entry id applied per stream, the counters seen last per partial queue, the
@@ -331,11 +332,6 @@ class Rollups:
                 events[kind] = events.get(kind, 0) + count
         return ClusterWindow(start=window.start, seconds=window.seconds, total=_sum(nodes.values()), nodes=nodes,
                              queues=len(window.queues), events=events, node_events=window.events, updated_at=now)
-
-
-def _state(base: tuple) -> PartialState:
-    seq, counters, histogram, sum_ms = base
-    return PartialState(seq, list(counters), latency.trimmed(list(histogram)), sum_ms)
 
 
 def _counts(delta: list[int], histogram: list[int], sum_ms: float, depth_max: int, depth: int, consumers: int,
