@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -317,7 +316,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.options = options
         self.target: dict[str, str] | None = None  # availableNow: read up to here and no further
         self.positions: dict[str, tuple[str, int]] = {}  # stream -> (an id, entries added up to it)
-        self.prescan: _Prescan | None = None  # the next batch's counting, under way
 
     def initialOffset(self) -> dict:
         with self.options.client() as client:
@@ -350,11 +348,8 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._remember(end, infos, caps)
             return end
 
-        prescan, self.prescan = self.prescan, None
-        scans = prescan.scans_for(client, start, caps, max_rows) if prescan is not None else None
-        if scans is None:
-            scans = {key: _Scan(client, key, start.get(key, NOTHING), caps.get(key, "+"), max_rows)
-                     for key in self.options.streams}
+        scans = {key: _Scan(client, key, start.get(key, NOTHING), caps.get(key, "+"), max_rows)
+                 for key in self.options.streams}
         shares = fair_shares({key: scan.found for key, scan in scans.items()}, max_rows)
         end = {key: scan.id_at(shares[key]) for key, scan in scans.items()}
         available = {key: (scan.found, scan.last) for key, scan in scans.items()}
@@ -367,7 +362,6 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for key in end:
                 if id_key(end[key])[0] > until_ms:
                     end[key] = _last_until(client, key, start.get(key, NOTHING), until_ms)
-            self.prescan = _Prescan(self.options, end, caps, max_rows)
         self._remember(end, infos, caps)
         return end
 
@@ -442,13 +436,7 @@ class _Scan:
         self.marks = [(0, after)]  # (entries counted, the id of the last of them)
         self.found, self.last = self._count(after, count)
 
-    def extend(self, count: int) -> None:
-        """Count on from ``last``, up to ``count`` entries in all: what came since."""
-        if self.found < count:
-            more, self.last = self._count(self.last, count - self.found, offset=self.found)
-            self.found += more
-
-    def _count(self, after: str, count: int, mark: bool = True, offset: int = 0) -> tuple[int, str]:
+    def _count(self, after: str, count: int, mark: bool = True) -> tuple[int, str]:
         page_end = self.client.register_script(_PAGE_END)
         found, last = 0, after
         while found < count:
@@ -458,46 +446,15 @@ class _Scan:
                 break
             found, last = found + int(counted), page_last.decode()
             if mark:
-                self.marks.append((offset + found, last))
+                self.marks.append((found, last))
             if counted < size:
                 break
         return found, last
-
 
     def id_at(self, position: int) -> str:
         """The id of the ``position``-th entry after ``after`` (``after`` for 0)."""
         counted, last = max((mark for mark in self.marks if mark[0] <= position), key=lambda mark: mark[0])
         return last if counted == position else self._count(last, position - counted, mark=False)[1]
-
-
-class _Prescan:
-    """The next batch's counting, started when a batch is cut short by the limit (a
-    catch-up: the next batch starts where this one ends) and done while this batch
-    runs, so that it is off the critical path; the next batch adds what came since."""
-
-    def __init__(self, options: Options, start: dict, caps: dict, max_rows: int) -> None:
-        self.start, self.caps, self.max_rows = dict(start), dict(caps), max_rows
-        self.scans: dict[str, _Scan] | None = None
-        self.thread = threading.Thread(target=self._run, args=(options,), name="redis-streams-prescan", daemon=True)
-        self.thread.start()
-
-    def _run(self, options: Options) -> None:
-        try:
-            with options.client() as client:
-                self.scans = {key: _Scan(client, key, self.start.get(key, NOTHING), self.caps.get(key, "+"),
-                                         self.max_rows) for key in options.streams}
-        except Exception:  # noqa: BLE001 (Redis gone: the batch counts for itself, and says what is wrong)
-            self.scans = None
-
-    def scans_for(self, client: Any, start: dict, caps: dict, max_rows: int) -> dict[str, _Scan] | None:
-        """The counting done, brought up to date, if it was for this start, caps and limit."""
-        self.thread.join()
-        if self.scans is None or (start, caps, max_rows) != (self.start, self.caps, self.max_rows):
-            return None
-        for scan in self.scans.values():
-            scan.client = client
-            scan.extend(max_rows)
-        return self.scans
 
 
 def fair_shares(available: dict[str, int], limit: int) -> dict[str, int]:

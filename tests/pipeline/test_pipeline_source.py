@@ -131,30 +131,3 @@ def test_a_reader_that_ended_its_last_batch_at_the_streams_end_does_not_count_ag
     a_most = fill(client, "s:a", 400, start=750)
     end = reader.latestOffset(end, limit)
     assert end == {"s:a": a_most[299], "s:b": b_more[-1]} and scripts() > before
-
-
-def test_a_catch_up_counts_the_next_batch_while_this_one_runs_and_ends_it_where_a_fresh_count_would(
-        client, redis_server):
-    from pyspark.sql.streaming.datasource import ReadMaxRows
-
-    from pipeline.source import Options, StreamReader
-
-    def scripts() -> int:
-        stats = client.info("commandstats")
-        return sum(stats.get(name, {}).get("calls", 0) for name in ("cmdstat_evalsha", "cmdstat_eval"))
-
-    fill(client, "s:a", 2000, every_ms=1)
-    fill(client, "s:b", 200, every_ms=10)
-    options = Options({"url": redis_server.url, "streams": "s:a,s:b"})
-    reader, limit = StreamReader(options), ReadMaxRows(1500)
-    end = reader.latestOffset({}, limit)  # cut short (s:a at 1,300, s:b in step): the next batch's count starts
-    assert reader.prescan is not None
-    reader.prescan.thread.join()
-    fill(client, "s:b", 5, start=200, every_ms=10)  # more came meanwhile: counted on, not again
-    before = scripts()
-    following = reader.latestOffset(end, limit)  # what is left fits: no count starts for a batch after it
-    with_prescan = scripts() - before
-    assert reader.prescan is None
-    before = scripts()
-    assert following == StreamReader(options).latestOffset(end, limit)  # as a count from scratch ends it
-    assert with_prescan < scripts() - before
