@@ -352,11 +352,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                  for key in self.options.streams}
         shares = fair_shares({key: scan.found for key, scan in scans.items()}, max_rows)
         end = {key: scan.id_at(shares[key]) for key, scan in scans.items()}
-        available = {key: (scan.found, scan.last) for key, scan in scans.items()}
         # Streams with entries left for later; one given no share (a limit below the number
         # of streams) sets no bound, else no stream might move at all.
-        cut_short = [id_key(end[key])[0] for key, (count, _) in available.items()
-                     if shares[key] and (shares[key] < count or count >= max_rows)]
+        cut_short = [id_key(end[key])[0] for key, scan in scans.items()
+                     if shares[key] and (shares[key] < scan.found or scan.found >= max_rows)]
         if cut_short:
             until_ms = min(cut_short)
             for key in end:
@@ -427,14 +426,13 @@ def _last_until(client: Any, key: str, after: str, until_ms: int) -> str:
 
 class _Scan:
     """How many entries follow ``after`` up to ``until``, at most ``count`` (``found``),
-    and the id of the last of them (``last``; ``after`` when there are none),
     counted a page at a time in Redis; the page ends are kept, so that the id of any
-    entry among them is found again by scanning at most a page."""
+    entry among them (``id_at``) is found again by scanning at most a page."""
 
     def __init__(self, client: Any, key: str, after: str, until: str, count: int) -> None:
-        self.client, self.key, self.after, self.until = client, key, after, until
+        self.client, self.key, self.until = client, key, until
         self.marks = [(0, after)]  # (entries counted, the id of the last of them)
-        self.found, self.last = self._count(after, count)
+        self.found = self._count(after, count)[0]
 
     def _count(self, after: str, count: int, mark: bool = True) -> tuple[int, str]:
         page_end = self.client.register_script(_PAGE_END)

@@ -92,11 +92,6 @@ class WindowRow(NamedTuple):
     in_flight: int
     at: float
 
-    @property
-    def active(self) -> bool:
-        """Whether the partial queue did or held anything (else it is left out)."""
-        return bool(self.depth_max or self.consumers or self.in_flight or any(self.last))
-
 
 class WindowColumns:
     """The active partial queues' windows of a batch as columns (numpy arrays, one row
