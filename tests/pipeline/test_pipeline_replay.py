@@ -28,6 +28,14 @@ def assert_agrees(client, mesh: Mesh, written: int) -> None:
     assert status(client).entries == written
 
 
+def crash_in_batches_of_50(pipeline_process, redis_server, checkpoint, hook: str, status_code: int) -> None:
+    """``meshgate pipeline --once`` in batches of 50 entries, made to exit by the test
+    hook ``hook`` (after batch 1) with ``status_code``."""
+    crashed = pipeline_process(redis_server.url, "--once", "--max-entries", "50", "--checkpoint", str(checkpoint),
+                               env={hook: "1"})
+    assert crashed.wait() == status_code, crashed.log()
+
+
 def test_a_restart_from_the_checkpoint_counts_new_entries_once(spark, client, redis_server, tmp_path):
     mesh, base = started_mesh(client)
     written = drive(mesh, base, 40)
@@ -44,9 +52,7 @@ def test_a_batch_applied_but_not_committed_is_replayed_without_counting_twice(
     mesh, base = started_mesh(client)
     written = drive(mesh, base, 60)
     checkpoint = tmp_path / "checkpoint"
-    crashed = pipeline_process(redis_server.url, "--once", "--max-entries", "50", "--checkpoint", str(checkpoint),
-                               env={EXIT_AFTER_BATCH: "1"})
-    assert crashed.wait() == 17, crashed.log()
+    crash_in_batches_of_50(pipeline_process, redis_server, checkpoint, EXIT_AFTER_BATCH, 17)
     assert status(client).batch == 1
     assert (checkpoint / "offsets" / "1").exists() and not (checkpoint / "commits" / "1").exists()
     with caplog.at_level(logging.INFO, logger="meshgate.pipeline"):
@@ -61,9 +67,7 @@ def test_a_batch_committed_but_not_applied_is_read_again_and_counted_once(
     mesh, base = started_mesh(client)
     written = drive(mesh, base, 60)
     checkpoint = tmp_path / "checkpoint"
-    crashed = pipeline_process(redis_server.url, "--once", "--max-entries", "50", "--checkpoint", str(checkpoint),
-                               env={EXIT_WITH_BATCH_UNAPPLIED: "1"})
-    assert crashed.wait() == 18, crashed.log()
+    crash_in_batches_of_50(pipeline_process, redis_server, checkpoint, EXIT_WITH_BATCH_UNAPPLIED, 18)
     assert (checkpoint / "commits" / "1").exists()  # Spark counts batch 1 as done ...
     assert status(client).batch == 0  # ... and its rollups were never written
     run_once(spark, options(redis_server, tmp_path, max_entries=50))
