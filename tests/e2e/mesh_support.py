@@ -31,13 +31,29 @@ NAMES = "ABCDEFGH"
 
 
 def free_port() -> int:
-    """A TCP port on loopback nobody listens on right now (never the well-known broker ports)."""
+    """A TCP port on loopback nobody listens on right now (never the well-known broker ports),
+    below the kernel's ephemeral range: a port picked now is bound later by the node given it,
+    and meanwhile a port from that range could become some connection's own end (a CI run
+    once lost a console mesh to "Address already in use" that way)."""
+    low = _ephemeral_low()
     while True:
+        port = random.randint(10000, low - 1)
+        if port in FORBIDDEN_PORTS:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind((HOST, 0))
-            port = sock.getsockname()[1]
-        if port not in FORBIDDEN_PORTS:
-            return port
+            try:
+                sock.bind((HOST, port))
+            except OSError:
+                continue
+        return port
+
+
+def _ephemeral_low() -> int:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return max(low, 20000)
 
 
 def random_group() -> str:
