@@ -139,6 +139,7 @@ def start_query(spark: Any, options: JobOptions, batches: RollupBatches) -> Any:
              .option("packed", "true")
              .option("startingOffsets", starting)
              .option("maxEntriesPerTrigger", str(options.max_entries))
+             .option("admission", "estimate")  # a batch of about max_entries: counting read every entry twice
              .option("progressKey", f"{options.prefix}:pipeline:progress")
              .load())
     writer = parts.writeStream.queryName(QUERY_NAME).foreachBatch(batches).option(

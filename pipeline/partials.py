@@ -13,7 +13,7 @@ and ``<prefix>:events``), ``packed`` (``true``: each task gives one row, its
 partial rows as one Arrow IPC stream in a binary column ``packed``: the JVM moves
 the bytes instead of converting every nested row twice, on its way in and out;
 ``transform.unpacked`` reads them), and ``redis_streams``'s ``url``, ``startingOffsets``,
-``endingOffsets``, ``maxEntriesPerTrigger``, ``entriesPerPartition``,
+``endingOffsets``, ``maxEntriesPerTrigger``, ``admission``, ``entriesPerPartition``,
 ``pageSize`` and ``progressKey``.
 
 A streaming read starts no earlier than the offsets the rollups in Redis record

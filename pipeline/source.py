@@ -23,6 +23,11 @@ Options (names are case-insensitive):
   the entry time (its id) where another stream's part stopped short of that stream's
   end, so that a small stream read to its end does not carry the event time (and a
   job's watermark) past what the others have delivered
+- ``admission`` (streaming, with ``maxEntriesPerTrigger``): ``exact`` (default) counts
+  the entries ahead in Redis, which reads each of them once more; ``estimate`` picks
+  the batch's end time from the streams' lengths and the times of their ids, reading
+  nothing: batches hold about the limit while the rate is steady, and one that
+  covers a burst holds more
 - ``entriesPerPartition``: entries per Spark task, about (default 50,000)
 - ``pageSize``: entries per XRANGE, and per Arrow batch (default 1,000)
 - ``progressKey`` (streaming): a hash where ``commit()`` records the last id read of each
@@ -97,6 +102,9 @@ class Options:
         self.starting = get("startingOffsets", "earliest")
         self.ending = get("endingOffsets", "latest")
         self.max_entries = _positive(get("maxEntriesPerTrigger"), "maxEntriesPerTrigger")
+        self.admission = (get("admission", "exact") or "exact").lower()
+        if self.admission not in ("exact", "estimate"):
+            raise ValueError(f"redis_streams: admission must be 'exact' or 'estimate', not {self.admission!r}")
         self.per_partition = _positive(get("entriesPerPartition", "50000"), "entriesPerPartition")
         self.page = _positive(get("pageSize", "1000"), "pageSize")
         self.progress_key = get("progressKey")
@@ -347,6 +355,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = {key: later(start.get(key, NOTHING), caps.get(key) or info.last_id) for key, info in infos.items()}
             self._remember(end, infos, caps)
             return end
+        if self.options.admission == "estimate":
+            end = _estimated_end(client, start, caps, infos, max_rows)
+            if end is not None:
+                self._remember(end, infos, caps)
+                return end
 
         scans = {key: _Scan(client, key, start.get(key, NOTHING), caps.get(key, "+"), max_rows)
                  for key in self.options.streams}
@@ -397,6 +410,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 class _Info(NamedTuple):
     length: int
+    first_id: str
     last_id: str
     added: int | None  # entries ever added (Redis 7)
 
@@ -409,12 +423,52 @@ def _infos(client: Any, keys: list[str]) -> dict[str, _Info]:
     found = {}
     for key, info in zip(keys, pipe.execute(raise_on_error=False), strict=True):
         if isinstance(info, Exception):
-            found[key] = _Info(0, NOTHING, None)
+            found[key] = _Info(0, NOTHING, NOTHING, None)
             continue
         last = info.get("last-generated-id") or NOTHING
-        found[key] = _Info(int(info.get("length", 0)), last.decode() if isinstance(last, bytes) else str(last),
-                           info.get("entries-added"))
+        first = (info.get("first-entry") or (NOTHING,))[0]
+        found[key] = _Info(int(info.get("length", 0)), first.decode() if isinstance(first, bytes) else str(first),
+                           last.decode() if isinstance(last, bytes) else str(last), info.get("entries-added"))
     return found
+
+
+def _estimated_end(client: Any, start: dict, caps: dict, infos: dict[str, _Info], max_rows: int) -> dict | None:
+    """The end of a batch of about ``max_rows`` entries, with no entry read: one entry
+    time for every stream (so they stay in step), the latest at which the entries
+    ahead, taken as spread evenly between each stream's start and its last entry
+    (the stream's length times the share of its time span that is ahead), add up to
+    no more than ``max_rows``. None when the estimate would not move any stream
+    (everything ahead stamped within a millisecond or two): counting decides then."""
+    spans = []  # (from ms, to ms, entries ahead)
+    for key, info in infos.items():
+        after = start.get(key, NOTHING)
+        last = caps.get(key) or info.last_id
+        if not info.length or id_key(last) <= id_key(after):
+            continue
+        first_ms, after_ms, last_ms = id_key(info.first_id)[0], id_key(after)[0], id_key(last)[0]
+        span = id_key(info.last_id)[0] - first_ms
+        begin = max(after_ms, first_ms)
+        ahead = info.length if not span else info.length * max(last_ms - begin, 0) / span
+        spans.append((begin, last_ms, ahead))
+    if not spans:
+        return None
+
+    def ahead_until(ms: int) -> float:
+        return sum(ahead if ms >= to else ahead * max(ms - begin, 0) / (to - begin) for begin, to, ahead in spans)
+
+    low, high = min(begin for begin, _, _ in spans), max(to for _, to, _ in spans)
+    while low < high:  # the latest ms with at most max_rows ahead
+        middle = (low + high + 1) // 2
+        if ahead_until(middle) <= max_rows:
+            low = middle
+        else:
+            high = middle - 1
+    end = {}
+    for key in infos:
+        after = start.get(key, NOTHING)
+        last = caps.get(key) or infos[key].last_id
+        end[key] = later(after, last if id_key(last)[0] <= low else _last_until(client, key, after, low))
+    return end if any(end[key] != start.get(key, NOTHING) for key in end) else None
 
 
 def _last_until(client: Any, key: str, after: str, until_ms: int) -> str:

@@ -131,3 +131,53 @@ def test_a_reader_that_ended_its_last_batch_at_the_streams_end_does_not_count_ag
     a_most = fill(client, "s:a", 400, start=750)
     end = reader.latestOffset(end, limit)
     assert end == {"s:a": a_most[299], "s:b": b_more[-1]} and scripts() > before
+
+
+def test_estimated_admission_reads_nothing_more_and_gives_batches_of_about_the_limit_in_step(client, redis_server):
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from pipeline.source import NOTHING, Options, StreamReader, id_key
+
+    def scripts_and_reads() -> int:
+        stats = client.info("commandstats")
+        return sum(stats.get(name, {}).get("calls", 0) for name in ("cmdstat_evalsha", "cmdstat_eval",
+                                                                       "cmdstat_xrange"))
+
+    fill(client, "s:a", 700, every_ms=1)  # 700 entries over 0.7 s
+    fill(client, "s:b", 40, every_ms=10)  # 40 over 0.4 s
+    reader = StreamReader(Options({"url": redis_server.url, "streams": "s:a,s:b", "admission": "estimate"}))
+    start, sizes, before = {"s:a": NOTHING, "s:b": NOTHING}, [], scripts_and_reads()
+    while True:
+        end = reader.latestOffset(start, ReadMaxRows(300))
+        if end == start:
+            break
+        parts = {key: len(client.xrange(key, f"({start[key]}", end[key])) for key in end}
+        sizes.append(parts)
+        if end["s:b"] != fill_last(client, "s:b"):  # in step: s:b stops within one of its entries of s:a's end
+            assert abs(id_key(end["s:a"])[0] - id_key(end["s:b"])[0]) < 10
+        start = end
+        before += len(end)  # the test's own XRANGEs
+    assert scripts_and_reads() == before  # no entry counted or paged through to decide
+    assert sum(part["s:a"] for part in sizes) == 700 and sum(part["s:b"] for part in sizes) == 40
+    assert len(sizes) == 3 and all(sum(part.values()) <= 300 for part in sizes[:-1])
+    assert all(sum(part.values()) >= 270 for part in sizes[:2])  # about the limit, not far below
+
+
+def test_estimated_admission_moves_past_a_burst_bigger_than_the_limit(client, redis_server):
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from pipeline.source import NOTHING, Options, StreamReader
+
+    pipe = client.pipeline(transaction=False)
+    for i in range(500):  # all in one millisecond
+        pipe.xadd("s:a", {"n": str(i)}, id=f"1700000000000-{i + 1}")
+    pipe.xadd("s:a", {"n": "late"}, id="1700000005000-0")
+    ids = [entry_id.decode() for entry_id in pipe.execute()]
+    reader = StreamReader(Options({"url": redis_server.url, "streams": "s:a", "admission": "estimate"}))
+    end = reader.latestOffset({"s:a": NOTHING}, ReadMaxRows(300))
+    assert end == {"s:a": ids[499]}  # the burst in one batch: it moves, and stops before the next entry
+    assert reader.latestOffset(end, ReadMaxRows(300)) == {"s:a": ids[-1]}
+
+
+def fill_last(client, key: str) -> str:
+    return client.xrevrange(key, count=1)[0][0].decode()
