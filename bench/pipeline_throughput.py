@@ -57,9 +57,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from meshgate.redis_server import RedisServer  # noqa: E402
+from metrics.reporter import snapshot_fields  # noqa: E402
 from model import latency  # noqa: E402
 from model.events import ConsumerAttached, DeadLetter, LinkUp  # noqa: E402
-from model.mesh import SCHEMA_VERSION, Addresses, Link, Node, PartialQueue, Snapshot  # noqa: E402
+from model.mesh import SCHEMA_VERSION, WINDOW_S, Addresses, Link, Node, PartialQueue, Snapshot  # noqa: E402
 from model.rollups import PipelineStatus, QueueWindow, queue_field, status_key, window_key  # noqa: E402
 
 PAGE = 5000  # the reader's default pageSize
@@ -141,7 +142,11 @@ class Traffic:
     def snapshot(self, snapshot: Snapshot, t: float) -> bytes:
         rng = self.random
         snapshot.seq += 1
+        new_window = t // WINDOW_S != snapshot.taken_at // WINDOW_S
         snapshot.taken_at = snapshot.node.last_seen = t
+        if new_window:  # as a node does: the window's deepest depth starts afresh
+            for partial in snapshot.queues:
+                partial.window_depth_max = partial.depth
         partials = snapshot.queues if self.moving is None else rng.sample(snapshot.queues, self.moving)
         for partial in partials:
             sent = rng.randint(0, 40)
@@ -157,9 +162,11 @@ class Traffic:
                 histogram[latency.bucket_of(micros)] += done
                 partial.latency = latency.trimmed(histogram)
                 partial.latency_sum_ms += done * micros / 1000
-        data = self.encode(snapshot)
-        return resp(b"XADD", self.snapshots_key, b"*", b"node", snapshot.node.id.encode(), b"seq",
-                    b"%d" % snapshot.seq, b"schema", b"%d" % SCHEMA_VERSION, b"data", data)
+            partial.window_depth_max = max(partial.window_depth_max, partial.depth)
+        fields = snapshot_fields(snapshot, self.encode(snapshot))
+        return resp(b"XADD", self.snapshots_key, b"*",
+                    *(part if isinstance(part, bytes) else str(part).encode() for pair in fields.items()
+                      for part in pair))
 
     def event(self, snapshot: Snapshot, t: float) -> bytes:
         node = snapshot.node.id

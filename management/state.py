@@ -10,6 +10,7 @@ from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE
 from model.latency import trimmed
 from model.mesh import (
+    WINDOW_S,
     Addresses,
     Connection,
     Link,
@@ -42,6 +43,7 @@ class LocalState:
         self.group_name = group_name
         self.ha = ha  # the Node fields of high availability: ha_mode, ha_state, epoch, standbys
         self._snapshots = 0
+        self._depth_window: float | None = None  # the window the queues' depth_max belong to
         if mesh is not None:
             mesh.describe_node = self.node
 
@@ -76,6 +78,7 @@ class LocalState:
 
     def queues(self, name: str | None = None) -> list[PartialQueue]:
         now = self.clock.seconds()
+        self.roll_depth_window(now)
         demand = self._remote_demand()
         queues = self.broker.queues
         selected = [(name, queues[name])] if name is not None and name in queues else \
@@ -95,6 +98,7 @@ class LocalState:
                 forwarded_in=queue.forwarded_in, redistributed_out=queue.redistributed_out,
                 redistributed_in=queue.redistributed_in, expired=queue.expired, dead_lettered=queue.dead_lettered,
                 latency=trimmed(queue.latency), latency_sum_ms=queue.latency_sum / 1000.0,
+                window_depth_max=max(queue.depth_max, len(queue)),
             ))
         return result
 
@@ -197,8 +201,22 @@ class LocalState:
 
     def snapshot(self) -> Snapshot:
         self._snapshots += 1
-        return Snapshot(seq=self._snapshots, taken_at=self.clock.seconds(), node=self.node(), links=self.links(),
-                        queues=self.queues(), subscriptions=self.subscriptions())
+        taken_at = self.clock.seconds()
+        self.roll_depth_window(taken_at)
+        return Snapshot(seq=self._snapshots, taken_at=taken_at, node=self.node(), links=self.links(),
+                        queues=self.queues(), subscriptions=self.subscriptions(),
+                        queues_version=self.broker.queues_version)
+
+    def roll_depth_window(self, now: float) -> None:
+        """Start the queues' deepest depth afresh when ``now`` is in a window of its
+        own. The metrics loop calls this on each window's first moment; a snapshot or
+        a read that comes first (a busy reactor) rolls it itself."""
+        window = now // WINDOW_S * WINDOW_S
+        if window == self._depth_window:
+            return
+        self._depth_window = window
+        for queue in self.broker.queues.values():
+            queue.depth_max = len(queue)
 
 
 def _address(value: object) -> str | None:

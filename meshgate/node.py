@@ -495,7 +495,7 @@ class Node:
     def _start_metrics(self, config: MetricsConfig) -> None:
         publisher = StreamPublisher(config.redis_url, config.stream_prefix, config.maxlen, config.buffer)
         self.metrics = MetricsReporter(publisher, self.state.snapshot, config.interval_ms / 1000.0, self.reactor,
-                                       config.snapshot_retention_s)
+                                       config.snapshot_retention_s, roll_window=self.state.roll_depth_window)
         self.events.sinks.append(self.metrics.publish_event)
         self.metrics.start()
         log.info("metrics: writing snapshots every %d ms and events to %s (streams %s:snapshots, %s:events)",

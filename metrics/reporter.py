@@ -5,7 +5,11 @@ entry format).
 A snapshot is taken on the reactor and costs time in proportion to the node's
 queues (a few µs each). So that it never takes more than ``MAX_SHARE`` of the
 reactor, the next one waits longer when one took long: a node with tens of
-thousands of queues writes a snapshot every few seconds instead of every second."""
+thousands of queues writes a snapshot every few seconds instead of every second.
+
+On each 10-second window's first moment the loop has the queues' deepest depth
+start afresh, so that a window's last snapshot carries the window's deepest
+(``window_depth_max``), seen or not by any snapshot."""
 
 from __future__ import annotations
 
@@ -16,16 +20,25 @@ import msgspec
 
 from metrics.publisher import StreamPublisher
 from model.events import Event
-from model.mesh import SCHEMA_VERSION, Snapshot
+from model.mesh import SCHEMA_VERSION, WINDOW_S, Snapshot
 
 SNAPSHOTS = "snapshots"
 EVENTS = "events"
 MAX_SHARE = 0.02  # of the reactor's time spent taking snapshots
 
 
+def snapshot_fields(snapshot: Snapshot, data: bytes) -> dict:
+    """A snapshot's stream entry: ``data`` (its JSON) and, beside it, what a reader
+    needs to place it without decoding it (the metrics pipeline decodes only a
+    window's first and last snapshot of a node start)."""
+    return {"node": snapshot.node.id, "seq": snapshot.seq, "schema": SCHEMA_VERSION,
+            "boot": repr(snapshot.node.started_at), "at": repr(snapshot.taken_at),
+            "queues": snapshot.queues_version, "data": data}
+
+
 class MetricsReporter:
     def __init__(self, publisher: StreamPublisher, snapshot: Callable[[], Snapshot], interval: float, reactor,
-                 snapshot_retention: float | None = None) -> None:
+                 snapshot_retention: float | None = None, roll_window: Callable[[float], None] | None = None) -> None:
         self.publisher = publisher
         self.snapshot_retention = snapshot_retention
         self.snapshot = snapshot
@@ -33,11 +46,20 @@ class MetricsReporter:
         self._reactor = reactor
         self._interval = interval
         self._next = None
+        self._roll_window = roll_window
+        self._next_window = None
         self.last_cost = 0.0  # seconds the last snapshot took
 
     def start(self) -> None:
         self.publisher.start()
         self._tick()
+        if self._roll_window is not None:
+            self._window()
+
+    def _window(self) -> None:
+        now = self._reactor.seconds()
+        self._roll_window(now)
+        self._next_window = self._reactor.callLater(WINDOW_S - now % WINDOW_S, self._window)
 
     def _tick(self) -> None:
         started = time.perf_counter()
@@ -47,9 +69,8 @@ class MetricsReporter:
 
     def publish_snapshot(self) -> None:
         snapshot = self.snapshot()
-        self.publisher.offer(SNAPSHOTS, {
-            "node": snapshot.node.id, "seq": snapshot.seq, "schema": SCHEMA_VERSION, "data": self._encode(snapshot),
-        }, keep_seconds=self.snapshot_retention)
+        self.publisher.offer(SNAPSHOTS, snapshot_fields(snapshot, self._encode(snapshot)),
+                             keep_seconds=self.snapshot_retention)
 
     def publish_event(self, event: Event) -> None:
         self.publisher.offer(EVENTS, {
@@ -58,6 +79,7 @@ class MetricsReporter:
         })
 
     def stop(self) -> None:
-        if self._next is not None and self._next.active():
-            self._next.cancel()
+        for call in (self._next, self._next_window):
+            if call is not None and call.active():
+                call.cancel()
         self.publisher.stop()

@@ -105,6 +105,9 @@ class RemoteDemand(_Model, kw_only=True):
     hops: int  # 1: a neighbour
 
 
+WINDOW_S = 10  # the metrics' finest window: the rollups' 10-second one, and ``window_depth_max``'s
+
+
 class PartialQueue(_Model, kw_only=True, omit_defaults=True):
     """One queue on one node; the cluster-wide queue is the sum over nodes.
 
@@ -131,6 +134,9 @@ class PartialQueue(_Model, kw_only=True, omit_defaults=True):
     dead_lettered: int = 0
     latency: list[int] = []  # model.latency buckets; trailing empty ones left out ([]: nothing counted)
     latency_sum_ms: float = 0.0  # the latencies counted in ``latency``, added up
+    # The deepest depth since the 10-second window ``taken_at`` falls in began (at a
+    # multiple of 10 s of the node's clock); a window's last snapshot has its deepest.
+    window_depth_max: int = 0
 
 
 class TopicSubscription(_Model, kw_only=True):
@@ -209,6 +215,7 @@ class Snapshot(_Model, kw_only=True):
     seq: int  # 1, 2, … per start of the node: (node.id, node.started_at, seq) is unique
     taken_at: float
     node: Node
+    queues_version: int = 0  # goes up whenever a queue is created or deleted on the node
     links: list[Link] = []
     queues: list[PartialQueue] = []
     subscriptions: list[TopicSubscription] = []

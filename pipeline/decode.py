@@ -8,7 +8,14 @@ entries never cross into the JVM; the rows go to Spark as Arrow, built a column
 at a time, and the driver merges those of all partitions (``transform``).
 A node start's snapshots in one window are reduced together: their partial
 queues are nearly always the same, so only the first and last snapshot are kept
-and each partial queue costs one comparison (its depth) per snapshot.
+and each partial queue costs one comparison (its depth) per snapshot. A snapshot
+entry a node of this version wrote says whose it is, when it was taken and which
+set of queues it has in fields of its own (``boot``, ``seq``, ``at``, ``queues``),
+and each partial queue carries the deepest depth of the window so far: such a
+window's snapshots are not decoded at all, only its first and last (``_Lazy``),
+unless its set of queues changed in the window. Their JSON is then checked only
+where it is used: an entry with good fields and bad JSON in the middle of a window
+is not counted as malformed.
 
 Decoding uses the model's own field names, types and defaults (a projection of
 ``model.mesh.Snapshot`` to what the rollups use); an entry that does not decode
@@ -18,16 +25,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 from typing import Any
 
 import msgspec
 from msgspec import inspect
 
-from model.mesh import PartialQueue
+from model.mesh import WINDOW_S, PartialQueue
 from model.rollups import COUNTERS
 from pipeline.source import id_key
 
-WINDOW_SECONDS = 10  # the finest resolution; coarser windows are sums of these
+WINDOW_SECONDS = WINDOW_S  # the finest resolution; coarser windows are sums of these
 GAUGES = ("depth", "in_flight", "consumers")
 
 
@@ -52,7 +60,7 @@ def _projection(name: str, source: type[msgspec.Struct], names: Iterable[str], r
     return msgspec.defstruct(name, fields, kw_only=True, gc=False)
 
 
-_QUEUE_FIELDS = ("name", *GAUGES, *COUNTERS, "latency", "latency_sum_ms")
+_QUEUE_FIELDS = ("name", *GAUGES, *COUNTERS, "latency", "latency_sum_ms", "window_depth_max")
 _Queue = _projection("_Queue", PartialQueue, _QUEUE_FIELDS, {"name"})
 
 
@@ -96,15 +104,40 @@ def partials_schema() -> Any:
     )
 
 
+def _deepest(partial: Any) -> int:
+    return partial.depth if partial.depth > partial.window_depth_max else partial.window_depth_max
+
+
 def reduce_entries(entries: Iterable[tuple], snapshots: str, events: str) -> Reduction:
     """The partial rows of some entries (``stream``, ``id``, ``node``, ``kind``,
-    ``data`` tuples: str, or None where the entry lacks the field; ``data`` str
-    or bytes). Whether a window is late is for the driver to say: it alone knows
-    the watermark, and every row carries its window."""
-    reduction = Reduction()
+    ``data``, ``head`` tuples: str, or None where the entry lacks the field;
+    ``data`` str or bytes; ``head`` a snapshot's ``boot``, ``seq``, ``at`` and
+    ``queues`` fields as bytes, or None). Whether a window is late is for the
+    driver to say: it alone knows the watermark, and every row carries its window."""
+    reduction = Reduction(snapshots)
     summary, boots, counted, groups = reduction.summary, reduction.boots, reduction.counted, reduction.groups
-    for stream, entry_id, node, kind, data in entries:
+    for stream, entry_id, node, kind, data, head in entries:
         position = id_key(entry_id)
+        if head is not None and stream == snapshots and node is not None and data is not None:
+            try:
+                boot, seq, time, version = float(head[0]), int(head[1]), float(head[2]), int(head[3])
+            except (TypeError, ValueError):
+                pass  # decoded in full below, and malformed if that fails too
+            else:
+                window = math.floor(time / WINDOW_SECONDS) * WINDOW_SECONDS
+                _count(summary, stream, window, position, min(time, position[0] / 1000.0))
+                boot_key = (node, boot)
+                if boots.get(boot_key, seq + 1) > seq:
+                    boots[boot_key] = seq
+                key = (node, boot, window)
+                group = groups.get(key)
+                if group is None:
+                    groups[key] = _Lazy(seq, data, version, time)
+                elif not group.add_raw(seq, data, version, time):
+                    groups[key] = group.decoded()  # its queues changed: each snapshot decoded from here on
+                    if not groups[key].add_raw(seq, data, version, time):
+                        summary[(stream, window)]["malformed"] += 1
+                continue
         snapshot = event = None
         try:
             if stream == snapshots and data is not None:
@@ -131,9 +164,63 @@ def reduce_entries(entries: Iterable[tuple], snapshots: str, events: str) -> Red
         group = groups.get(key)
         if group is None:
             groups[key] = _Group(seq, snapshot, time)
+        elif isinstance(group, _Lazy):
+            groups[key] = group.decoded()
+            groups[key].add(seq, snapshot, time)
         else:
             group.add(seq, snapshot, time)
     return reduction
+
+
+def _decoded(data: Any) -> Any:
+    try:
+        return _snapshot(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+class _Lazy:
+    """The snapshots of one node start in one window whose set of queues stayed the
+    same (one ``queues`` version): only the first's and the last's JSON is kept,
+    decoded when the rows are made. Each partial queue's deepest depth is the last
+    snapshot's ``window_depth_max`` (it only grows within a window)."""
+
+    __slots__ = ("first_seq", "first", "first_time", "last_seq", "last", "time", "version", "malformed")
+
+    def __init__(self, seq: int, data: Any, version: int, time: float) -> None:
+        self.first_seq = self.last_seq = seq
+        self.first = self.last = data
+        self.first_time = self.time = time
+        self.version = version
+        self.malformed = 0
+
+    def add_raw(self, seq: int, data: Any, version: int, time: float) -> bool:
+        """Take a snapshot in; False if its set of queues differs (``decoded`` then)."""
+        if version != self.version:
+            return False
+        if seq < self.first_seq:
+            self.first_seq, self.first, self.first_time = seq, data, time
+        if seq > self.last_seq:
+            self.last_seq, self.last, self.time = seq, data, time
+        return True
+
+    def decoded(self) -> _Group:
+        """The same snapshots as a ``_Group`` that decodes each one it is given."""
+        group: _Group | None = None
+        for seq, data, time in ((self.first_seq, self.first, self.first_time), (self.last_seq, self.last, self.time)):
+            snapshot = _decoded(data)
+            if snapshot is None:
+                self.malformed += 1
+            elif group is None:
+                group = _Group(seq, snapshot, time)
+            else:
+                group.add(seq, snapshot, time)
+            if self.first is self.last:
+                break
+        if group is None:
+            return _Group.empty(self.malformed)
+        group.malformed = self.malformed
+        return group
 
 
 class _Group:
@@ -142,24 +229,38 @@ class _Group:
     snapshot has the same partial queues (nearly always) only the two snapshots are
     kept; once one differs, each partial queue keeps its own first and last."""
 
-    __slots__ = ("first_seq", "first", "last_seq", "last", "time", "depths", "queues")
+    __slots__ = ("first_seq", "first", "last_seq", "last", "time", "depths", "queues", "malformed")
 
-    def __init__(self, seq: int, snapshot: Any, time: float) -> None:
+    def __init__(self, seq: int, snapshot: Any, time: float, malformed: int = 0) -> None:
         self.first_seq = self.last_seq = seq
         self.first = self.last = snapshot
         self.time = time
-        self.depths = {partial.name: partial.depth for partial in snapshot.queues}
+        self.malformed = malformed  # snapshots of a ``_Lazy`` whose JSON did not decode
+        self.depths = {partial.name: _deepest(partial) for partial in snapshot.queues}
         self.queues: dict[str, list] | None = None  # name -> [first seq, first, last seq, last, time]
         if len(self.depths) != len(snapshot.queues):  # a name twice: each partial queue on its own
             self.queues = {}
             self._add_each(seq, snapshot, time)
 
+    @classmethod
+    def empty(cls, malformed: int) -> _Group:
+        return cls(0, _Snapshot(seq=0, taken_at=0.0, node=_NodeRef(id="", started_at=0.0)), 0.0, malformed)
+
+    def add_raw(self, seq: int, data: Any, version: int, time: float) -> bool:
+        """Decode a snapshot and take it in; False if it does not decode."""
+        snapshot = _decoded(data)
+        if snapshot is None:
+            return False
+        self.add(seq, snapshot, time)
+        return True
+
     def add(self, seq: int, snapshot: Any, time: float) -> None:
         depths = self.depths
         known = len(depths)
         for partial in snapshot.queues:
-            if partial.depth > depths.get(partial.name, -1):
-                depths[partial.name] = partial.depth
+            deepest = _deepest(partial)
+            if deepest > depths.get(partial.name, -1):
+                depths[partial.name] = deepest
         if self.queues is None:
             if known == len(depths) == len(snapshot.queues):  # the same partial queues as before
                 if seq < self.first_seq:
@@ -195,7 +296,7 @@ class _Group:
         first_seq, last_seq, time = self.first_seq, self.last_seq, self.time
         if self.first is self.last:
             for partial in self.first.queues:
-                yield first_seq, partial, last_seq, partial, time, partial.depth
+                yield first_seq, partial, last_seq, partial, time, _deepest(partial)
             return
         lasts = {partial.name: partial for partial in self.last.queues}
         for partial in self.first.queues:
@@ -206,11 +307,12 @@ class Reduction:
     """What ``reduce_entries`` found, by kind: per stream and window, per node
     start, per event window, node and kind, and per node start and window."""
 
-    def __init__(self) -> None:
+    def __init__(self, snapshots: str) -> None:
+        self.snapshots = snapshots
         self.summary: dict[tuple, dict] = {}
         self.boots: dict[tuple, int] = {}
         self.counted: dict[tuple, int] = {}
-        self.groups: dict[tuple, _Group] = {}
+        self.groups: dict[tuple, _Group | _Lazy] = {}
 
     def _small_rows(self) -> list[dict]:
         """The summary, boot and event rows (few: built as dicts)."""
@@ -223,12 +325,20 @@ class Reduction:
 
     def queue_rows(self) -> list[tuple]:
         """(node, boot, queue, window, first seq, first, last seq, last, time, deepest depth)."""
-        return [(node, boot, first.name, window, first_seq, first, last_seq, last, time, depth_max)
-                for (node, boot, window), group in self.groups.items()
-                for first_seq, first, last_seq, last, time, depth_max in group.partials()]
+        rows = []
+        for (node, boot, window), group in self.groups.items():
+            if isinstance(group, _Lazy):
+                group = self.groups[(node, boot, window)] = group.decoded()
+            if group.malformed:  # counted once: a group decodes once
+                self.summary[(self.snapshots, window)]["malformed"] += group.malformed
+                group.malformed = 0
+            rows.extend((node, boot, first.name, window, first_seq, first, last_seq, last, time, depth_max)
+                        for first_seq, first, last_seq, last, time, depth_max in group.partials())
+        return rows
 
     def rows(self) -> list[dict]:
         """Every partial row as a dict, with ``part`` one of summary / boot / event / queue."""
+        queues = self.queue_rows()  # first: it counts what did not decode in the summary
         rows = self._small_rows()
         rows.extend({"part": "queue", "node": node, "boot": boot, "queue": name, "window": window,
                      "first_seq": first_seq, "first": _counters(first), "last_seq": last_seq,
@@ -236,7 +346,7 @@ class Reduction:
                      "now": {"depth": last.depth, "consumers": last.consumers, "in_flight": last.in_flight,
                              "at": time}}
                     for node, boot, name, window, first_seq, first, last_seq, last, time, depth_max
-                    in self.queue_rows())
+                    in queues)
         return rows
 
     def record_batches(self, rows_per_batch: int = 10_000) -> Iterator[Any]:
@@ -246,42 +356,48 @@ class Reduction:
         from pyspark.sql.pandas.types import to_arrow_schema
 
         schema = to_arrow_schema(partials_schema())
+        queues = self.queue_rows()  # first: it counts what did not decode in the summary
         small = self._small_rows()
         if small:
             yield pa.RecordBatch.from_pylist(small, schema=schema)
-        queues = self.queue_rows()
         for at in range(0, len(queues), rows_per_batch):
             yield _queue_batch(queues[at:at + rows_per_batch], schema)
 
 
+_counted = attrgetter(*COUNTERS, "latency", "latency_sum_ms")
+_gauges = attrgetter("depth", "consumers", "in_flight")
+
+
 def _queue_batch(rows: list[tuple], schema: Any) -> Any:
+    """The rows as Arrow, a column at a time: each partial's fields taken at once
+    (``attrgetter``) and the tuples turned into columns by ``zip``, in C."""
     import pyarrow as pa
 
-    def column(name: str, values: list) -> Any:
+    (node, boot, queue, window, first_seq, firsts, last_seq, lasts, at, depth_max) = zip(*rows, strict=True)
+
+    def column(name: str, values: tuple) -> Any:
         return pa.array(values, type=schema.field(name).type)
 
-    def counters(index: int, name: str) -> Any:
+    def counters(name: str, partials: tuple) -> Any:
         kind = schema.field(name).type
-        partials = [row[index] for row in rows]
-        children = [pa.array([getattr(p, counter) for p in partials], type=pa.int64()) for counter in COUNTERS]
-        children.append(pa.array([p.latency for p in partials], type=pa.list_(pa.int64())))
-        children.append(pa.array([p.latency_sum_ms for p in partials], type=pa.float64()))
+        values = list(zip(*map(_counted, partials), strict=True))
+        children = [pa.array(values[at], type=pa.int64()) for at in range(len(COUNTERS))]
+        children.append(pa.array(values[-2], type=pa.list_(pa.int64())))
+        children.append(pa.array(values[-1], type=pa.float64()))
         return pa.StructArray.from_arrays(children, fields=list(kind))
 
     size = len(rows)
-    lasts = [row[7] for row in rows]
-    now_kind = schema.field("now").type
+    depth, consumers, in_flight = zip(*map(_gauges, lasts), strict=True)
     now = pa.StructArray.from_arrays([
-        pa.array([p.depth for p in lasts], type=pa.int64()), pa.array([p.consumers for p in lasts], type=pa.int64()),
-        pa.array([p.in_flight for p in lasts], type=pa.int64()), pa.array([row[8] for row in rows], pa.float64()),
-    ], fields=list(now_kind))
+        pa.array(depth, type=pa.int64()), pa.array(consumers, type=pa.int64()), pa.array(in_flight, type=pa.int64()),
+        pa.array(at, pa.float64()),
+    ], fields=list(schema.field("now").type))
     given = {
         "part": pa.array(["queue"] * size, type=pa.string()),
-        "node": column("node", [row[0] for row in rows]), "boot": column("boot", [row[1] for row in rows]),
-        "queue": column("queue", [row[2] for row in rows]), "window": column("window", [row[3] for row in rows]),
-        "first_seq": column("first_seq", [row[4] for row in rows]), "first": counters(5, "first"),
-        "last_seq": column("last_seq", [row[6] for row in rows]), "last": counters(7, "last"),
-        "depth_max": column("depth_max", [row[9] for row in rows]), "now": now,
+        "node": column("node", node), "boot": column("boot", boot), "queue": column("queue", queue),
+        "window": column("window", window), "first_seq": column("first_seq", first_seq),
+        "first": counters("first", firsts), "last_seq": column("last_seq", last_seq), "last": counters("last", lasts),
+        "depth_max": column("depth_max", depth_max), "now": now,
     }
     return pa.RecordBatch.from_arrays([given[field.name] if field.name in given else pa.nulls(size, field.type)
                                        for field in schema], schema=schema)

@@ -156,14 +156,21 @@ def _packed(batches: list[Any]) -> Any:
 
 def _entries(streams: _Streams, stream: str, page: list) -> Iterator[tuple]:
     """A page of raw entries as ``reduce_entries`` takes them. A snapshot says whose
-    it is in its data; only events need the ``node`` and ``kind`` fields."""
+    it is in its data, and, written by a node of this version, in its fields too
+    (the head: ``boot``, ``seq``, ``at``, ``queues``); events need their ``node``
+    and ``kind`` fields."""
     flats = [flat for _, flat in page]
     ids = [entry_id.decode() for entry_id, _ in page]
+    heads = kinds = repeat(None)
     if stream == streams.events:
         nodes, kinds = _texts(values(flats, b"node")), _texts(values(flats, b"kind"))
+    elif b"boot" in flats[0][::2]:  # a page of a node of this version (else none of it has a head)
+        nodes = _texts(values(flats, b"node"))
+        heads = zip(values(flats, b"boot"), values(flats, b"seq"), values(flats, b"at"), values(flats, b"queues"),
+                    strict=True)
     else:
-        nodes = kinds = repeat(None)
-    return zip(repeat(stream), ids, nodes, kinds, values(flats, b"data"), strict=False)
+        nodes = repeat(None)
+    return zip(repeat(stream), ids, nodes, kinds, values(flats, b"data"), heads, strict=False)
 
 
 def _texts(raw: list[bytes | None]) -> list[str | None]:

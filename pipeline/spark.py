@@ -51,6 +51,10 @@ def session(master: str = DEFAULT_MASTER, app: str = "meshgate-pipeline", conf: 
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.showConsoleProgress": "false",
     }
+    if master.startswith("local"):
+        # The JVM only plans batches and moves the tasks' packed rows here: C2's compiling
+        # cost more CPU than its faster code saved (per 100,000 entries 1.5 -> 0.9 s).
+        settings["spark.driver.extraJavaOptions"] = "-XX:TieredStopAtLevel=1"
     if master.startswith("local") or master.startswith("spark://127.") or master.startswith("spark://localhost"):
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"

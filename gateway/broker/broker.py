@@ -90,6 +90,7 @@ class Broker(DefiningMixin):
         self._id_prefix = message_id_prefix
         self._ids = itertools.count(1)
         self.queues: dict[str, Queue] = {}
+        self.queues_version = 0  # goes up whenever a queue is created or deleted
         self.temp_queues: dict[str, Queue] = {}
         self.bindings: dict[str, _Binding] = {}  # by subscription queue name
         self._topic_cache: dict[str, list[_Binding]] = {}
@@ -184,6 +185,7 @@ class Broker(DefiningMixin):
                               "it holds no messages and cannot be subscribed to")
         queue = Queue(self, name, "Q:" + name)
         self.queues[name] = queue
+        self.queues_version += 1
         if save:
             self._save_catalog(required=False)  # a queue works without it: recovery finds its messages' queue
         return queue
@@ -209,6 +211,7 @@ class Broker(DefiningMixin):
         if queue.temporary:
             self.temp_queues.pop(queue.name, None)
         elif self.queues.pop(queue.name, None) is not None:
+            self.queues_version += 1
             if save:
                 self._save_catalog(required=False)
             for watcher in self.queue_deleted_watchers:

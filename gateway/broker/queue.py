@@ -103,6 +103,7 @@ class Queue:
         self._levels: list[deque[Message]] = [deque() for _ in range(10)]
         self._high = 0  # no level above this one holds a message
         self._count = 0
+        self.depth_max = 0  # the deepest since the metrics' 10-second window began (management.state rolls it)
         self._next = 0
         self._dispatching = False
         self._has_selectors = False
@@ -140,6 +141,8 @@ class Queue:
         if priority > self._high:
             self._high = priority
         self._count += 1
+        if self._count > self.depth_max:
+            self.depth_max = self._count
         self.enqueued += 1
         if self.remotes and self.broker.strict_routing and not message.path and self._strict_forward(message):
             return
@@ -194,6 +197,8 @@ class Queue:
             if priority > self._high:
                 self._high = priority
             self._count += 1
+        if self._count > self.depth_max:
+            self.depth_max = self._count
 
     def take(self, count: int | None = None) -> list[Message]:
         """Remove up to ``count`` waiting messages (all with None), head first."""

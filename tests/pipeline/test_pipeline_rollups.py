@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from rollup_support import cluster, mismatches, status
 from traffic import Mesh
 
@@ -41,8 +42,9 @@ def drive(mesh: Mesh, base: float, seconds: int, nodes=("a", "b", "c"), queues=(
     return written
 
 
-def test_rollups_equal_what_the_traffic_did_at_both_resolutions(spark, client, redis_server, tmp_path):
-    mesh = Mesh(client)
+@pytest.mark.parametrize("headed", [True, False], ids=["as-nodes-write", "without-head-fields"])
+def test_rollups_equal_what_the_traffic_did_at_both_resolutions(spark, client, redis_server, tmp_path, headed):
+    mesh = Mesh(client, headed=headed)
     base = float(int(time.time() // 60) * 60 - 240)
     for node in ("a", "b", "c"):
         mesh.start(node, base - 1)

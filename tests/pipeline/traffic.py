@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 import msgspec
 
+from metrics.reporter import snapshot_fields
 from model import latency
 from model.events import DeadLetter, LinkUp
-from model.mesh import SCHEMA_VERSION, Node, PartialQueue, Snapshot
+from model.mesh import SCHEMA_VERSION, WINDOW_S, Node, PartialQueue, Snapshot
 
 COUNTER_NAMES = ("enqueued", "acked", "forwarded_out", "forwarded_in", "redistributed_out", "redistributed_in",
                  "expired", "dead_lettered")
@@ -35,6 +36,9 @@ class NodeTraffic:
     started_at: float
     seq: int = 0
     queues: dict[str, PartialTraffic] = field(default_factory=dict)
+    names: list[str] = field(default_factory=list)  # the queues of its last snapshot
+    queues_version: int = 0
+    deepest: dict[tuple[str, float], int] = field(default_factory=dict)  # (queue, window) -> deepest depth seen
 
 
 class Expected:
@@ -75,11 +79,15 @@ class Expected:
 
 
 class Mesh:
-    """Nodes whose traffic the test drives; ``snapshot`` writes what a node would."""
+    """Nodes whose traffic the test drives; ``snapshot`` writes what a node would
+    (``headed`` False: what a node of an earlier version wrote, with no head fields
+    and no ``window_depth_max``). Depths change only at snapshots here, so the
+    deepest depth a node reports for a window is the deepest its snapshots show."""
 
-    def __init__(self, client, prefix: str = "meshgate", seed: int = 7) -> None:
+    def __init__(self, client, prefix: str = "meshgate", seed: int = 7, headed: bool = True) -> None:
         self.client = client
         self.prefix = prefix
+        self.headed = headed
         self.nodes: dict[str, NodeTraffic] = {}
         self.expected = Expected()
         self.random = random.Random(seed)
@@ -118,22 +126,30 @@ class Mesh:
     def snapshot(self, t: float, node: str, *, count_depth: bool = True) -> Snapshot:
         traffic = self.nodes[node]
         traffic.seq += 1
+        window = t // WINDOW_S * WINDOW_S
         queues = []
         for name, partial in sorted(traffic.queues.items()):
+            deepest = traffic.deepest[(name, window)] = max(traffic.deepest.get((name, window), 0), partial.depth)
             queues.append(PartialQueue(
                 node=node, name=name, depth=partial.depth, in_flight=0, consumers=partial.consumers,
                 latency=latency.trimmed(list(partial.latency)), latency_sum_ms=partial.latency_sum_ms,
-                **partial.counters))
+                window_depth_max=deepest if self.headed else 0, **partial.counters))
             if count_depth:
                 self.expected.depth(t, name, node, partial.depth)
+        names = sorted(traffic.queues)
+        if names != traffic.names:
+            traffic.names, traffic.queues_version = names, traffic.queues_version + 1
         snapshot = Snapshot(seq=traffic.seq, taken_at=t, node=Node(
-            id=node, name=node, version="test", started_at=traffic.started_at, last_seen=t), queues=queues)
+            id=node, name=node, version="test", started_at=traffic.started_at, last_seen=t), queues=queues,
+            queues_version=traffic.queues_version)
         self.write_snapshot(snapshot)
         return snapshot
 
     def write_snapshot(self, snapshot: Snapshot) -> None:
-        self.client.xadd(f"{self.prefix}:snapshots", {
-            "node": snapshot.node.id, "seq": snapshot.seq, "schema": SCHEMA_VERSION, "data": self._encode(snapshot)})
+        data = self._encode(snapshot)
+        fields = snapshot_fields(snapshot, data) if self.headed else {
+            "node": snapshot.node.id, "seq": snapshot.seq, "schema": SCHEMA_VERSION, "data": data}
+        self.client.xadd(f"{self.prefix}:snapshots", fields)
 
     def event(self, t: float, node: str, kind: str = "link_up", *, count: bool = True) -> None:
         if kind == "dead_letter":

@@ -346,10 +346,12 @@ def test_reporter_entries_carry_node_seq_schema_and_the_snapshot(redis_server, p
     wait_for(lambda: client.xlen(f"rep:{SNAPSHOTS}") == 3, what="three snapshots")
     entries = [fields for _, fields in client.xrange(f"rep:{SNAPSHOTS}")]
     for seq, (fields, expected) in enumerate(zip(entries, taken, strict=True), start=1):
-        assert set(fields) == {b"node", b"seq", b"schema", b"data"}
+        assert set(fields) == {b"node", b"seq", b"schema", b"boot", b"at", b"queues", b"data"}
         assert fields[b"node"] == b"node-1"
         assert fields[b"seq"] == str(seq).encode()
         assert fields[b"schema"] == str(SCHEMA_VERSION).encode()
+        assert (float(fields[b"boot"]), float(fields[b"at"])) == (expected.node.started_at, expected.taken_at)
+        assert int(fields[b"queues"]) == expected.queues_version
         assert msgspec.json.decode(fields[b"data"], type=Snapshot) == expected
     reporter.stop()
     assert not clock.getDelayedCalls()
@@ -403,3 +405,36 @@ def test_reporter_event_entries_carry_node_kind_schema_and_the_event(redis_serve
     assert decoded[0] == link_up and decoded[0].time == 1700000000.0
     assert type(decoded[1]) is DeadLetter and decoded[1].count == 3 and decoded[1].node == "node-1"
     assert client.exists(f"rep:{SNAPSHOTS}") == 0  # events only: publish_snapshot was never called
+
+
+def test_a_window_s_deepest_depth_is_what_the_queue_reached_between_snapshots_and_starts_afresh_each_window(
+        redis_server, publishers):
+    from gateway.broker.broker import Broker
+    from gateway.broker.message import Message
+    from management.state import LocalState
+    from model.mesh import Addresses
+    from tests.protocol.mesh_harness import KeepingStore
+
+    clock = MemoryReactorClock()
+    clock.advance(1_700_000_003.0)  # 3 s into a 10-second window
+    broker = Broker(KeepingStore(), clock=clock)
+    state = LocalState(node_id="n1", name="n1", started_at=clock.seconds(), broker=broker, mesh=None, clock=clock,
+                       addresses=Addresses)
+    reporter = MetricsReporter(publishers(redis_server.url, prefix="win"), state.snapshot, interval=1.0,
+                               reactor=clock, roll_window=state.roll_depth_window)
+    queue = broker.queue("orders")
+    reporter.start()
+    version = broker.queues_version
+    ids = iter(range(30))
+    for _ in range(30):  # between two snapshots: up to 30 and down to 4
+        queue.put(Message(f"m{next(ids)}", "queue", "orders", {}, b"x"))
+    queue.take(26)
+    clock.advance(1.0)
+    [partial] = state.snapshot().queues
+    assert (partial.depth, partial.window_depth_max) == (4, 30)
+    clock.advance(6.0)  # the next window began: its deepest so far is the depth then
+    [partial] = state.snapshot().queues
+    assert (partial.depth, partial.window_depth_max) == (4, 4)
+    broker.queue("audit")
+    assert state.snapshot().queues_version == version + 1  # a queue created: the set's version goes up
+    reporter.stop()

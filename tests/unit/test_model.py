@@ -49,7 +49,7 @@ def partial_queue() -> PartialQueue:
         node="n-1", name="orders", depth=10, in_flight=2, forwarding=1, in_doubt=3, consumers=4,
         remote_demand=[RemoteDemand(node="n-3", via="n-2", consumers=2, hops=2)], oldest_age_ms=1500,
         enqueued=100, acked=80, forwarded_out=5, forwarded_in=6, redistributed_out=7, redistributed_in=8,
-        expired=9, dead_lettered=11, latency=latency, latency_sum_ms=12.5,
+        expired=9, dead_lettered=11, latency=latency, latency_sum_ms=12.5, window_depth_max=14,
     )
 
 
@@ -113,7 +113,7 @@ LINK_KEYS = ["node", "peer", "peer_name", "direction", "dialled", "state", "sinc
              "in_doubt", "forwarded_out", "forwarded_in"]
 PARTIAL_QUEUE_KEYS = ["node", "name", "depth", "in_flight", "forwarding", "in_doubt", "consumers", "remote_demand",
                       "oldest_age_ms", "enqueued", "acked", "forwarded_out", "forwarded_in", "redistributed_out",
-                      "redistributed_in", "expired", "dead_lettered", "latency", "latency_sum_ms"]
+                      "redistributed_in", "expired", "dead_lettered", "latency", "latency_sum_ms", "window_depth_max"]
 
 
 @pytest.mark.parametrize("value, keys", [
@@ -125,7 +125,8 @@ def test_wire_field_names_are_stable(value, keys):
 
 def test_nested_wire_field_names_are_stable():
     raw = msgspec.json.decode(msgspec.json.encode(snapshot()))
-    assert list(raw) == ["schema_version", "seq", "taken_at", "node", "links", "queues", "subscriptions"]
+    assert list(raw) == ["schema_version", "seq", "taken_at", "node", "queues_version", "links", "queues",
+                         "subscriptions"]
     assert list(raw["node"]["addresses"]) == ["stomp", "stomp_tls", "link", "websocket", "websocket_tls", "amqp",
                                                "amqp_tls"]
     assert list(raw["node"]["metrics"]) == ["state", "buffered", "dropped", "last_error"]

@@ -19,12 +19,17 @@ def snapshot(seq: int, taken_at: float, queues: list[dict], node: str = "a", boo
                        "queues": queues}).encode()
 
 
+def reduce_plain(entries: list[tuple], snapshots: str, events: str):
+    """Entries with no head fields, as a node of an earlier version wrote them: each decoded."""
+    return reduce_entries([(*entry, None) for entry in entries], snapshots, events)
+
+
 def parts(rows: list[dict], part: str) -> list[dict]:
     return [row for row in rows if row["part"] == part]
 
 
 def test_a_window_keeps_its_first_and_last_snapshot_whatever_the_order_and_its_deepest_depth():
-    rows = reduce_entries([
+    rows = reduce_plain([
         (SNAPSHOTS, "1000-0", None, None, snapshot(2, 101.0, [{"name": "q", "depth": 7, "enqueued": 10}])),
         (SNAPSHOTS, "1000-1", None, None, snapshot(1, 100.5, [{"name": "q", "depth": 2, "enqueued": 4}])),
         (SNAPSHOTS, "1000-2", None, None, snapshot(3, 109.0, [{"name": "q", "depth": 1, "enqueued": 12,
@@ -44,7 +49,7 @@ def test_a_window_keeps_its_first_and_last_snapshot_whatever_the_order_and_its_d
 
 
 def test_malformed_entries_are_counted_apart_and_skipped():
-    rows = reduce_entries([
+    rows = reduce_plain([
         (SNAPSHOTS, "5-0", None, None, snapshot(1, 100.0, [{"name": "q", "depth": 1}])),
         (SNAPSHOTS, "6-0", None, None, b'{"seq": "two"}'),
         (SNAPSHOTS, "6-1", None, None, snapshot(3, 100.0, [{"depth": 1}])),  # a queue without a name
@@ -61,7 +66,7 @@ def test_malformed_entries_are_counted_apart_and_skipped():
 
 
 def test_a_fast_clock_is_capped_at_redis_time():
-    rows = reduce_entries([
+    rows = reduce_plain([
         (EVENTS, "200000-1", "a", "link_up", b'{"time": 105.0}'),
         (EVENTS, "200000-2", "a", "link_up", b'{"time": 900.0}'),  # its node's clock runs ahead of Redis's
     ], SNAPSHOTS, EVENTS).rows()
@@ -125,7 +130,7 @@ def test_collect_merges_a_window_two_tasks_reduced_and_leaves_out_idle_partial_q
 
 
 def test_a_partial_queue_that_appears_or_goes_mid_window_keeps_its_own_first_and_last():
-    rows = reduce_entries([
+    rows = reduce_plain([
         (SNAPSHOTS, "1-0", None, None, snapshot(1, 100.0, [{"name": "q", "depth": 1, "enqueued": 1}])),
         (SNAPSHOTS, "1-1", None, None, snapshot(2, 101.0, [{"name": "q", "depth": 2, "enqueued": 2},
                                                            {"name": "new", "depth": 5, "enqueued": 5}])),
@@ -144,7 +149,7 @@ def test_the_arrow_batches_say_what_the_rows_say():
     entries = [(SNAPSHOTS, f"1-{seq}", None, None, snapshot(seq, 100.0 + seq, [
         {"name": name, "depth": seq, "enqueued": seq * 2, "latency": [0, seq]} for name in ("a", "b")]))
         for seq in range(1, 15)]
-    reduction = reduce_entries([*entries, (EVENTS, "2-0", "n", "link_up", b'{"time": 101.0}')], SNAPSHOTS, EVENTS)
+    reduction = reduce_plain([*entries, (EVENTS, "2-0", "n", "link_up", b'{"time": 101.0}')], SNAPSHOTS, EVENTS)
     from_arrow = [{k: v for k, v in row.items() if v is not None}
                   for batch in reduction.record_batches(rows_per_batch=3) for row in batch.to_pylist()]
     from_rows = [{k: v for k, v in row.items() if v is not None} for row in reduction.rows()]
@@ -179,3 +184,63 @@ def test_percentiles_on_columns_equal_the_models_and_rows_are_trimmed():
     assert [list(found) for found in zip(p50, p95, p99, strict=True)] == [
         latency.percentiles_ms(row, counting.QUANTILES) for row in rows]
     assert counting.trimmed_rows(histograms) == [latency.trimmed(row) for row in rows]
+
+
+def headed(entry_id: str, seq: int, taken_at: float, queues: list[dict], version: int, node: str = "a",
+           boot: float = 100.0, data: bytes | None = None) -> tuple:
+    """A snapshot entry as a node of this version writes it: its head in fields of its own."""
+    data = snapshot(seq, taken_at, queues, node, boot) if data is None else data
+    return (SNAPSHOTS, entry_id, node, None, data, (repr(boot).encode(), b"%d" % seq, repr(taken_at).encode(),
+                                                    b"%d" % version))
+
+
+def test_headed_snapshots_give_the_rows_decoding_every_one_gives():
+    import random
+
+    rng = random.Random(7)
+    plain, with_heads = [], []
+    for node in ("a", "b"):
+        names, version, seq, deepest = ["q1", "q2"], 1, 0, {}
+        counters = {}
+        for step in range(120):
+            taken_at = 100.0 + step * 0.7
+            if rng.random() < 0.05:  # a queue created or deleted: the set's version goes up
+                version += 1
+                names = names[1:] if len(names) > 2 or (names and rng.random() < 0.5) else [*names, f"q{step}"]
+            window = taken_at // 10
+            queues = []
+            for name in names:
+                counters[name] = counters.get(name, 0) + rng.randint(0, 5)
+                depth = rng.randint(0, 30)
+                peak = max(depth, deepest.get((name, window), 0), rng.randint(0, 40))  # a peak between snapshots
+                deepest[(name, window)] = peak
+                queues.append({"name": name, "depth": depth, "enqueued": counters[name], "window_depth_max": peak})
+            seq += 1
+            entry_id = f"{int(taken_at * 1000)}-{0 if node == 'a' else 1}"
+            plain.append((SNAPSHOTS, entry_id, None, None, snapshot(seq, taken_at, queues, node), None))
+            with_heads.append(headed(entry_id, seq, taken_at, queues, version, node))
+
+    def queue_rows(entries: list[tuple]) -> list[dict]:
+        return sorted(parts(reduce_entries(entries, SNAPSHOTS, EVENTS).rows(), "queue"),
+                      key=lambda row: (row["node"], row["queue"], row["window"]))
+
+    expected = queue_rows(plain)
+    assert len(expected) > 20 and queue_rows(with_heads) == expected
+    summaries = [sorted(parts(reduce_entries(entries, SNAPSHOTS, EVENTS).rows(), "summary"), key=lambda r: r["window"])
+                 for entries in (plain, with_heads)]
+    assert summaries[0] == summaries[1]
+
+
+def test_a_headed_window_decodes_only_its_first_and_last_snapshot():
+    queues = [{"name": "q", "depth": 3, "enqueued": 5, "window_depth_max": 9}]
+    rows = reduce_entries([
+        headed("1000-0", 1, 100.0, queues, 1),
+        headed("1001-0", 2, 101.0, queues, 1, data=b"not json: never decoded"),
+        headed("1002-0", 3, 102.0, [{**queues[0], "enqueued": 8, "window_depth_max": 12}], 1),
+        headed("1003-0", 4, 103.0, queues, 1, data=b"{}"),  # the window's last: decoded, malformed
+    ], SNAPSHOTS, EVENTS).rows()
+    [row] = parts(rows, "queue")
+    # The last did not decode: the first stands for the window (the next window counts on from it).
+    assert (row["first_seq"], row["last_seq"], row["last"]["enqueued"], row["depth_max"]) == (1, 1, 5, 9)
+    [summary] = parts(rows, "summary")
+    assert (summary["entries"], summary["malformed"]) == (4, 1)
