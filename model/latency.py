@@ -54,11 +54,11 @@ def percentiles_ms(counts: list[int], quantiles: Sequence[float]) -> list[float 
         # The first bucket the running count reaches the rank in; counts are whole, so a
         # rank under one is reached by the first message (never by an empty bucket).
         index = bisect_left(cumulative, max(quantile * total, 1))
-        found.append(None if index == len(cumulative) else _reported_ms(index))
+        found.append(None if index == len(cumulative) else reported_ms(index))
     return found
 
 
-def _reported_ms(index: int) -> float:
+def reported_ms(index: int) -> float:
     """What a percentile falling in bucket ``index`` is reported as: its upper bound
     (the open top bucket: its lower bound), in milliseconds."""
     if index < BUCKETS:

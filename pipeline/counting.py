@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from model.latency import _reported_ms
+from model.latency import reported_ms
 from pipeline.decode import WINDOW_SECONDS
 from pipeline.transform import WindowColumns
 
@@ -39,8 +39,9 @@ class Base:
 @dataclass
 class Counted:
     """What partial queues did in windows of one resolution: per row, its window's
-    start, queue, node, counters (``COUNTERS`` columns), histogram, latency sum,
-    deepest depth and latest gauges; ``unit`` the partial queue it belongs to."""
+    start, queue, node, counters (``COUNTERS`` columns), histogram (the buckets up to
+    the last any row filled), latency sum, deepest depth and latest gauges; ``unit``
+    the partial queue it belongs to."""
 
     unit: Any
     start: Any
@@ -57,6 +58,10 @@ class Counted:
 
     def __len__(self) -> int:
         return len(self.start)
+
+    def take(self, rows: Any) -> Counted:
+        """The rows ``rows`` (indices, a mask or a slice) of every column."""
+        return Counted(**{name: column[rows] for name, column in self.__dict__.items()})
 
 
 def partial_queue_starts(windows: WindowColumns) -> Any:
@@ -77,7 +82,7 @@ def count(windows: WindowColumns, starts: Any, bases: list[Base], watermark: flo
     unit[starts[1:]] = 1
     unit = np.cumsum(unit)
     width = max(windows.last_latency.shape[1], max((len(base.latency) for base in bases), default=0))
-    last_latency = _widened(windows.last_latency, width)
+    last_latency = widened(windows.last_latency, width)
     base_seq = np.array([base.seq for base in bases], np.int64)
     base_counters = np.array([list(base.counters) for base in bases], np.int64).reshape(len(bases), -1)
     base_latency = np.zeros((len(bases), width), np.int64)
@@ -96,6 +101,7 @@ def count(windows: WindowColumns, starts: Any, bases: list[Base], watermark: flo
 
     delta = np.maximum(windows.last - counters, 0)
     latency = np.maximum(last_latency - latency, 0)
+    latency = latency[:, :filled_width(latency)]  # the empty buckets after the last filled: less to carry
     acked = latency.any(axis=1)
     sum_ms = np.where(acked, np.maximum(windows.last_sum_ms - sum_ms, 0.0), 0.0)
     ends = np.concatenate((starts[1:], [size])) - 1
@@ -125,29 +131,39 @@ def by_window(counted: Counted, seconds: int) -> Counted:
 def percentiles(histograms: Any) -> list[list[float | None]]:
     """``model.latency.percentiles_ms`` of each row, for each of ``QUANTILES``: one list
     per quantile."""
-    cumulative = np.cumsum(histograms, axis=1)
+    # The buckets after the last filled one move no rank: left out (most of them, often).
+    cumulative = np.cumsum(histograms[:, :max(filled_width(histograms), 1)], axis=1)
     total = cumulative[:, -1] if cumulative.shape[1] else np.zeros(len(cumulative), np.int64)
-    reported = np.array([_reported_ms(index) for index in range(max(cumulative.shape[1], 1))])
+    reported = np.array([reported_ms(index) for index in range(max(cumulative.shape[1], 1))], object)
+    empty = total == 0
     found = []
     for quantile in QUANTILES:
         rank = np.maximum(quantile * total, 1)
-        index = np.minimum((cumulative < rank[:, None]).sum(axis=1), len(reported) - 1)
-        values = reported[index].tolist()
-        found.append([value if counted else None for value, counted in zip(values, (total > 0).tolist(),
-                                                                           strict=True)])
+        values = reported[np.minimum((cumulative < rank[:, None]).sum(axis=1), len(reported) - 1)]
+        values[empty] = None
+        found.append(values.tolist())
     return found
 
 
 def trimmed_rows(histograms: Any) -> list[list[int]]:
     """Each row as a list without its trailing empty buckets."""
-    if not histograms.shape[1]:
+    width = filled_width(histograms)
+    if not width:
         return [[] for _ in range(len(histograms))]
-    filled = histograms != 0
-    lengths = np.where(filled.any(axis=1), histograms.shape[1] - np.argmax(filled[:, ::-1], axis=1), 0)
-    return [row[:length] for row, length in zip(histograms.tolist(), lengths.tolist(), strict=True)]
+    filled = histograms[:, :width] != 0
+    lengths = np.where(filled.any(axis=1), width - np.argmax(filled[:, ::-1], axis=1), 0)
+    return [row if length == width else row[:length]
+            for row, length in zip(histograms[:, :width].tolist(), lengths.tolist(), strict=True)]
 
 
-def _widened(histograms: Any, width: int) -> Any:
+def filled_width(histograms: Any) -> int:
+    """The buckets up to the last one filled in any row."""
+    filled = np.flatnonzero(histograms.any(axis=0))
+    return int(filled[-1]) + 1 if len(filled) else 0
+
+
+def widened(histograms: Any, width: int) -> Any:
+    """The histograms with empty buckets added up to ``width``."""
     if histograms.shape[1] >= width:
         return histograms
     wider = np.zeros((len(histograms), width), np.int64)

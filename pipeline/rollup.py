@@ -1,7 +1,7 @@
 """The driver half of the rollups: turn each micro-batch's per-window rows into
 counts (differences of the nodes' cumulative counters, on columns:
-``pipeline.counting``), add them to the open windows and write everything to
-Redis in one transaction.
+``pipeline.counting``), add them to the open windows (columns too:
+``pipeline.window_counts``) and write everything to Redis in one transaction.
 
 Exactly once: the transaction that writes a batch's windows also writes the last
 entry id applied per stream, the counters seen last per partial queue, the
@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from itertools import zip_longest
-from operator import attrgetter
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from model import latency
 from model.rollups import (
@@ -41,11 +40,11 @@ from model.rollups import (
     queue_field,
     status_key,
     window_key,
-    with_percentiles,
 )
 from pipeline import counting
 from pipeline.decode import WINDOW_SECONDS
 from pipeline.transform import Collected, WindowColumns
+from pipeline.window_counts import Block, WindowCounts
 
 _ZEROS = (0,) * len(COUNTERS)
 STATE_TTL_S = 7 * 24 * 3600  # a partial queue's last counters, kept for a node that comes back
@@ -68,7 +67,7 @@ class Window:
     resolution: str
     start: float
     seconds: int
-    queues: dict[str, dict[str, Counts]] = field(default_factory=dict)  # queue -> node -> partial queue
+    counts: WindowCounts = field(default_factory=WindowCounts)  # per partial queue
     events: dict[str, dict[str, int]] = field(default_factory=dict)  # node -> kind -> count
     dirty: set[str] = field(default_factory=set)  # queues changed since written
     touched: bool = False
@@ -186,38 +185,17 @@ class Rollups:
                              float(windows.first_sum_ms[first]), False)
 
     def _add(self, name: str, counted: counting.Counted) -> None:
-        """Counted windows of resolution ``name`` added to the windows they fall in: a
-        partial queue new in its window is made whole at once (percentiles and all)."""
+        """Counted windows of resolution ``name`` added to the windows they fall in."""
         if not len(counted):
             return
-        histograms = counting.trimmed_rows(counted.latency)
-        p50, p95, p99 = counting.percentiles(counted.latency)
-        windows = self._windows
-        for at, (start, queue, node, delta, histogram, sum_ms, depth_max, depth, consumers, in_flight, when) in \
-                enumerate(zip(counted.start.tolist(), counted.queue.tolist(), counted.node.tolist(),
-                              counted.delta.tolist(), histograms, counted.sum_ms.tolist(), counted.depth_max.tolist(),
-                              counted.depth.tolist(), counted.consumers.tolist(), counted.in_flight.tolist(),
-                              counted.at.tolist(), strict=True)):
-            window = windows[(name, start)]
-            nodes = window.queues.get(queue)
-            if nodes is None:
-                nodes = window.queues[queue] = {}
-            window.dirty.add(queue)
+        counted = counted.take(np.argsort(counted.start, kind="stable"))  # each window's rows, in their order
+        bounds = [0, *(np.flatnonzero(np.diff(counted.start)) + 1).tolist(), len(counted)]
+        for begin, end in zip(bounds[:-1], bounds[1:], strict=True):
+            part = counted.take(slice(begin, end))
+            window = self._windows[(name, float(part.start[0]))]
+            window.counts.add(part)
+            window.dirty.update(part.queue.tolist())
             window.touched = True
-            partial = nodes.get(node)
-            if partial is None:
-                nodes[node] = _counts(delta, histogram, sum_ms, depth_max, depth, consumers, in_flight, when,
-                                      (p50[at], p95[at], p99[at]))
-                continue
-            _add_counters(partial, delta)
-            partial.depth_max = max(partial.depth_max, depth_max)
-            if when >= partial.at:
-                partial.depth_last, partial.consumers, partial.in_flight, partial.at = depth, consumers, in_flight, when
-            if histogram:
-                partial.latency = latency.trimmed([a + b for a, b in zip_longest(partial.latency, histogram,
-                                                                                 fillvalue=0)])
-                partial.latency_sum_ms += sum_ms
-                with_percentiles(partial)
 
     def _next_status(self, pipeline: str, batch: int, summary: list[dict], began: float) -> PipelineStatus:
         before = self.status
@@ -271,12 +249,14 @@ class Rollups:
             pipe.hgetall(window_key(self.settings.prefix, name, start))
         for (name, start), stored in zip(missing, pipe.execute(), strict=True):
             window = Window(name, start, RESOLUTIONS[name])
+            queues = {}
             for raw_field, raw in stored.items():
                 name_field = raw_field.decode()
                 if name_field == CLUSTER_FIELD:
                     window.events = _cluster_decode(raw).node_events
                 elif name_field.startswith("queue:"):
-                    window.queues[name_field[_PREFIX:]] = _queue_decode(raw).nodes
+                    queues[name_field[_PREFIX:]] = _queue_decode(raw).nodes
+            window.counts = WindowCounts.stored(queues)
             self._windows[(name, start)] = window
 
     def _write(self, states: dict[tuple[str, float, str], PartialState], boots: dict[tuple[str, float], int],
@@ -296,9 +276,7 @@ class Rollups:
             if not window.touched:
                 continue
             key = window_key(prefix, window.resolution, window.start)
-            fields = {queue_field(queue): _encode(self._queue_window(window, queue)) for queue in window.dirty}
-            fields[CLUSTER_FIELD] = _encode(self._cluster_window(window, now))
-            pipe.hset(key, mapping=fields)
+            pipe.hset(key, mapping=_documents(window, now))
             retention = self.settings.retention_s.get(window.resolution, DEFAULT_RETENTION_S[window.resolution])
             pipe.expireat(key, int(window.end + retention))
             pipe.zadd(index_key(prefix, window.resolution), {str(int(window.start)): window.start})
@@ -313,74 +291,65 @@ class Rollups:
         for key in [key for key, window in self._windows.items() if window.end <= watermark]:
             del self._windows[key]
 
-    # -- documents --------------------------------------------------------------------------
 
-    def _queue_window(self, window: Window, queue: str) -> QueueWindow:
-        nodes = window.queues[queue]  # each with its percentiles, kept as it changes
-        return QueueWindow(queue=queue, start=window.start, seconds=window.seconds, total=_sum(nodes.values()),
-                           nodes=nodes)
-
-    def _cluster_window(self, window: Window, now: float) -> ClusterWindow:
-        per_node: dict[str, list[Counts]] = {}
-        for nodes in window.queues.values():
-            for node, partial in nodes.items():
-                per_node.setdefault(node, []).append(partial)
-        nodes = {node: _sum(partials) for node, partials in sorted(per_node.items())}
-        events: dict[str, int] = {}
-        for by_kind in window.events.values():
-            for kind, count in by_kind.items():
-                events[kind] = events.get(kind, 0) + count
-        return ClusterWindow(start=window.start, seconds=window.seconds, total=_sum(nodes.values()), nodes=nodes,
-                             queues=len(window.queues), events=events, node_events=window.events, updated_at=now)
+# -- documents ------------------------------------------------------------------------------
 
 
-def _counts(delta: list[int], histogram: list[int], sum_ms: float, depth_max: int, depth: int, consumers: int,
-            in_flight: int, at: float, found: tuple[float | None, ...]) -> Counts:
-    """A partial queue's first counts in a window: ``delta`` (``COUNTERS`` order), its
-    histogram and latency sum, gauges and percentiles."""
+def _documents(window: Window, now: float) -> dict[str, bytes]:
+    """The window's fields to write: a ``QueueWindow`` per queue changed since written,
+    and the ``ClusterWindow``."""
+    fields: dict[str, bytes] = {}
+    if window.dirty:
+        queues, bounds, nodes, partials, totals = window.counts.by_queue(window.dirty)
+        made = _counts(partials)
+        for queue, begin, end, total in zip(queues, bounds[:-1], bounds[1:], _counts(totals), strict=True):
+            fields[queue_field(queue)] = _encode(QueueWindow(
+                queue=queue, start=window.start, seconds=window.seconds, total=total,
+                nodes=dict(zip(nodes[begin:end], made[begin:end], strict=True))))
+    names, node_totals, total = window.counts.by_node()
+    events: dict[str, int] = {}
+    for by_kind in window.events.values():
+        for kind, count in by_kind.items():
+            events[kind] = events.get(kind, 0) + count
+    fields[CLUSTER_FIELD] = _encode(ClusterWindow(
+        start=window.start, seconds=window.seconds, total=_counts(total)[0],
+        nodes=dict(zip(names, _counts(node_totals), strict=True)), queues=len(window.counts.queues), events=events,
+        node_events=window.events, updated_at=now))
+    return fields
+
+
+def _counts(block: Block) -> list[Counts]:
+    """A ``Counts`` per row of ``block``, with the percentiles of its histogram."""
+    p50, p95, p99 = counting.percentiles(block.latency)
+    made = []
+    for published, delta, depth_last, depth_max, consumers, in_flight, histogram, sum_ms, at, p50_ms, p95_ms, \
+            p99_ms in zip(block.published.tolist(), block.counters.tolist(), block.depth_last.tolist(),
+                          block.depth_max.tolist(), block.consumers.tolist(), block.in_flight.tolist(),
+                          counting.trimmed_rows(block.latency), block.sum_ms.tolist(), block.at.tolist(), p50, p95,
+                          p99, strict=True):
+        counts = Counts(published=published, depth_last=depth_last, depth_max=depth_max, consumers=consumers,
+                        in_flight=in_flight, latency=histogram, latency_sum_ms=sum_ms, p50_ms=p50_ms, p95_ms=p95_ms,
+                        p99_ms=p99_ms, at=at)
+        # The counters through _add_counters, which spells out their order (no faster by keyword).
+        _add_counters(counts, delta)
+        made.append(counts)
+    return made
+
+
+def _add_counters(counts: Counts, delta: list[int]) -> None:
+    """``delta`` (``COUNTERS`` order) added to ``counts``."""
     (enqueued, acked, forwarded_out, forwarded_in, redistributed_out, redistributed_in, expired,
      dead_lettered) = delta
-    p50, p95, p99 = found
-    return Counts(published=max(0, enqueued - forwarded_in - redistributed_in), enqueued=enqueued, acked=acked,
-                  forwarded_out=forwarded_out, forwarded_in=forwarded_in, redistributed_out=redistributed_out,
-                  redistributed_in=redistributed_in, expired=expired, dead_lettered=dead_lettered,
-                  depth_last=depth, depth_max=depth_max, consumers=consumers, in_flight=in_flight,
-                  latency=histogram, latency_sum_ms=sum_ms if histogram else 0.0, p50_ms=p50, p95_ms=p95,
-                  p99_ms=p99, at=at)
-
-
-def _add_counters(partial: Counts, delta: list[int]) -> None:
-    """``delta`` (``COUNTERS`` order) added to ``partial``."""
-    (enqueued, acked, forwarded_out, forwarded_in, redistributed_out, redistributed_in, expired,
-     dead_lettered) = delta
-    partial.enqueued += enqueued
-    partial.acked += acked
-    partial.forwarded_out += forwarded_out
-    partial.forwarded_in += forwarded_in
-    partial.redistributed_out += redistributed_out
-    partial.redistributed_in += redistributed_in
-    partial.expired += expired
-    partial.dead_lettered += dead_lettered
-    partial.published = max(0, partial.enqueued - partial.forwarded_in - partial.redistributed_in)
+    counts.enqueued += enqueued
+    counts.acked += acked
+    counts.forwarded_out += forwarded_out
+    counts.forwarded_in += forwarded_in
+    counts.redistributed_out += redistributed_out
+    counts.redistributed_in += redistributed_in
+    counts.expired += expired
+    counts.dead_lettered += dead_lettered
 
 
 def _align(t: float, seconds: int) -> float:
     return float(int(t // seconds) * seconds)
 
-
-_ADDED = ("published", *COUNTERS, "depth_last", "depth_max", "consumers", "in_flight", "latency_sum_ms")
-_added = attrgetter(*_ADDED)
-
-
-def _sum(parts: Any) -> Counts:
-    parts = list(parts)
-    total = Counts()
-    if not parts:
-        return total
-    for name, value in zip(_ADDED, map(sum, zip(*map(_added, parts), strict=True)), strict=True):
-        setattr(total, name, value)
-    histograms = [part.latency for part in parts if part.latency]
-    if histograms:
-        total.latency = latency.trimmed(latency.merge(*histograms))
-    total.at = max(total.at, *(part.at for part in parts))
-    return with_percentiles(total)
