@@ -181,3 +181,17 @@ def test_estimated_admission_moves_past_a_burst_bigger_than_the_limit(client, re
 
 def fill_last(client, key: str) -> str:
     return client.xrevrange(key, count=1)[0][0].decode()
+
+
+def test_estimated_admission_takes_a_rest_just_over_the_limit_rather_than_leave_it_for_a_batch_of_its_own(
+        client, redis_server):
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from pipeline.source import NOTHING, Options, StreamReader
+
+    ids = fill(client, "s:a", 320, every_ms=1)
+    reader = StreamReader(Options({"url": redis_server.url, "streams": "s:a", "admission": "estimate"}))
+    assert reader.latestOffset({"s:a": NOTHING}, ReadMaxRows(300)) == {"s:a": ids[-1]}  # 320: within 10% over
+    more = fill(client, "s:a", 400, start=320, every_ms=1)
+    end = reader.latestOffset({"s:a": ids[-1]}, ReadMaxRows(300))
+    assert more.index(end["s:a"]) in range(290, 300)  # 400: about the limit, the rest after
