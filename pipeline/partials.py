@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from itertools import chain, repeat
+from operator import itemgetter
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -37,6 +38,7 @@ from pipeline.source import (
     RedisStreamsDataSource,
     StreamRange,
     StreamReader,
+    find_value,
     later,
     pages,
     ranges,
@@ -168,12 +170,28 @@ def _entries(streams: _Streams, stream: str, page: list) -> Iterator[tuple]:
     if stream == streams.events:
         nodes, kinds = _texts(values(flats, b"node")), _texts(values(flats, b"kind"))
     elif b"boot" in flats[0][::2]:  # a page of a node of this version (else none of it has a head)
-        nodes = _texts(values(flats, b"node"))
-        heads = zip(values(flats, b"boot"), values(flats, b"seq"), values(flats, b"at"), values(flats, b"queues"),
-                    strict=True)
+        node, boot, seq, at, queues, data = _columns(flats, _HEAD)
+        return zip(repeat(stream), ids, _texts(node), kinds, data, zip(boot, seq, at, queues, strict=True),
+                   strict=False)
     else:
         nodes = repeat(None)
     return zip(repeat(stream), ids, nodes, kinds, values(flats, b"data"), heads, strict=False)
+
+
+_HEAD = (b"node", b"boot", b"seq", b"at", b"queues", b"data")
+
+
+def _columns(flats: list[list[bytes]], names: tuple[bytes, ...]) -> tuple[tuple, ...]:
+    """The values of the fields ``names`` as columns. The entries a node writes have
+    one layout: theirs are taken by position, in C, once an entry shows that layout."""
+    layout = flats[0][::2]
+    if not all(name in layout for name in names):
+        return tuple(tuple(values(flats, name)) for name in names)
+    pick = itemgetter(*(2 * layout.index(name) + 1 for name in names))
+    width = len(flats[0])
+    rows = [pick(flat) if len(flat) == width and flat[::2] == layout
+            else tuple(find_value(flat, name) for name in names) for flat in flats]
+    return tuple(zip(*rows, strict=True))
 
 
 def _texts(raw: list[bytes | None]) -> list[str | None]:

@@ -223,11 +223,11 @@ def values(flats: list[list[bytes]], name: bytes) -> list[bytes | None]:
     first = flats[0]
     at = next((i for i in range(0, len(first) - 1, 2) if first[i] == name), None)
     if at is None:
-        return [_find(flat, name) for flat in flats]
-    return [flat[at + 1] if len(flat) > at + 1 and flat[at] == name else _find(flat, name) for flat in flats]
+        return [find_value(flat, name) for flat in flats]
+    return [flat[at + 1] if len(flat) > at + 1 and flat[at] == name else find_value(flat, name) for flat in flats]
 
 
-def _find(flat: list[bytes], name: bytes) -> bytes | None:
+def find_value(flat: list[bytes], name: bytes) -> bytes | None:
     for i in range(0, len(flat) - 1, 2):
         if flat[i] == name:
             return flat[i + 1]
@@ -289,7 +289,7 @@ def _tuples(options: Options, stream: str, page: list) -> Iterator[tuple]:
         if options.fields is None:
             yield stream, entry_id, time, {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat) - 1, 2)}
         else:
-            yield (stream, entry_id, time, *(text(_find(flat, name.encode())) for name in options.fields))
+            yield (stream, entry_id, time, *(text(find_value(flat, name.encode())) for name in options.fields))
 
 
 class RedisStreamsDataSource(DataSource):
