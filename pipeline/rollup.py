@@ -318,36 +318,31 @@ def _documents(window: Window, now: float) -> dict[str, bytes]:
     return fields
 
 
-def _counts(block: Block) -> list[Counts]:
-    """A ``Counts`` per row of ``block``, with the percentiles of its histogram."""
+def _positional_counts() -> type:
+    """``Counts`` with the same fields, defaults and JSON, made from positional
+    arguments: ``map`` makes a document's 1,000 of them in one C call."""
+    fields = []
+    for info in msgspec.structs.fields(Counts):
+        if info.default_factory is not msgspec.NODEFAULT:
+            fields.append((info.name, info.type, msgspec.field(default_factory=info.default_factory)))
+        else:
+            fields.append((info.name, info.type, info.default))
+    return msgspec.defstruct("Counts", fields, omit_defaults=True, gc=False)
+
+
+_CountsRow = _positional_counts()
+COUNTS_ORDER = ("published", *COUNTERS, "depth_last", "depth_max", "consumers", "in_flight", "latency",
+                "latency_sum_ms", "p50_ms", "p95_ms", "p99_ms", "at")
+assert _CountsRow.__struct_fields__ == COUNTS_ORDER, "Counts' fields moved: _counts gives them in this order"
+
+
+def _counts(block: Block) -> list[Any]:
+    """A ``Counts`` (encoded the same, as ``_CountsRow``) per row of ``block``, with the
+    percentiles of its histogram."""
     p50, p95, p99 = counting.percentiles(block.latency)
-    made = []
-    for published, delta, depth_last, depth_max, consumers, in_flight, histogram, sum_ms, at, p50_ms, p95_ms, \
-            p99_ms in zip(block.published.tolist(), block.counters.tolist(), block.depth_last.tolist(),
-                          block.depth_max.tolist(), block.consumers.tolist(), block.in_flight.tolist(),
-                          counting.trimmed_rows(block.latency), block.sum_ms.tolist(), block.at.tolist(), p50, p95,
-                          p99, strict=True):
-        counts = Counts(published=published, depth_last=depth_last, depth_max=depth_max, consumers=consumers,
-                        in_flight=in_flight, latency=histogram, latency_sum_ms=sum_ms, p50_ms=p50_ms, p95_ms=p95_ms,
-                        p99_ms=p99_ms, at=at)
-        # The counters through _add_counters, which spells out their order (no faster by keyword).
-        _add_counters(counts, delta)
-        made.append(counts)
-    return made
-
-
-def _add_counters(counts: Counts, delta: list[int]) -> None:
-    """``delta`` (``COUNTERS`` order) added to ``counts``."""
-    (enqueued, acked, forwarded_out, forwarded_in, redistributed_out, redistributed_in, expired,
-     dead_lettered) = delta
-    counts.enqueued += enqueued
-    counts.acked += acked
-    counts.forwarded_out += forwarded_out
-    counts.forwarded_in += forwarded_in
-    counts.redistributed_out += redistributed_out
-    counts.redistributed_in += redistributed_in
-    counts.expired += expired
-    counts.dead_lettered += dead_lettered
+    return list(map(_CountsRow, block.published.tolist(), *block.counters.T.tolist(), block.depth_last.tolist(),
+                    block.depth_max.tolist(), block.consumers.tolist(), block.in_flight.tolist(),
+                    counting.trimmed_rows(block.latency), block.sum_ms.tolist(), p50, p95, p99, block.at.tolist()))
 
 
 def _align(t: float, seconds: int) -> float:

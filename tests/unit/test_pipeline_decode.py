@@ -159,13 +159,25 @@ def test_the_arrow_batches_say_what_the_rows_say():
     assert sorted(from_arrow, key=key) == sorted(from_rows, key=key) and len(from_rows) == 9
 
 
-def test_add_counters_follows_the_order_of_COUNTERS():
-    from model.rollups import Counts
-    from pipeline.rollup import _add_counters
+def test_counts_made_by_position_encode_as_counts_made_by_name():
+    import msgspec
+    import numpy as np
 
-    partial = Counts()
-    _add_counters(partial, list(range(1, len(COUNTERS) + 1)))
-    assert [getattr(partial, name) for name in COUNTERS] == list(range(1, len(COUNTERS) + 1))
+    from model.rollups import Counts, with_percentiles
+    from pipeline.rollup import _counts
+    from pipeline.window_counts import Block
+
+    counters = np.arange(1, 2 * len(COUNTERS) + 1).reshape(2, len(COUNTERS))
+    block = Block(published=np.array([3, 0]), counters=counters, depth_last=np.array([4, 0]),
+                  depth_max=np.array([9, 0]), consumers=np.array([2, 0]), in_flight=np.array([1, 0]),
+                  latency=np.array([[0, 2, 1], [0, 0, 0]]), sum_ms=np.array([7.5, 0.0]), at=np.array([100.5, 0.0]))
+    made = [msgspec.json.decode(msgspec.json.encode(counts), type=Counts) for counts in _counts(block)]
+    expected = with_percentiles(Counts(
+        published=3, **dict(zip(COUNTERS, range(1, len(COUNTERS) + 1), strict=True)), depth_last=4, depth_max=9,
+        consumers=2, in_flight=1, latency=[0, 2, 1], latency_sum_ms=7.5, at=100.5))
+    assert made[0] == expected and expected.p99_ms is not None
+    assert made[1] == Counts(**dict(zip(COUNTERS, range(len(COUNTERS) + 1, 2 * len(COUNTERS) + 1), strict=True)))
+    assert msgspec.json.encode(_counts(block)[1]) == msgspec.json.encode(made[1])
 
 
 def test_percentiles_on_columns_equal_the_models_and_rows_are_trimmed():
