@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> int:
                           help="how late an entry may arrive and still count in its window")
     pipeline.add_argument("--from", dest="starting", default="earliest",
                           help="where a new pipeline starts reading: earliest, latest or an entry id")
-    pipeline.add_argument("--max-entries", type=int, default=200_000, help="entries per micro-batch at most")
+    pipeline.add_argument("--max-entries", type=int, default=200_000,
+                          help="entries per micro-batch, about (estimated from the streams' lengths and id times)")
     pipeline.add_argument("--once", action="store_true", help="apply what the streams hold now, then stop")
     pipeline.add_argument("--export", metavar="DIR", help="batch: write the streams' history to Parquet and stop")
     pipeline.add_argument("--log-level", default="INFO")
