@@ -135,9 +135,11 @@ def reduce_entries(entries: Iterable[tuple], snapshots: str, events: str) -> Red
                 if group is None:
                     groups[key] = _Lazy(seq, data, version, time)
                 elif not group.add_raw(seq, data, version, time):
-                    groups[key] = group.decoded()  # its queues changed: each snapshot decoded from here on
-                    if not groups[key].add_raw(seq, data, version, time):
-                        summary[(stream, window)]["malformed"] += 1
+                    if isinstance(group, _Lazy):  # its queues changed: each snapshot decoded from here on
+                        group = groups[key] = group.decoded()
+                        if group.add_raw(seq, data, version, time):
+                            continue
+                    summary[(stream, window)]["malformed"] += 1  # its JSON did not decode
                 continue
         snapshot = event = None
         try:

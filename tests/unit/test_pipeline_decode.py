@@ -256,3 +256,17 @@ def test_a_headed_window_decodes_only_its_first_and_last_snapshot():
     assert (row["first_seq"], row["last_seq"], row["last"]["enqueued"], row["depth_max"]) == (1, 1, 5, 9)
     [summary] = parts(rows, "summary")
     assert (summary["entries"], summary["malformed"]) == (4, 1)
+
+
+def test_bad_json_in_a_window_whose_queues_changed_is_counted_malformed_not_a_crash():
+    one, two = [{"name": "q", "depth": 1, "enqueued": 1}], [{"name": "q", "depth": 2, "enqueued": 2},
+                                                               {"name": "r", "depth": 0}]
+    rows = reduce_entries([
+        headed("1000-0", 1, 100.0, one, 1),
+        headed("1001-0", 2, 101.0, two, 2),  # a queue created: the window is decoded snapshot by snapshot
+        headed("1002-0", 3, 102.0, two, 2, data=b"not json"),
+        headed("1003-0", 4, 103.0, two, 2),
+    ], SNAPSHOTS, EVENTS).rows()
+    assert sorted((row["queue"], row["last_seq"]) for row in parts(rows, "queue")) == [("q", 4), ("r", 4)]
+    [summary] = parts(rows, "summary")
+    assert (summary["entries"], summary["malformed"]) == (4, 1)
