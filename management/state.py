@@ -76,8 +76,8 @@ class LocalState:
 
     # -- partial queues ---------------------------------------------------------------------
 
-    def queues(self, name: str | None = None) -> list[PartialQueue]:
-        now = self.clock.seconds()
+    def queues(self, name: str | None = None, now: float | None = None) -> list[PartialQueue]:
+        now = self.clock.seconds() if now is None else now
         self.roll_depth_window(now)
         demand = self._remote_demand()
         queues = self.broker.queues
@@ -201,10 +201,9 @@ class LocalState:
 
     def snapshot(self) -> Snapshot:
         self._snapshots += 1
-        taken_at = self.clock.seconds()
-        self.roll_depth_window(taken_at)
+        taken_at = self.clock.seconds()  # the queues' too: their deepest depth is of taken_at's window
         return Snapshot(seq=self._snapshots, taken_at=taken_at, node=self.node(), links=self.links(),
-                        queues=self.queues(), subscriptions=self.subscriptions(),
+                        queues=self.queues(now=taken_at), subscriptions=self.subscriptions(),
                         queues_version=self.broker.queues_version)
 
     def roll_depth_window(self, now: float) -> None:
