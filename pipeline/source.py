@@ -354,7 +354,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ahead = None if caps else self._known_ahead(start, infos)
         if sum(info.length for info in infos.values()) <= max_rows or (ahead is not None and ahead <= max_rows):
             # Everything the streams hold fits, or what came since the last batch does: nothing to count.
-            end = {key: later(start.get(key, NOTHING), caps.get(key) or info.last_id) for key, info in infos.items()}
+            end = _at_ends(start, caps, infos)
             self._remember(end, infos, caps)
             return end
         if self.options.admission == "estimate":
@@ -434,6 +434,11 @@ def _infos(client: Any, keys: list[str]) -> dict[str, _Info]:
     return found
 
 
+def _at_ends(start: dict, caps: dict, infos: dict[str, _Info]) -> dict[str, str]:
+    """Each stream's last entry (or its cap, availableNow's), never before its start."""
+    return {key: later(start.get(key, NOTHING), caps.get(key) or info.last_id) for key, info in infos.items()}
+
+
 def _estimated_end(client: Any, start: dict, caps: dict, infos: dict[str, _Info], max_rows: int) -> dict | None:
     """The end of a batch of about ``max_rows`` entries, with no entry read: one entry
     time for every stream (so they stay in step), the latest at which the entries
@@ -442,9 +447,9 @@ def _estimated_end(client: Any, start: dict, caps: dict, infos: dict[str, _Info]
     no more than ``max_rows``. None when the estimate would not move any stream
     (everything ahead stamped within a millisecond or two): counting decides then."""
     spans = []  # (from ms, to ms, entries ahead)
+    ends = _at_ends(start, caps, infos)
     for key, info in infos.items():
-        after = start.get(key, NOTHING)
-        last = caps.get(key) or info.last_id
+        after, last = start.get(key, NOTHING), ends[key]
         if not info.length or id_key(last) <= id_key(after):
             continue
         first_ms, after_ms, last_ms = id_key(info.first_id)[0], id_key(after)[0], id_key(last)[0]
@@ -455,7 +460,7 @@ def _estimated_end(client: Any, start: dict, caps: dict, infos: dict[str, _Info]
     if not spans:
         return None
     if sum(ahead for _, _, ahead in spans) <= max_rows * (1 + _SLACK):  # no batch of a few left for last
-        return {key: later(start.get(key, NOTHING), caps.get(key) or info.last_id) for key, info in infos.items()}
+        return ends
 
     def ahead_until(ms: int) -> float:
         return sum(ahead if ms >= to else ahead * max(ms - begin, 0) / (to - begin) for begin, to, ahead in spans)
@@ -468,10 +473,9 @@ def _estimated_end(client: Any, start: dict, caps: dict, infos: dict[str, _Info]
         else:
             high = middle - 1
     end = {}
-    for key in infos:
+    for key, last in ends.items():
         after = start.get(key, NOTHING)
-        last = caps.get(key) or infos[key].last_id
-        end[key] = later(after, last if id_key(last)[0] <= low else _last_until(client, key, after, low))
+        end[key] = last if id_key(last)[0] <= low else later(after, _last_until(client, key, after, low))
     return end if any(end[key] != start.get(key, NOTHING) for key in end) else None
 
 
