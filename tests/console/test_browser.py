@@ -239,8 +239,9 @@ def test_an_amqp_connections_channels_show_when_it_is_expanded(page, console, me
         assert channels.count() == 0
         toggle.click()
         channels.wait_for()
-        lines = [[cell.strip() for cell in line.split("\t")] for line in
-                 channels.locator("tbody tr").all_inner_texts()]
+        # Cells by their text, not the row's innerText: that joins cells with tabs only once laid out.
+        lines = channels.locator("tbody tr").evaluate_all(
+            "(rows) => rows.map((r) => [...r.cells].map((c) => c.textContent.trim()))")
         # Channel, consumers, unacked, prefetch, global prefetch, confirm, transactional.
         assert lines == [[str(confirming.channel_number), "0", "0", "none", "none", "yes", "no"],
                          [str(consuming.channel_number), "1", "3", "10", "none", "no", "no"]], lines
