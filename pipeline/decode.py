@@ -207,8 +207,18 @@ class _Lazy:
             self.last_seq, self.last, self.time = seq, data, time
         return True
 
-    def decoded(self) -> _Group:
-        """The same snapshots as a ``_Group`` that decodes each one it is given."""
+    def decoded(self, first: bool = True) -> _Group:
+        """The same snapshots as a ``_Group`` that decodes each one it is given. With
+        ``first`` False the first snapshot's counters are not wanted (``queue_rows``):
+        only the last is decoded, unless its JSON is bad and the first stands in."""
+        if not first and self.first is not self.last:
+            last = _decoded(self.last)
+            if last is not None:
+                group = _Group(self.last_seq, last, self.time)
+                group.first_seq = self.first_seq
+                return group
+            self.malformed += 1
+            self.last, self.last_seq, self.time = self.first, self.first_seq, self.first_time
         group: _Group | None = None
         for seq, data, time in ((self.first_seq, self.first, self.first_time), (self.last_seq, self.last, self.time)):
             snapshot = _decoded(data)
@@ -327,15 +337,22 @@ class Reduction:
         return rows
 
     def queue_rows(self) -> list[tuple]:
-        """(node, boot, queue, window, first seq, first, last seq, last, time, deepest depth)."""
+        """(node, boot, queue, window, first seq, first, last seq, last, time, deepest
+        depth). ``first`` is None except where ``first seq`` is the node start's
+        earliest here: only there can the driver take a baseline from it (the first
+        snapshot the pipeline saw of a start it joined late); elsewhere a window
+        counts from the last one before it, or from zero."""
         rows = []
+        boots = self.boots
         for (node, boot, window), group in self.groups.items():
+            earliest = boots[(node, boot)]
             if isinstance(group, _Lazy):
-                group = self.groups[(node, boot, window)] = group.decoded()
+                group = self.groups[(node, boot, window)] = group.decoded(first=group.first_seq == earliest)
             if group.malformed:  # counted once: a group decodes once
                 self.summary[(self.snapshots, window)]["malformed"] += group.malformed
                 group.malformed = 0
-            rows.extend((node, boot, first.name, window, first_seq, first, last_seq, last, time, depth_max)
+            rows.extend((node, boot, last.name, window, first_seq, first if first_seq == earliest else None, last_seq,
+                         last, time, depth_max)
                         for first_seq, first, last_seq, last, time, depth_max in group.partials())
         return rows
 
@@ -344,7 +361,7 @@ class Reduction:
         queues = self.queue_rows()  # first: it counts what did not decode in the summary
         rows = self._small_rows()
         rows.extend({"part": "queue", "node": node, "boot": boot, "queue": name, "window": window,
-                     "first_seq": first_seq, "first": _counters(first), "last_seq": last_seq,
+                     "first_seq": first_seq, "first": None if first is None else _counters(first), "last_seq": last_seq,
                      "last": _counters(last), "depth_max": depth_max,
                      "now": {"depth": last.depth, "consumers": last.consumers, "in_flight": last.in_flight,
                              "at": time}}
@@ -384,16 +401,27 @@ def _queue_batch(rows: list[tuple], schema: Any) -> Any:
         return pa.array(values, type=schema.field(name).type)
 
     def counters(name: str, partials: tuple) -> Any:
+        """A struct column of the partials' counters; null where a partial is None."""
         kind = schema.field(name).type
-        matrix = np.array(list(map(_counted, partials)), np.int64).T.copy()  # a counter a row
-        children = [pa.array(matrix[at]) for at in range(len(COUNTERS))]
-        histograms = [partial.latency for partial in partials]
-        offsets = np.zeros(len(histograms) + 1, np.int32)
-        np.cumsum(list(map(len, histograms)), out=offsets[1:])
+        given = [at for at, partial in enumerate(partials) if partial is not None]
+        present = partials if len(given) == len(partials) else [partials[at] for at in given]
+        width = len(COUNTERS)
+        matrix = np.zeros((len(partials), width), np.int64)
+        matrix[given] = np.fromiter(chain.from_iterable(map(_counted, present)), np.int64,
+                                    count=len(present) * width).reshape(-1, width)
+        children = [pa.array(matrix[:, at]) for at in range(width)]
+        lengths = np.zeros(len(partials), np.int32)
+        histograms = [partial.latency for partial in present]
+        lengths[given] = list(map(len, histograms))
+        offsets = np.zeros(len(partials) + 1, np.int32)
+        np.cumsum(lengths, out=offsets[1:])
         buckets = np.fromiter(chain.from_iterable(histograms), np.int64, count=int(offsets[-1]))
         children.append(pa.ListArray.from_arrays(pa.array(offsets), pa.array(buckets), type=kind.field("latency").type))
-        children.append(pa.array(np.fromiter(map(_latency_sum, partials), np.float64, count=len(partials))))
-        return pa.StructArray.from_arrays(children, fields=list(kind))
+        sums = np.zeros(len(partials), np.float64)
+        sums[given] = np.fromiter(map(_latency_sum, present), np.float64, count=len(present))
+        children.append(pa.array(sums))
+        absent = None if len(given) == len(partials) else pa.array(np.array([partial is None for partial in partials]))
+        return pa.StructArray.from_arrays(children, fields=list(kind), mask=absent)
 
     size = len(rows)
     depth, consumers, in_flight = zip(*map(_gauges, lasts), strict=True)

@@ -159,6 +159,7 @@ def collect(table: Any, watermark: float) -> Collected:
     merged. A window that closed before ``watermark`` is late: its events are
     dropped and the summary counts its entries as late; its queue rows stay (the
     driver keeps their counters as the base of the next window, counted nowhere)."""
+    import numpy as np
     import pyarrow.compute as pc
 
     is_queue = pc.fill_null(pc.equal(table["part"], "queue"), False)
@@ -175,54 +176,62 @@ def collect(table: Any, watermark: float) -> Collected:
         elif part == "event" and not late:
             collected.events.append((window, row["node"], row["kind"], row["count"]))
     collected.summary = list(streams.values())
-    collected.windows = _window_columns(table.filter(is_queue))
+    collected.windows = _window_columns(table, np.flatnonzero(is_queue.to_numpy(zero_copy_only=False)))
     return collected
 
 
-def _window_columns(table: Any) -> WindowColumns:
-    """The queue rows as columns in (node, boot, queue, window) order; the rows of one
-    window (adjacent, in first seq order: a partition boundary cut it) merged into one,
-    and those of idle partial queues left out."""
+def _window_columns(table: Any, rows: Any) -> WindowColumns:
+    """The queue rows (``rows``, their indices in ``table``) as columns in (node, boot,
+    queue, window) order; the rows of one window (adjacent, in first seq order: a
+    partition boundary cut it) merged into one, and those of idle partial queues left
+    out. Only the keys are sorted; each column is then read at the rows it needs."""
     import numpy as np
+    import pyarrow.compute as pc
 
-    if not table.num_rows:
+    if not len(rows):
         return WindowColumns.empty()
-    flat = table.sort_by([(name, "ascending") for name in _ORDER]).flatten()
+    keys = table.select(list(_ORDER)).take(rows)
+    rows = rows[pc.sort_indices(keys, sort_keys=[(name, "ascending") for name in _ORDER]).to_numpy()]
+    flat = table.flatten()
 
-    def column(name: str) -> Any:
-        return flat.column(name).to_numpy(zero_copy_only=False)
+    def column(name: str, at: Any = rows) -> Any:
+        values = flat.column(name).take(at)
+        if values.null_count:  # ``first`` is sent only where it can be a baseline: zero elsewhere
+            values = pc.fill_null(values, 0)
+        return values.to_numpy(zero_copy_only=False)
 
     node, boot, queue, window = column("node"), column("boot"), column("queue"), column("window")
     # A window's first row, and its last (the later part of a cut window comes after).
     same = (node[1:] == node[:-1]) & (boot[1:] == boot[:-1]) & (queue[1:] == queue[:-1]) & (window[1:] == window[:-1])
     starts = np.flatnonzero(np.concatenate(([True], ~same)))
     ends = np.concatenate((starts[1:], [len(node)])) - 1
+    firsts, lasts = rows[starts], rows[ends]
 
-    def counters(struct: str, rows: Any) -> Any:
-        return np.stack([column(f"{struct}.{name}")[rows] for name in COUNTERS], axis=1).astype(np.int64)
+    def counters(struct: str, at: Any) -> Any:
+        return np.stack([column(f"{struct}.{name}", at) for name in COUNTERS], axis=1).astype(np.int64)
 
-    def histograms(name: str, rows: Any) -> Any:
+    def histograms(name: str, at: Any) -> Any:
         lists = flat.column(name).combine_chunks()
         offsets = lists.offsets.to_numpy()
-        values = lists.flatten().to_numpy(zero_copy_only=False)
-        lengths = np.diff(offsets)
+        values = lists.values.to_numpy(zero_copy_only=False)
+        begins = offsets[at]
+        lengths = offsets[at + 1] - begins
         width = max(_BUCKETS, int(lengths.max(initial=0)))
-        dense = np.zeros((len(lengths), width), np.int64)
-        dense[np.repeat(np.arange(len(lengths)), lengths),
-              np.arange(len(values)) - np.repeat(offsets[:-1] - offsets[0], lengths)] = values
-        return dense[rows]
+        dense = np.zeros((len(at), width), np.int64)
+        bucket = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        dense[np.repeat(np.arange(len(at)), lengths), bucket] = values[np.repeat(begins, lengths) + bucket]
+        return dense
 
-    last_counters = counters("last", ends)
+    last_counters = counters("last", lasts)
     depth_max = np.maximum.reduceat(column("depth_max"), starts)
-    depth, consumers = column("now.depth")[ends], column("now.consumers")[ends]
-    in_flight = column("now.in_flight")[ends]
+    consumers, in_flight = column("now.consumers", lasts), column("now.in_flight", lasts)
     merged = WindowColumns(
         node=node[starts], boot=boot[starts], queue=queue[starts], window=window[starts],
-        first_seq=column("first_seq")[starts], last_seq=column("last_seq")[ends], first=counters("first", starts),
-        first_latency=histograms("first.latency", starts), first_sum_ms=column("first.latency_sum_ms")[starts],
-        last=last_counters, last_latency=histograms("last.latency", ends),
-        last_sum_ms=column("last.latency_sum_ms")[ends], depth_max=depth_max, depth=depth, consumers=consumers,
-        in_flight=in_flight, at=column("now.at")[ends])
+        first_seq=column("first_seq", firsts), last_seq=column("last_seq", lasts), first=counters("first", firsts),
+        first_latency=histograms("first.latency", firsts), first_sum_ms=column("first.latency_sum_ms", firsts),
+        last=last_counters, last_latency=histograms("last.latency", lasts),
+        last_sum_ms=column("last.latency_sum_ms", lasts), depth_max=depth_max, depth=column("now.depth", lasts),
+        consumers=consumers, in_flight=in_flight, at=column("now.at", lasts))
     active = (depth_max > 0) | (consumers > 0) | (in_flight > 0) | (last_counters > 0).any(axis=1)
     return merged if active.all() else merged.take(active)
 

@@ -141,7 +141,8 @@ def test_a_partial_queue_that_appears_or_goes_mid_window_keeps_its_own_first_and
     q, new = by_name["q"], by_name["new"]
     assert (q["first_seq"], q["last_seq"], q["first"]["enqueued"], q["last"]["enqueued"]) == (1, 2, 1, 2)
     assert (q["depth_max"], q["now"]["at"]) == (2, 101.0)
-    assert (new["first_seq"], new["last_seq"], new["first"]["enqueued"], new["last"]["enqueued"]) == (2, 4, 5, 7)
+    # "new" showed up after the start's first snapshot: it counts from zero, so its first is not sent.
+    assert (new["first_seq"], new["last_seq"], new["first"], new["last"]["enqueued"]) == (2, 4, None, 7)
     assert (new["depth_max"], new["now"]["depth"]) == (6, 4)
 
 
@@ -270,3 +271,32 @@ def test_bad_json_in_a_window_whose_queues_changed_is_counted_malformed_not_a_cr
     assert sorted((row["queue"], row["last_seq"]) for row in parts(rows, "queue")) == [("q", 4), ("r", 4)]
     [summary] = parts(rows, "summary")
     assert (summary["entries"], summary["malformed"]) == (4, 1)
+
+
+def test_a_windows_first_counters_come_only_where_the_node_start_can_take_a_baseline():
+    def queues(enqueued: int) -> list[dict]:
+        return [{"name": "q", "depth": 1, "enqueued": enqueued, "window_depth_max": 1}]
+
+    # A start the pipeline joined late (its first snapshot here is seq 5), read by two tasks.
+    first_task = reduce_entries([headed("100000-0", 5, 100.0, queues(50), 1),
+                                 headed("101000-0", 6, 101.0, queues(60), 1)], SNAPSHOTS, EVENTS)
+    second_task = reduce_entries([
+        headed("102000-0", 7, 102.0, queues(70), 1), headed("103000-0", 8, 103.0, queues(80), 1),
+        headed("110000-0", 9, 110.0, queues(90), 1, data=b"not json: a later window's first is never decoded"),
+        headed("111000-0", 10, 111.0, queues(100), 1),
+        headed("120000-0", 11, 120.0, queues(110), 1),
+        headed("121000-0", 12, 121.0, queues(120), 1, data=b"{}"),  # a bad last: the first stands in
+    ], SNAPSHOTS, EVENTS)
+    rows = parts(second_task.rows(), "queue")
+    by_window = {row["window"]: (row["first_seq"], row["first"] and row["first"]["enqueued"], row["last_seq"],
+                                 row["last"]["enqueued"]) for row in rows}
+    # The task's earliest snapshot of the start (seq 7) could be a baseline; the later windows' cannot.
+    assert by_window == {100: (7, 70, 8, 80), 110: (9, None, 10, 100), 120: (11, None, 11, 110)}
+    [summary] = [row for row in parts(second_task.rows(), "summary") if row["window"] == 120]
+    assert summary["malformed"] == 1
+    import pyarrow as pa
+
+    merged = collect(pa.Table.from_batches([*first_task.record_batches(), *second_task.record_batches()]), 0.0)
+    firsts = {row.window: (row.first_seq, row.first[0]) for row in merged.windows}
+    # The window the two tasks cut keeps seq 5's counters (the start's baseline); the others none (zero).
+    assert firsts == {100: (5, 50), 110: (9, 0), 120: (11, 0)}
