@@ -6,8 +6,8 @@ Snapshots as nodes write them (the model's ``Snapshot``: the node, 3 links and
 events (--event-share of the entries), written into a redis-server of its own;
 then, on one ``local[2]`` Spark session:
 
-1. **XRANGE**: redis-py reading the backlog paged like the reader (``pageSize``
-   5,000), one connection, and two at once (one per stream half): the limit.
+1. **XRANGE**: redis-py reading the backlog paged like the reader (its default
+   ``pageSize``), one connection, and two at once (one per stream half): the limit.
 2. **batch reader**: ``spark.read.format("redis_streams")`` over the backlog, a
    ``count()`` with ``arrow`` true and false (target ≥ 100,000/s); and the job's
    own input, ``meshgate_partials`` (decoding and reducing as it reads), merged
@@ -65,8 +65,9 @@ from model import latency  # noqa: E402
 from model.events import ConsumerAttached, DeadLetter, LinkUp  # noqa: E402
 from model.mesh import SCHEMA_VERSION, WINDOW_S, Addresses, Link, Node, PartialQueue, Snapshot  # noqa: E402
 from model.rollups import PipelineStatus, QueueWindow, queue_field, status_key, window_key  # noqa: E402
+from pipeline.source import DEFAULT_PAGE  # noqa: E402
 
-PAGE = 5000  # the reader's default pageSize
+PAGE = DEFAULT_PAGE  # the limit measured with the readers' own page
 
 # -- traffic --------------------------------------------------------------------------------------
 
@@ -559,7 +560,7 @@ def main() -> int:
         if "xrange" not in skip:
             limit, limit2 = xrange_rate(url, streams, args.repeat)
             print(f"XRANGE: {limit:,.0f}/s one connection, {limit2:,.0f}/s two", flush=True)
-            rows.append(("Redis XRANGE, redis-py, page 5,000 (the limit)",
+            rows.append((f"Redis XRANGE, redis-py, page {PAGE:,} (the limit)",
                          f"{limit:,.0f}/s one connection; {limit2:,.0f}/s two at once", "—"))
         began = time.perf_counter()
         from pipeline.spark import session

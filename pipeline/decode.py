@@ -15,7 +15,8 @@ and each partial queue carries the deepest depth of the window so far: such a
 window's snapshots are not decoded at all, only its first and last (``_Lazy``),
 unless its set of queues changed in the window. Their JSON is then checked only
 where it is used: an entry with good fields and bad JSON in the middle of a window
-is not counted as malformed.
+is not counted as malformed. A window's first snapshot matters only where it can
+be a baseline (``Reduction.queue_rows``): elsewhere it is not even decoded.
 
 Decoding uses the model's own field names, types and defaults (a projection of
 ``model.mesh.Snapshot`` to what the rollups use); an entry that does not decode
