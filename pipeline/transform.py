@@ -191,16 +191,17 @@ def _window_columns(table: Any, rows: Any) -> WindowColumns:
     if not len(rows):
         return WindowColumns.empty()
     keys = table.select(list(_ORDER)).take(rows)
-    rows = rows[pc.sort_indices(keys, sort_keys=[(name, "ascending") for name in _ORDER]).to_numpy()]
+    order = pc.sort_indices(keys, sort_keys=[(name, "ascending") for name in _ORDER])
+    rows, keys = rows[order.to_numpy()], keys.take(order)
     flat = table.flatten()
 
-    def column(name: str, at: Any = rows) -> Any:
+    def column(name: str, at: Any) -> Any:
         values = flat.column(name).take(at)
         if values.null_count:  # ``first`` is sent only where it can be a baseline: zero elsewhere
             values = pc.fill_null(values, 0)
         return values.to_numpy(zero_copy_only=False)
 
-    node, boot, queue, window = column("node"), column("boot"), column("queue"), column("window")
+    node, boot, queue, window, first_seq = (keys.column(name).to_numpy(zero_copy_only=False) for name in _ORDER)
     # A window's first row, and its last (the later part of a cut window comes after).
     same = (node[1:] == node[:-1]) & (boot[1:] == boot[:-1]) & (queue[1:] == queue[:-1]) & (window[1:] == window[:-1])
     starts = np.flatnonzero(np.concatenate(([True], ~same)))
@@ -223,11 +224,11 @@ def _window_columns(table: Any, rows: Any) -> WindowColumns:
         return dense
 
     last_counters = counters("last", lasts)
-    depth_max = np.maximum.reduceat(column("depth_max"), starts)
+    depth_max = np.maximum.reduceat(column("depth_max", rows), starts)
     consumers, in_flight = column("now.consumers", lasts), column("now.in_flight", lasts)
     merged = WindowColumns(
         node=node[starts], boot=boot[starts], queue=queue[starts], window=window[starts],
-        first_seq=column("first_seq", firsts), last_seq=column("last_seq", lasts), first=counters("first", firsts),
+        first_seq=first_seq[starts], last_seq=column("last_seq", lasts), first=counters("first", firsts),
         first_latency=histograms("first.latency", firsts), first_sum_ms=column("first.latency_sum_ms", firsts),
         last=last_counters, last_latency=histograms("last.latency", lasts),
         last_sum_ms=column("last.latency_sum_ms", lasts), depth_max=depth_max, depth=column("now.depth", lasts),
