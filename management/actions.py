@@ -14,6 +14,7 @@ from gateway.broker.errors import BrokerError
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import Queue
 from model.definitions import QUEUE_SETTINGS, Definition, DefinitionKind, QueueSettings
+from model.names import name_problem, quoted
 from model.requests import BrowsedMessage, BrowsePage, Done, ManagementError
 
 if TYPE_CHECKING:
@@ -82,8 +83,7 @@ class LocalActions:
         return self.broker.definitions.records()
 
     def define_queue(self, name: str, settings: QueueSettings) -> Done:
-        if not _QUEUE_NAME.fullmatch(name):
-            raise ManagementError("bad_request", f"{name!r} is not a queue name (no wildcards, spaces or leading /)")
+        _check_queue_name(name)
         try:
             record = self.broker.define_queue(name, settings)
         except BrokerError as error:
@@ -117,8 +117,9 @@ class LocalActions:
         queue = self._queue(name)
         if to_node is not None:
             return self._move_to_node(name, to_node, count)
-        if not _QUEUE_NAME.fullmatch(to_queue) or to_queue in self.broker.services:
-            raise ManagementError("bad_request", f"{to_queue!r} is not a queue name messages can go to")
+        _check_queue_name(to_queue)
+        if to_queue in self.broker.services:
+            raise ManagementError("bad_request", f"{quoted(to_queue)} is a service address, not a queue")
         if to_queue == name:
             raise ManagementError("bad_request", "a queue cannot move messages to itself")
         moved = queue.take(count)
@@ -209,6 +210,15 @@ class LocalActions:
             raise ManagementError("conflict", f"failback refused: {failure.value}", self.node_id)
 
         return maybeDeferred(self.failback_node).addCallbacks(done, refused)
+
+
+def _check_queue_name(name: str) -> None:
+    """The one rule for names (model/names.py), and no wildcards or leading / in a queue's."""
+    problem = name_problem(name)
+    if problem is None and not _QUEUE_NAME.fullmatch(name):
+        problem = "a queue name has no wildcards (* >), spaces or leading /"
+    if problem is not None:
+        raise ManagementError("bad_request", f"invalid queue name {quoted(name)}: {problem}")
 
 
 def _browsed(message: Message, preview: int, now: float) -> BrowsedMessage:

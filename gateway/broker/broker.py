@@ -13,6 +13,7 @@ from gateway.broker.errors import BrokerError
 from gateway.broker.events import EventSink, NullEvents
 from gateway.broker.exchanges import TOPIC_EXCHANGE, Exchanges
 from gateway.broker.message import EXCHANGE_HEADER, QUEUE, ROUTING_KEY_HEADER, TOPIC, Message, SelectorHeaders
+from gateway.broker.names import check_name
 from gateway.broker.queue import ACK_MODES, CLIENT_INDIVIDUAL, Queue, Subscription
 from gateway.broker.session import DeliverySink, Session
 from gateway.store.base import Store
@@ -191,6 +192,7 @@ class Broker(DefiningMixin):
         return queue
 
     def create_temp_queue(self, session: Session, name: str) -> Queue:
+        check_name("temporary queue name", name)
         global_name = f"{session.name}.{next(self._temp_ids)}.{name}"
         queue = Queue(self, global_name, "T:" + global_name, durable=False, temporary=True)
         queue.owner = session
@@ -239,6 +241,10 @@ class Broker(DefiningMixin):
             return None
         if persistent and self.store.failure is not None:
             self._refuse_persistent()
+        if kind == TOPIC:
+            check_name("topic", address)
+        elif kind == QUEUE and address not in self.queues:
+            check_name("queue name", address)
         if not expires and kind == QUEUE and self.queue_settings:
             expires = self._queue_expiry(address)
             if expires:
@@ -267,6 +273,7 @@ class Broker(DefiningMixin):
             self._refuse_persistent()
         created = (session.received_at if session is not None else 0.0) or self.seconds()
         if exchange == TOPIC_EXCHANGE:
+            check_name("topic (the routing key on amq.topic)", routing_key)
             message = Message(self.next_message_id(), TOPIC, routing_key, headers, body, persistent, priority, expires)
             message.created = created
             takers = len(self._topic_cache.get(routing_key) or self._match_bindings(routing_key))
@@ -404,6 +411,10 @@ class Broker(DefiningMixin):
                   tag: object = None, peer: str | None = None) -> Subscription:
         if ack_mode not in ACK_MODES:
             raise BrokerError(f"unknown ack mode {ack_mode!r}; use one of {', '.join(ACK_MODES)}")
+        if kind == TOPIC:
+            check_name("topic", address)
+        elif kind == QUEUE and address not in self.queues:
+            check_name("queue name", address)
         predicate = self._selector(selector)
         prefetch = prefetch or self.default_prefetch
         if kind == TOPIC:
@@ -522,6 +533,8 @@ class Broker(DefiningMixin):
             name = f"{session.name}/{subscription_id}"
             return self._bind(name, pattern, selector, durable=False, predicate=predicate)
         binding = self.bindings.get(durable_name)
+        if binding is None:
+            check_name("durable subscription name", durable_name)
         if binding is not None and binding.durable:
             if binding.active is not None:
                 raise BrokerError(f"durable subscription {durable_name!r} is already active on another connection")
@@ -671,6 +684,8 @@ class Broker(DefiningMixin):
     # -- sessions -------------------------------------------------------------------------
 
     def open_session(self, sink: DeliverySink, name: str, client_id: str | None = None) -> Session:
+        if client_id is not None:
+            check_name("client-id", client_id)
         session = Session(self, sink, name, client_id)
         self.sessions[name] = session
         return session

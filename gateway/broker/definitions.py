@@ -10,6 +10,7 @@ from typing import Any, Iterable
 import msgspec
 
 from gateway.broker.errors import BrokerError
+from gateway.broker.names import check_name
 from model.definitions import (
     BINDING,
     EXCHANGE,
@@ -82,6 +83,12 @@ class DefiningMixin:
         everywhere, and the queue where no consumer holds it)."""
         if name in self.services:
             raise BrokerError(f"/queue/{name} is a service address; it holds no messages")
+        if settings is not None:
+            check_name("queue name", name)
+            for what, target in (("dead-letter queue", settings.dead_letter_queue),
+                                 ("expiry queue", settings.expiry_queue or None)):
+                if target is not None:
+                    check_name(what, target)
         record = self._define(QUEUE_SETTINGS, name, queue=settings)
         self._apply_definition(record, save=False)
         return record
@@ -91,6 +98,8 @@ class DefiningMixin:
         current = self.definitions.get(EXCHANGE, name)
         if current is not None and current.exchange == spec:
             return
+        if current is None:
+            check_name("exchange name", name)
         self._apply_definition(self._define(EXCHANGE, name, exchange=spec), save=False)
 
     def delete_exchange(self, name: str) -> None:

@@ -240,15 +240,19 @@ class StompProtocol(Protocol):
         factory = self.factory
         session_id = f"{factory.node_name}-{next(factory.session_ids)}"
         reply = {"version": version, "server": f"meshgate/{__version__}", "session": session_id}
-        if version != "1.0":
-            beats = _parse_heartbeat(headers.get("heart-beat", "0,0"))
-            if beats is None:
-                self.fail(f"malformed heart-beat header {headers.get('heart-beat')!r}: expected 'cx,cy'")
-                return
+        beats = _parse_heartbeat(headers.get("heart-beat", "0,0")) if version != "1.0" else None
+        if version != "1.0" and beats is None:
+            self.fail(f"malformed heart-beat header {headers.get('heart-beat', '')[:40]!r}: expected 'cx,cy'")
+            return
+        try:
+            session = factory.broker.open_session(self, session_id, headers.get("client-id"))
+        except BrokerError as error:  # a client-id no client could address
+            self.fail(str(error))
+            return
+        if beats is not None:
             settings = factory.settings
             reply["heart-beat"] = f"{settings.heartbeat_send_ms},{settings.heartbeat_receive_ms}"
             self._start_heartbeats(beats, settings)
-        session = factory.broker.open_session(self, session_id, headers.get("client-id"))
         session.principal = principal
         peer = self.transport.getPeer()
         remote = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"

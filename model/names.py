@@ -1,0 +1,43 @@
+"""The one rule for names a client chooses: queues, topics, exchanges, client ids,
+durable subscription names (and virtual hosts to come). Every protocol, the API and
+the CLI check a name with it, so a name one of them accepts every other can address.
+
+A name is 1 to 255 bytes of UTF-8 (AMQP carries names as short strings) of printable
+characters: no control characters (NUL, CR, LF, TAB, …), no Unicode format or
+separator characters other than the ASCII space. A STOMP header, an AMQP short
+string, a JSON document and a terminal line all carry such a name as it is."""
+
+from __future__ import annotations
+
+MAX_NAME_BYTES = 255
+
+
+class InvalidName(ValueError):
+    """A name the rule refuses; the text says why, for a human, with the name
+    quoted and cut short (it comes from the client)."""
+
+
+def name_problem(name: str) -> str | None:
+    """Why ``name`` is not a valid name, or None when it is."""
+    if not name:
+        return "it is empty"
+    if not name.isprintable():
+        bad = next(char for char in name if not char.isprintable())
+        return f"it holds the character U+{ord(bad):04X}; names are printable characters only"
+    if len(name) > MAX_NAME_BYTES // 4 and len(name.encode()) > MAX_NAME_BYTES:
+        return f"it is {len(name.encode())} bytes long; names are at most {MAX_NAME_BYTES} bytes of UTF-8"
+    return None
+
+
+def quoted(name: str, limit: int = 60) -> str:
+    """``name`` as error messages and logs show it: repr, cut to ``limit`` characters."""
+    return repr(name[:limit]) + ("…" if len(name) > limit else "")
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """``name`` if valid, else :class:`InvalidName` saying which ``what`` (queue
+    name, topic, exchange, client-id, …) and why."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise InvalidName(f"invalid {what} {quoted(name)}: {problem}")
+    return name
