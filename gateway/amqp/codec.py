@@ -1,20 +1,35 @@
 """AMQP 0-9-1 frames without I/O: a reader fed bytes hands back whole commands (a
 method, with its content when it carries one), and encoders make the bytes of a
-method, of a content, of a heartbeat. Field values follow RabbitMQ's table types,
-which is what pika, py-amqp and kombu send."""
+method, of a content, of a heartbeat. Field values (gateway.amqp.fields) follow
+RabbitMQ's table types, which is what pika, py-amqp and kombu send.
+
+Every byte a client sends is hostile until decoded: the decoders raise DecodeError
+(with a text for humans) and nothing else, whatever the bytes, and the reader turns
+that into the AmqpError the specification asks for."""
 
 from __future__ import annotations
 
-import datetime
 import struct
-from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any
 
+from gateway.amqp.fields import (
+    FAILURES,
+    DecodeError,
+    decode_table,
+    encode_shortstr,
+    encode_table,
+    longstr,
+    reason,
+    shortstr,
+)
 from gateway.amqp.spec import (
     BASIC_CLASS,
     BASIC_PROPERTIES,
     BY_NAME,
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    CONNECTION_CLASS,
     FRAME_BODY,
     FRAME_END,
     FRAME_ERROR,
@@ -33,21 +48,27 @@ from gateway.amqp.spec import (
 _FRAME_HEAD = struct.Struct(">BHI")
 _METHOD_HEAD = struct.Struct(">HH")
 _CONTENT_HEAD = struct.Struct(">HHQH")
-_B, _b = struct.Struct(">B"), struct.Struct(">b")
-_H, _h = struct.Struct(">H"), struct.Struct(">h")
-_I, _i = struct.Struct(">I"), struct.Struct(">i")
-_Q, _q = struct.Struct(">Q"), struct.Struct(">q")
-_f, _d = struct.Struct(">f"), struct.Struct(">d")
+_B, _H = struct.Struct(">B"), struct.Struct(">H")
+_I, _Q = struct.Struct(">I"), struct.Struct(">Q")
 _HEARTBEAT = _FRAME_HEAD.pack(FRAME_HEARTBEAT, 0, 0) + bytes([FRAME_END])
-# Field-table value types of a fixed width, by type code (RabbitMQ's table of them)
-_FIXED_WIDTH = {"b": _b, "B": _B, "s": _h, "u": _H, "i": _I, "L": _Q, "f": _f, "d": _d}
+_SHORTSTR_MAX = 255
+
+
+def _fit_shortstr(text: str) -> str:
+    """``text`` within the 255 bytes of a short string (a reply text), cut at a character."""
+    raw = text.encode(errors="replace")
+    if len(raw) <= _SHORTSTR_MAX:
+        return raw.decode()
+    return raw[:_SHORTSTR_MAX - 3].decode(errors="ignore") + "..."
 
 
 class AmqpError(Exception):
     """What went wrong, with its reply code. ``channel`` 0 (or a hard code) closes
-    the connection; otherwise the channel."""
+    the connection; otherwise the channel. ``text`` goes to the client as the reply
+    text, so it is cut to fit one (and is what a log line quotes, bounded with it)."""
 
     def __init__(self, code: int, text: str, channel: int = 0, class_id: int = 0, method_id: int = 0) -> None:
+        text = _fit_shortstr(text)
         super().__init__(text)
         self.code = code
         self.text = text
@@ -124,18 +145,28 @@ class _Partial:
 
 
 _PUBLISHES_KEPT = 256  # the basic.publish arguments a connection's reader keeps decoded
+_LOST = 1 << 62  # bytes to pass over once the frame boundaries are lost: all that comes
 
 
 class FrameReader:
     """Feed it bytes; it returns events in order. Raises AmqpError for what no
-    connection can go on after (a malformed frame, a frame out of order)."""
+    connection can go on after (a malformed frame, a frame out of order).
+
+    Frames on a channel over ``channel_max`` are refused as soon as their head is
+    read; with ``closed_until_open``, so is any frame off channel 0 until the
+    client's connection.open (before it, nothing a client sends on a channel is in
+    turn, and the reader would hold contents of up to ``max_body`` for it)."""
 
     def __init__(self, *, frame_max: int = 131072, max_body: int = 100 * 1024 * 1024,
-                 expect_header: bool = True) -> None:
+                 expect_header: bool = True, channel_max: int = 65535, closed_until_open: bool = False) -> None:
         self.frame_max = frame_max
         self.max_body = max_body
+        self.channel_max = channel_max
+        self._channel_limit = 0 if closed_until_open else channel_max
         self._buffer = bytearray()
         self._expect_header = expect_header
+        self._skip = 0  # bytes to pass over after an error: the rest of a refused frame, or all (_LOST)
+        self._closing = False
         self._content: dict[int, _Partial] = {}
         self._publishes: dict[bytes, SimpleNamespace] = {}  # basic.publish method frames -> their arguments
 
@@ -160,16 +191,26 @@ class FrameReader:
             data = data[8:]
         position = 0
         length = len(data)
+        if self._skip:  # after an error, so that the client's close-ok can still be read
+            position = min(self._skip, length)
+            self._skip -= position
         frame_max = self.frame_max
         try:
             while length - position >= 7:
                 kind, channel, size = _FRAME_HEAD.unpack_from(data, position)
                 if size + 8 > frame_max:
+                    position = self._lose(length)
                     raise AmqpError(FRAME_ERROR, f"a frame of {size + 8} bytes is over frame_max ({frame_max})")
+                if channel > self._channel_limit:
+                    position = self._pass_over(position, 8 + size, length)
+                    if self._closing:
+                        continue
+                    raise self._off_limits(channel)
                 end = position + 7 + size
                 if end >= length:
                     break
                 if data[end] != FRAME_END:
+                    position = self._lose(length)
                     raise AmqpError(FRAME_ERROR, f"a frame does not end with 0xCE (got {data[end]:#04x})")
                 if kind == FRAME_METHOD and data[position + 7:position + 11] == _PUBLISH_IDS:
                     taken = self._whole_publish(data, position, end, length, channel, events)
@@ -195,13 +236,30 @@ class FrameReader:
                 buffer += memoryview(data)[position:]
         return events
 
+    def _lose(self, length: int) -> int:
+        """Where frames begin is lost: nothing more is read (nor held). Where to stop reading now."""
+        self._skip = _LOST
+        return length
+
+    def _pass_over(self, position: int, size: int, length: int) -> int:
+        """A refused frame of ``size`` bytes at ``position`` is passed over, what of it is
+        still to come too. Where to go on reading now."""
+        taken = min(size, length - position)
+        self._skip = size - taken
+        return position + taken
+
+    def _off_limits(self, channel: int) -> AmqpError:
+        if self._channel_limit < self.channel_max:
+            return AmqpError(UNEXPECTED_FRAME, f"a frame on channel {channel} before connection.open")
+        return AmqpError(CHANNEL_ERROR, f"a frame on channel {channel}, over channel_max ({self.channel_max})")
+
     def _whole_publish(self, data: bytes, start: int, end: int, length: int, channel: int,
                        events: list) -> int:
         """A basic.publish whose header and single body frame are all in the data read,
         taken in one go (the usual case): where the next frame starts, or 0 to take
         it frame by frame (anything unusual, which the general path then judges)."""
         header_at = end + 1
-        if channel in self._content or length - header_at < 7 + _CONTENT_HEAD.size + 1:
+        if not channel or channel in self._content or length - header_at < 7 + _CONTENT_HEAD.size + 1:
             return 0
         kind, header_channel, header_size = _FRAME_HEAD.unpack_from(data, header_at)
         header_end = header_at + 7 + header_size
@@ -229,7 +287,7 @@ class FrameReader:
         try:
             args = self._publishes.get(method) or self._publish_args(method)
             properties = decode_properties(flags, raw, 0)
-        except (struct.error, ValueError, IndexError, UnicodeDecodeError):
+        except FAILURES:
             return 0
         if args is None:
             return 0
@@ -257,11 +315,14 @@ class FrameReader:
         spec = METHODS.get((class_id, method_id))
         if spec is None:
             raise AmqpError(NOT_IMPLEMENTED, f"unknown method {class_id}.{method_id}", channel, class_id, method_id)
+        if (class_id == CONNECTION_CLASS) != (channel == 0):
+            # The connection's methods go on channel 0, and only they do (so no content is held for channel 0).
+            raise AmqpError(COMMAND_INVALID, f"{spec.name} on channel {channel}", 0, class_id, method_id)
         try:
             fast = spec.fast_decoder
             args, end = fast(payload) if fast is not None else decode_fields(spec.fields, payload, 4)
-        except (struct.error, ValueError, IndexError, UnicodeDecodeError) as error:
-            raise AmqpError(SYNTAX_ERROR, f"{spec.name}: malformed arguments ({error})", channel, class_id,
+        except FAILURES as error:
+            raise AmqpError(SYNTAX_ERROR, f"{spec.name}: malformed arguments ({reason(error)})", channel, class_id,
                             method_id) from None
         if end != len(payload):
             raise AmqpError(SYNTAX_ERROR, f"{spec.name}: {len(payload) - end} bytes after its arguments", channel,
@@ -269,6 +330,8 @@ class FrameReader:
         if spec.has_content:
             self._content[channel] = _Partial(channel, spec, args)
         else:
+            if spec is _OPEN:
+                self._channel_limit = self.channel_max
             events.append(Command(channel, spec, args))
 
     def _header(self, channel: int, payload: bytes, events: list) -> None:
@@ -278,11 +341,11 @@ class FrameReader:
         try:
             class_id, _, size, flags = _CONTENT_HEAD.unpack_from(payload)
             if class_id != BASIC_CLASS:
-                raise ValueError(f"content class {class_id}, not basic (60)")
+                raise DecodeError(f"content class {class_id}, not basic (60)")
             partial.properties = decode_properties(flags, payload, _CONTENT_HEAD.size)
             partial.raw = (flags, payload[_CONTENT_HEAD.size:])
-        except (struct.error, ValueError, IndexError, UnicodeDecodeError) as error:
-            raise AmqpError(FRAME_ERROR, f"malformed content header on channel {channel} ({error})") from None
+        except FAILURES as error:
+            raise AmqpError(FRAME_ERROR, f"malformed content header on channel {channel} ({reason(error)})") from None
         partial.size = size
         if size > self.max_body:
             partial.refused = True
@@ -316,67 +379,63 @@ class FrameReader:
         """The channel closed: a content half received on it is dropped."""
         self._content.pop(channel, None)
 
+    def connection_closing(self) -> None:
+        """connection.close went: only channel 0 counts from now on (the spec: the rest
+        is discarded), so contents half received are dropped, and frames on channels
+        passed over, not held nor refused."""
+        self._content.clear()
+        self._channel_limit = 0
+        self._closing = True
+
 
 # -- values -------------------------------------------------------------------------------
 
 
-def _shortstr(data: bytes, offset: int) -> tuple[str, int]:
-    size = data[offset]
-    end = offset + 1 + size
-    if end > len(data):
-        raise ValueError("a short string past the end")
-    return data[offset + 1:end].decode(), end
-
-
-def _longstr(data: bytes, offset: int) -> tuple[bytes, int]:
-    (size,) = _I.unpack_from(data, offset)
-    end = offset + 4 + size
-    if end > len(data):
-        raise ValueError("a long string past the end")
-    return data[offset + 4:end], end
-
-
 def decode_fields(fields: list[tuple[str, str]], data: bytes, offset: int) -> tuple[SimpleNamespace, int]:
+    """A method's arguments from ``offset``, and where they end. Raises DecodeError only."""
     values: dict[str, Any] = {}
     bit = 0
     bits = 0
-    for name, kind in fields:
-        if kind == "bit":
-            if bit == 0:
-                bits = data[offset]
+    try:
+        for name, kind in fields:
+            if kind == "bit":
+                if bit == 0:
+                    bits = data[offset]
+                    offset += 1
+                values[name] = bool(bits & (1 << bit))
+                bit = (bit + 1) % 8
+                continue
+            bit = 0
+            if kind == "shortstr":
+                values[name], offset = shortstr(data, offset)
+            elif kind == "short":
+                (values[name],) = _H.unpack_from(data, offset)
+                offset += 2
+            elif kind == "long":
+                (values[name],) = _I.unpack_from(data, offset)
+                offset += 4
+            elif kind in ("longlong", "timestamp"):
+                (values[name],) = _Q.unpack_from(data, offset)
+                offset += 8
+            elif kind == "octet":
+                values[name] = data[offset]
                 offset += 1
-            values[name] = bool(bits & (1 << bit))
-            bit = (bit + 1) % 8
-            continue
-        bit = 0
-        if kind == "shortstr":
-            values[name], offset = _shortstr(data, offset)
-        elif kind == "short":
-            (values[name],) = _H.unpack_from(data, offset)
-            offset += 2
-        elif kind == "long":
-            (values[name],) = _I.unpack_from(data, offset)
-            offset += 4
-        elif kind in ("longlong", "timestamp"):
-            (values[name],) = _Q.unpack_from(data, offset)
-            offset += 8
-        elif kind == "octet":
-            values[name] = data[offset]
-            offset += 1
-        elif kind == "longstr":
-            values[name], offset = _longstr(data, offset)
-        elif kind == "table":
-            values[name], offset = decode_table(data, offset)
-        else:  # pragma: no cover - the spec table has no other types
-            raise ValueError(f"unknown field type {kind}")
+            elif kind == "longstr":
+                values[name], offset = longstr(data, offset)
+            elif kind == "table":
+                values[name], offset = decode_table(data, offset)
+            else:  # pragma: no cover - the spec table has no other types
+                raise DecodeError(f"unknown field type {kind}")
+    except FAILURES as error:
+        raise DecodeError(reason(error)) from None
     return SimpleNamespace(**values), offset
 
 
 def _decode_publish(data: bytes) -> tuple[SimpleNamespace, int]:
     """basic.publish, the busiest method there is, without the generic loop. Besides its
     arguments, ``route``: its exchange and routing key as they came, which basic.deliver repeats."""
-    exchange, offset = _shortstr(data, 6)
-    routing_key, offset = _shortstr(data, offset)
+    exchange, offset = shortstr(data, 6)
+    routing_key, offset = shortstr(data, offset)
     bits = data[offset]
     return SimpleNamespace(reserved_1=0, exchange=exchange, routing_key=routing_key, mandatory=bool(bits & 1),
                            immediate=bool(bits & 2), route=data[6:offset]), offset + 1
@@ -394,6 +453,7 @@ BY_NAME["basic.publish"].fast_decoder = _decode_publish
 BY_NAME["basic.ack"].fast_decoder = _decode_ack
 _PUBLISH = BY_NAME["basic.publish"]
 _PUBLISH_IDS = _METHOD_HEAD.pack(_PUBLISH.class_id, _PUBLISH.method_id)
+_OPEN = BY_NAME["connection.open"]
 
 
 _PLANS: dict[int, list[tuple[str, str]]] = {}  # property flags -> the properties present, in order
@@ -408,140 +468,34 @@ def _plan(flags: int) -> list[tuple[str, str]]:
 
 
 def decode_properties(flags: int, data: bytes, offset: int) -> dict:
+    """A content header's properties from ``offset`` to the end. Raises DecodeError only."""
     properties: dict[str, Any] = {}
     if not flags:
         if offset != len(data):
-            raise ValueError(f"{len(data) - offset} bytes after the properties")
+            raise DecodeError(f"{len(data) - offset} bytes after the properties")
         return properties
     if flags & 1:
-        raise ValueError("continued property flags (more than 15 properties) are not basic's")
-    for name, kind in _plan(flags):
-        if kind == "shortstr":
-            properties[name], offset = _shortstr(data, offset)
-        elif kind == "octet":
-            properties[name] = data[offset]
-            offset += 1
-        elif kind == "timestamp":
-            (properties[name],) = _Q.unpack_from(data, offset)
-            offset += 8
-        else:
-            properties[name], offset = decode_table(data, offset)
+        raise DecodeError("continued property flags (more than 15 properties) are not basic's")
+    try:
+        for name, kind in _plan(flags):
+            if kind == "shortstr":
+                properties[name], offset = shortstr(data, offset)
+            elif kind == "octet":
+                properties[name] = data[offset]
+                offset += 1
+            elif kind == "timestamp":
+                (properties[name],) = _Q.unpack_from(data, offset)
+                offset += 8
+            else:
+                properties[name], offset = decode_table(data, offset)
+    except FAILURES as error:
+        raise DecodeError(reason(error)) from None
     if offset != len(data):
-        raise ValueError(f"{len(data) - offset} bytes after the properties")
+        raise DecodeError(f"{len(data) - offset} bytes after the properties")
     return properties
 
 
-def decode_table(data: bytes, offset: int) -> tuple[dict, int]:
-    (size,) = _I.unpack_from(data, offset)
-    offset += 4
-    end = offset + size
-    if end > len(data):
-        raise ValueError("a table past the end")
-    table = {}
-    while offset < end:
-        key, offset = _shortstr(data, offset)
-        table[key], offset = _decode_value(data, offset)
-    if offset != end:
-        raise ValueError("a table value past the table's end")
-    return table, end
-
-
-def _decode_value(data: bytes, offset: int) -> tuple[Any, int]:
-    kind = chr(data[offset])
-    offset += 1
-    if kind == "S":
-        raw, offset = _longstr(data, offset)
-        try:
-            return raw.decode(), offset
-        except UnicodeDecodeError:
-            return raw, offset
-    if kind == "I":  # the commonest first: pika and py-amqp send ints as I
-        return _i.unpack_from(data, offset)[0], offset + 4
-    if kind == "t":
-        return bool(data[offset]), offset + 1
-    if kind == "l":
-        return _q.unpack_from(data, offset)[0], offset + 8
-    if kind == "F":
-        return decode_table(data, offset)
-    if kind == "A":
-        (size,) = _I.unpack_from(data, offset)
-        offset += 4
-        end = offset + size
-        if end > len(data):
-            raise ValueError("an array past the end")
-        items = []
-        while offset < end:
-            item, offset = _decode_value(data, offset)
-            items.append(item)
-        if offset != end:
-            raise ValueError("an array value past the array's end")
-        return items, end
-    if kind == "V":
-        return None, offset
-    fixed = _FIXED_WIDTH.get(kind)
-    if fixed is not None:
-        return fixed.unpack_from(data, offset)[0], offset + fixed.size
-    if kind == "D":
-        scale = data[offset]
-        (value,) = _i.unpack_from(data, offset + 1)
-        return Decimal(value).scaleb(-scale), offset + 5
-    if kind == "T":
-        (seconds,) = _Q.unpack_from(data, offset)
-        return datetime.datetime.fromtimestamp(seconds, datetime.UTC), offset + 8
-    if kind == "x":
-        return _longstr(data, offset)
-    raise ValueError(f"unknown field value type {kind!r}")
-
-
 # -- writing ------------------------------------------------------------------------------
-
-
-def _encode_shortstr(value: str | bytes) -> bytes:
-    raw = value.encode() if isinstance(value, str) else value
-    if len(raw) > 255:
-        raise ValueError(f"a short string of {len(raw)} bytes (at most 255)")
-    return _B.pack(len(raw)) + raw
-
-
-def encode_table(table: dict | None) -> bytes:
-    if not table:
-        return b"\x00\x00\x00\x00"
-    parts = []
-    for key, value in table.items():
-        parts.append(_encode_shortstr(key))
-        parts.append(_encode_value(value))
-    body = b"".join(parts)
-    return _I.pack(len(body)) + body
-
-
-def _encode_value(value: Any) -> bytes:
-    if isinstance(value, bool):
-        return b"t" + _B.pack(value)
-    if isinstance(value, int):
-        if -2 ** 31 <= value < 2 ** 31:
-            return b"I" + _i.pack(value)
-        return b"l" + _q.pack(value)
-    if isinstance(value, str):
-        raw = value.encode()
-        return b"S" + _I.pack(len(raw)) + raw
-    if isinstance(value, (bytes, bytearray)):
-        return b"x" + _I.pack(len(value)) + bytes(value)
-    if isinstance(value, float):
-        return b"d" + _d.pack(value)
-    if isinstance(value, dict):
-        return b"F" + encode_table(value)
-    if isinstance(value, (list, tuple)):
-        body = b"".join(_encode_value(item) for item in value)
-        return b"A" + _I.pack(len(body)) + body
-    if value is None:
-        return b"V"
-    if isinstance(value, Decimal):
-        sign, digits, exponent = value.as_tuple()
-        scale = max(0, -int(exponent))
-        return b"D" + _B.pack(scale) + _i.pack(int(value.scaleb(scale)))
-    if isinstance(value, datetime.datetime):
-        return b"T" + _Q.pack(int(value.timestamp()))
-    raise ValueError(f"no AMQP field type for {type(value).__name__}")
 
 
 def encode_fields(fields: list[tuple[str, str]], values: dict) -> bytes:
@@ -562,7 +516,7 @@ def encode_fields(fields: list[tuple[str, str]], values: dict) -> bytes:
             parts.append(_B.pack(bits))
             bit = bits = 0
         if kind == "shortstr":
-            parts.append(_encode_shortstr(value or ""))
+            parts.append(encode_shortstr(value or ""))
         elif kind == "short":
             parts.append(_H.pack(value or 0))
         elif kind == "long":
@@ -600,7 +554,7 @@ def encode_properties(properties: dict) -> tuple[int, bytes]:
             continue
         flags |= 1 << (15 - index)
         if kind == "shortstr":
-            parts.append(_encode_shortstr(value))
+            parts.append(encode_shortstr(value))
         elif kind == "octet":
             parts.append(_B.pack(value))
         elif kind == "timestamp":
@@ -635,12 +589,12 @@ _BODY_AFTER_HEADER = struct.Struct(">BBHI")
 
 def encode_consumer(consumer_tag: str) -> bytes:
     """What every basic.deliver to one consumer starts with: class, method, consumer tag."""
-    return _METHOD_HEAD.pack(BASIC_CLASS, 60) + _encode_shortstr(consumer_tag)
+    return _METHOD_HEAD.pack(BASIC_CLASS, 60) + encode_shortstr(consumer_tag)
 
 
 def encode_route(exchange: str, routing_key: str) -> bytes:
     """basic.deliver's exchange and routing key, the same for every delivery of a message."""
-    return _encode_shortstr(exchange) + _encode_shortstr(routing_key)
+    return encode_shortstr(exchange) + encode_shortstr(routing_key)
 
 
 def encode_delivery(channel: int, consumer: bytes, delivery_tag: int, redelivered: bool, route: bytes,

@@ -1,6 +1,11 @@
 """The Twisted side of AMQP 0-9-1: bytes in and out, the connection's handshake
 (protocol header, start, tune, open), heart-beats, flow control, and connection
-errors. Channels, and what they do with the broker core, are gateway.amqp.channel."""
+errors. Channels, and what they do with the broker core, are gateway.amqp.channel.
+
+What a client sends wrong gets the reply code the specification gives it; anything
+else that goes wrong while handling its bytes (a bug) closes that connection alone
+with 541 "internal error". Lines about a peer go through the factory's PeerLog:
+bounded, and rate-limited per peer address."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from gateway.amqp.codec import (
     AmqpError,
     Command,
     ContentRefused,
+    DecodeError,
     FrameReader,
     Heartbeat,
     ProtocolHeader,
@@ -30,6 +36,7 @@ from gateway.amqp.codec import (
 from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.broker import Broker
 from gateway.broker.session import ConnectionInfo, Session
+from gateway.hostile_log import PeerLog, quote
 from model.events import AuthenticationFailed
 from model.mesh import Connection
 
@@ -79,6 +86,8 @@ class AmqpProtocol(Protocol):
         self._held: list[bytes] = []  # what write_soon holds for the end of the reactor turn
         self._held_size = 0
         self.session: Session | None = None  # the connection's own, from connection.open (see _listed)
+        self.peer_host = "?"  # the client's address: what its log budget is kept by
+        self.remote = "?"  # its address and port
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -86,8 +95,12 @@ class AmqpProtocol(Protocol):
         factory = self.factory
         self.clock = factory.clock
         factory.connections.add(self)
-        self.reader = FrameReader(frame_max=factory.settings.frame_max,
-                                  max_body=factory.settings.max_message_size)
+        peer = self.transport.getPeer()
+        self.peer_host = str(getattr(peer, "host", "?"))
+        self.remote = f"{self.peer_host}:{getattr(peer, 'port', 0)}"
+        settings = factory.settings
+        self.reader = FrameReader(frame_max=settings.frame_max, max_body=settings.max_message_size,
+                                  channel_max=settings.channel_max, closed_until_open=True)
         self.transport.registerProducer(self, True)
         # A confirm or a delivery is a small write after a pause: without this, Nagle's
         # algorithm holds it until the client's delayed ACK (up to 40 ms).
@@ -95,8 +108,8 @@ class AmqpProtocol(Protocol):
             self.transport.setTcpNoDelay(True)
         if len(factory.connections) > factory.settings.max_connections:
             # Before connection.start nothing can say why: the socket just closes.
-            log.warning("amqp: refusing %s: amqp.max_connections (%d) reached", self.transport.getPeer(),
-                        factory.settings.max_connections)
+            factory.peer_log.warning(self.peer_host, "amqp: refusing %s: amqp.max_connections (%d) reached",
+                                     self.remote, settings.max_connections)
             self.state = "closed"
             self.transport.abortConnection()
             return
@@ -117,7 +130,7 @@ class AmqpProtocol(Protocol):
 
     def _handshake_timeout(self) -> None:
         if self.state not in ("open", "closed"):
-            log.info("amqp: %s did not finish the handshake in time", self.transport.getPeer())
+            self.factory.peer_log.info(self.peer_host, "amqp: %s did not finish the handshake in time", self.remote)
             self.transport.abortConnection()
 
     # -- bytes in -------------------------------------------------------------------------
@@ -127,31 +140,40 @@ class AmqpProtocol(Protocol):
             return
         self._last_received = self.clock.seconds()
         try:
-            events = self.reader.feed(data)
-        except AmqpError as error:
-            self.close_connection(error)
-            return
-        for event in events:
-            if self.state == "closed":
-                return
             try:
-                if isinstance(event, Command):
-                    self._command(event)
-                elif isinstance(event, Heartbeat):
-                    pass
-                elif isinstance(event, ProtocolHeader):
-                    self._protocol_header(event)
-                elif isinstance(event, ContentRefused):
-                    self.channel_error(event.error)
+                events = self.reader.feed(data)
             except AmqpError as error:
-                if error.code in _HARD or not error.channel:
-                    self.close_connection(error)
-                else:
-                    self.channel_error(error)
-            except Exception as error:  # a bug here: the client hears 541, the node goes on
-                log.exception("amqp: internal error on %s", self.name)
-                self.close_connection(AmqpError(spec.INTERNAL_ERROR, f"internal error: {error!r}"))
+                self.close_connection(error)
                 return
+            for event in events:
+                if self.state == "closed":
+                    return
+                try:
+                    if isinstance(event, Command):
+                        self._command(event)
+                    elif isinstance(event, Heartbeat):
+                        pass
+                    elif isinstance(event, ProtocolHeader):
+                        self._protocol_header(event)
+                    elif isinstance(event, ContentRefused):
+                        self.channel_error(event.error)
+                except AmqpError as error:
+                    if error.code in _HARD or not error.channel:
+                        self.close_connection(error)
+                    else:
+                        self.channel_error(error)
+        except Exception as error:  # the last line of defence: a bug closes this connection only
+            self.internal_error(error)
+
+    def internal_error(self, error: BaseException) -> None:
+        """Our code raised ``error`` on this connection's input: the client hears 541
+        (not what went wrong: that is ours to read, in the log), the node goes on."""
+        self.factory.peer_log.internal_error(self.peer_host, f"amqp: closing {self.name or self.remote}", error)
+        try:
+            self.close_connection(AmqpError(spec.INTERNAL_ERROR, "internal error"))
+        except Exception:  # closing failed too (a channel's cleanup): drop the socket
+            self.state = "closed"
+            self.transport.abortConnection()
 
     def _command(self, command: Command) -> None:
         name = command.spec.name
@@ -161,10 +183,7 @@ class AmqpProtocol(Protocol):
             elif name == "connection.close":
                 self.write(encode_method(0, "connection.close_ok"))
             return
-        if command.channel == 0:
-            if not name.startswith("connection."):
-                raise AmqpError(spec.COMMAND_INVALID, f"{name} on channel 0", 0, command.spec.class_id,
-                                command.spec.method_id)
+        if command.channel == 0:  # a connection method: the reader lets no other through on channel 0
             handler = getattr(self, "method_" + name.replace(".", "_"), None)
             if handler is None:
                 raise AmqpError(spec.COMMAND_INVALID, f"a client does not send {name}", 0, command.spec.class_id,
@@ -213,16 +232,15 @@ class AmqpProtocol(Protocol):
         d = threads.deferToThreadPool(self.clock, self.factory.threadpool, authenticator.authenticate, login,
                                       password)
         d.addCallback(self._authenticated, login)
+        d.addErrback(lambda failure: self.internal_error(failure.value))
 
     def _authenticated(self, principal: Principal | None, login: str | None) -> None:
         if self.state != "authenticating":
             return
         if principal is None:
-            peer = self.transport.getPeer()
-            self.factory.broker.events.emit(AuthenticationFailed(
-                user=login or "", remote=f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"))
-            self.close_connection(AmqpError(spec.ACCESS_REFUSED, f"login refused for user {login!r}: wrong user "
-                                                                  "or password", 0, 10, 11))
+            self.factory.broker.events.emit(AuthenticationFailed(user=login or "", remote=self.remote))
+            self.close_connection(AmqpError(spec.ACCESS_REFUSED, f"login refused for user {quote(login or '')}: "
+                                                                  "wrong user or password", 0, 10, 11))
             return
         self.principal = principal
         self.state = "tune"
@@ -252,10 +270,8 @@ class AmqpProtocol(Protocol):
             raise AmqpError(spec.COMMAND_INVALID, "connection.open out of turn", 0, 10, 40)
         factory = self.factory
         self.name = f"{factory.node_name}-amqp-{next(factory.connection_ids)}"
-        peer = self.transport.getPeer()
-        remote = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"
         # Shared by the sessions of its channels: the management model lists the connection once.
-        self.info = ConnectionInfo("amqp", "0-9-1", remote, self.clock.seconds(), self.close_from_admin, self.name,
+        self.info = ConnectionInfo("amqp", "0-9-1", self.remote, self.clock.seconds(), self.close_from_admin, self.name,
                                    self.describe)
         self._listed()
         self.state = "open"
@@ -301,7 +317,8 @@ class AmqpProtocol(Protocol):
         self.reader.forget_channel(error.channel)
         if channel is None or channel.closing:
             return
-        log.info("amqp: closing channel %d of %s: %d %s", error.channel, self.name, error.code, error.text)
+        self.factory.peer_log.info(self.peer_host, "amqp: closing channel %d of %s: %d %s", error.channel, self.name,
+                                   error.code, error.text)
         channel.close_with(error)
 
     def channel_closed(self, number: int) -> None:
@@ -312,17 +329,26 @@ class AmqpProtocol(Protocol):
         """A hard error (or a refusal): say why, close, wait briefly for close_ok."""
         if self.state in ("closing", "closed"):
             return
-        log.info("amqp: closing %s: %d %s", self.name or self.transport.getPeer(), error.code, error.text)
-        self.write(encode_method(0, "connection.close", reply_code=error.code, reply_text=error.text[:255],
+        self.factory.peer_log.info(self.peer_host, "amqp: closing %s: %d %s", self.name or self.remote, error.code,
+                                   error.text)
+        self._close(error)
+
+    def close_from_admin(self, reason: str) -> None:
+        if self.state in ("closing", "closed"):
+            return
+        # An administrator's doing, not the peer's: always logged, whatever the peer's log budget.
+        log.info("amqp: closing %s at an administrator's request: %s", self.name, quote(reason))
+        self._close(AmqpError(spec.CONNECTION_FORCED, reason))
+
+    def _close(self, error: AmqpError) -> None:
+        self.write(encode_method(0, "connection.close", reply_code=error.code, reply_text=error.text,
                                  class_id=error.class_id, method_id=error.method_id))
         self.state = "closing"
+        self.reader.connection_closing()
         for channel in list(self.channels.values()):
             channel.closed()
         self.channels.clear()
         self._timers.append(self.clock.callLater(CLOSE_TIMEOUT, self.transport.loseConnection))
-
-    def close_from_admin(self, reason: str) -> None:
-        self.close_connection(AmqpError(spec.CONNECTION_FORCED, reason))
 
     def describe(self, row: Connection) -> None:
         """The management model's row for this connection gets its open channels; its
@@ -405,9 +431,9 @@ class AmqpProtocol(Protocol):
     def set_blocked(self, blocked: bool) -> None:
         if blocked == self.blocked or self.state != "open":
             return
-        capabilities = self.client_properties.get("capabilities") or {}
+        capabilities = self.client_properties.get("capabilities")
         self.blocked = blocked
-        if capabilities.get("connection.blocked"):
+        if isinstance(capabilities, dict) and capabilities.get("connection.blocked"):
             if blocked:
                 self.write(encode_method(0, "connection.blocked", reason="low on memory or disk"))
             else:
@@ -450,6 +476,7 @@ class AmqpFactory(ServerFactory):
         self.threadpool = threadpool
         self.connections: set[AmqpProtocol] = set()
         self.connection_ids = itertools.count(1)
+        self.peer_log = PeerLog(log, clock.seconds)
         self.exclusive: dict[str, AmqpProtocol] = {}  # queue -> the connection it belongs to
         self.exclusive_consumers: dict[str, object] = {}  # queue -> its exclusive consumer (a Subscription)
         self.auto_delete: set[str] = set()  # queues deleted once their last consumer goes
@@ -506,7 +533,8 @@ class AmqpFactory(ServerFactory):
 
 def _credentials(mechanism: str, response: bytes) -> tuple[str | None, str | None]:
     """The login and password a client gave (PLAIN: authzid NUL login NUL password;
-    AMQPLAIN: a field table without its length, LOGIN and PASSWORD)."""
+    AMQPLAIN: a field table without its length, LOGIN and PASSWORD). A response that
+    is not what its mechanism says is a refused login (403), what clients report as one."""
     if mechanism == "PLAIN":
         parts = response.split(b"\x00")
         if len(parts) == 3:
@@ -515,9 +543,12 @@ def _credentials(mechanism: str, response: bytes) -> tuple[str | None, str | Non
     if mechanism == "AMQPLAIN":
         try:
             table, _ = decode_table(len(response).to_bytes(4, "big") + response, 0)
-        except (ValueError, IndexError) as error:
-            raise AmqpError(spec.ACCESS_REFUSED, f"a malformed AMQPLAIN response ({error})", 0, 10, 11) from None
+        except DecodeError as error:
+            raise AmqpError(spec.ACCESS_REFUSED, f"a malformed AMQPLAIN response: {error}", 0, 10, 11) from None
         login, password = table.get("LOGIN"), table.get("PASSWORD")
-        return (None if login is None else str(login)), (None if password is None else str(password))
-    raise AmqpError(spec.ACCESS_REFUSED, f"unknown mechanism {mechanism!r}; use PLAIN or AMQPLAIN", 0, 10, 11)
+        if not all(value is None or isinstance(value, str) for value in (login, password)):
+            raise AmqpError(spec.ACCESS_REFUSED, "an AMQPLAIN response's LOGIN and PASSWORD are UTF-8 strings", 0,
+                            10, 11)
+        return login, password
+    raise AmqpError(spec.ACCESS_REFUSED, f"unknown mechanism {quote(mechanism)}; use PLAIN or AMQPLAIN", 0, 10, 11)
 

@@ -32,6 +32,8 @@ NOT_ALLOWED = 530
 NOT_IMPLEMENTED = 540
 INTERNAL_ERROR = 541
 
+CONNECTION_CLASS = 10  # its methods go on channel 0, and only they do
+
 _METHODS = """
 10 10 connection.start         octet version_major, octet version_minor, table server_properties, longstr mechanisms, longstr locales
 10 11 connection.start_ok      table client_properties, shortstr mechanism, longstr response, shortstr locale

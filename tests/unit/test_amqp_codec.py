@@ -1,10 +1,13 @@
 """The AMQP 0-9-1 codec (gateway/amqp/codec.py) against pika's own encoder, byte by
-byte and split anywhere; arbitrary bytes never raise anything but AmqpError; and
+byte and split anywhere; arbitrary bytes never raise anything but AmqpError (the
+field-table decoder nothing but DecodeError), hostile tables (deep, with timestamps
+no datetime holds) get the reply code the spec gives with a text for humans; and
 the property mapping keeps header types from AMQP to AMQP."""
 
 from __future__ import annotations
 
 import datetime
+import time
 from decimal import Decimal
 
 import pika.frame
@@ -18,6 +21,7 @@ from gateway.amqp.codec import (
     AmqpError,
     Command,
     ContentRefused,
+    DecodeError,
     FrameReader,
     ProtocolHeader,
     decode_table,
@@ -29,7 +33,27 @@ from gateway.amqp.codec import (
     encode_route,
     encode_table,
 )
-from gateway.amqp.spec import FRAME_ERROR, PROTOCOL_HEADER, SYNTAX_ERROR, UNEXPECTED_FRAME
+from gateway.amqp.fields import MAX_TABLE_DEPTH
+from gateway.amqp.spec import (
+    CHANNEL_ERROR,
+    COMMAND_INVALID,
+    FRAME_ERROR,
+    PROTOCOL_HEADER,
+    SYNTAX_ERROR,
+    UNEXPECTED_FRAME,
+)
+from tests.amqp_inputs import (
+    TIMESTAMP_2_64,
+    TRUNCATED_AMQPLAIN,
+    frame,
+    nested_table,
+    start_ok,
+    table,
+    timestamp_in_client_properties,
+)
+
+# What a reply text must never show a client: Python's names for what went wrong.
+PYTHON_WORDS = ("Error", "error(", "struct", "unpack", "Traceback", "buffer", "offset")
 
 
 def pika_method(channel: int, method) -> bytes:
@@ -259,3 +283,160 @@ def test_publishes_that_repeat_their_arguments_each_read_right():
             (e, k, k == "other") for e, k in places]
         assert [c.args.route for c in events] == [encode_route(e, k) for e, k in places]
         assert all(c.body == b"body" for c in events)
+
+
+# -- hostile input (issue 22) -------------------------------------------------------------
+
+
+def refused(data: bytes, r: FrameReader | None = None) -> AmqpError:
+    with pytest.raises(AmqpError) as raised:
+        (r or reader()).feed(data)
+    assert not any(word in raised.value.text for word in PYTHON_WORDS), raised.value.text
+    return raised.value
+
+
+def test_the_issue_reproducer_is_what_the_builder_makes():
+    assert TIMESTAMP_2_64 == timestamp_in_client_properties(2 ** 64 - 1)
+
+
+@pytest.mark.parametrize("data", [TIMESTAMP_2_64, timestamp_in_client_properties(2 ** 63 - 1),
+                                  timestamp_in_client_properties(253402300800)])
+def test_a_timestamp_no_datetime_holds_is_a_syntax_error(data):
+    """2**64-1 raised OverflowError, 2**63-1 OSError (EOVERFLOW): both escaped the reader."""
+    error = refused(data)
+    assert error.code == SYNTAX_ERROR and (error.class_id, error.method_id) == (10, 11)
+    assert "connection.start_ok" in error.text and "past the year 9999" in error.text
+
+
+@pytest.fixture
+def local_zone_not_utc(monkeypatch):
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_timestamps_up_to_the_last_second_of_9999_decode_to_utc_datetimes_and_back(local_zone_not_utc):
+    last = datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.UTC)
+    data = table(b"\x04lastT" + (253402300799).to_bytes(8, "big") + b"\x05epochT" + bytes(8))
+    assert decode_table(data, 0) == ({"last": last, "epoch": datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)},
+                                     len(data))
+    assert encode_table({"last": last, "epoch": datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)}) == data
+    naive = datetime.datetime(2026, 1, 2, 3, 4, 5)  # taken as UTC, as pika takes it, whatever the local zone
+    assert decode_table(encode_table({"t": naive}), 0)[0]["t"] == naive.replace(tzinfo=datetime.UTC)
+
+
+@pytest.mark.parametrize("kind", ["F", "A"])
+def test_tables_nested_2000_deep_are_refused_without_recursing(kind):
+    """2,000 levels (14 KB) in client_properties raised RecursionError, with ~117 KB of traceback."""
+    with pytest.raises(DecodeError, match=f"nested more than {MAX_TABLE_DEPTH} deep"):
+        decode_table(nested_table(2000, kind), 0)
+    error = refused(start_ok(nested_table(2000, kind)))
+    assert error.code == SYNTAX_ERROR and f"nested more than {MAX_TABLE_DEPTH} deep" in error.text
+
+
+@pytest.mark.parametrize("kind", ["F", "A"])
+def test_tables_nest_up_to_the_limit(kind):
+    value, _ = decode_table(nested_table(MAX_TABLE_DEPTH, kind), 0)
+    depth = 1
+    while value:
+        value = value["k"] if isinstance(value, dict) else value[0]
+        depth += 1
+    assert depth == MAX_TABLE_DEPTH
+    with pytest.raises(DecodeError, match="nested"):
+        decode_table(nested_table(MAX_TABLE_DEPTH + 1, kind), 0)
+
+
+def test_a_truncated_amqplain_response_is_a_decode_error_not_a_struct_error():
+    """The AMQPLAIN reproducer's response: LOGIN, a long string's type, 3 of its 4 size bytes."""
+    (command,) = reader().feed(TRUNCATED_AMQPLAIN)
+    response = command.args.response
+    with pytest.raises(DecodeError) as raised:
+        decode_table(len(response).to_bytes(4, "big") + response, 0)
+    assert str(raised.value) == "a value runs past the end"
+
+
+@pytest.mark.parametrize("data, code, words", [
+    (frame(1, 1, b"\x00\x0a\x00\x33"), COMMAND_INVALID, "connection.close_ok on channel 1"),
+    (frame(1, 0, b"\x00\x3c\x00\x28\x00\x00\x00\x00\x00"), COMMAND_INVALID, "basic.publish on channel 0"),
+    (frame(1, 1, b"\x00\x32\x00\x0a\x00\x00\x05\xff\xfe\xfd\xfc\xfb\x00" + bytes(4)), SYNTAX_ERROR,
+     "not UTF-8"),
+    (frame(1, 1, b"\x00\x32\x00\x0a\x00\x00\x00\x00" + table(b"\x01k?")), SYNTAX_ERROR,
+     "unknown field value type '?'"),
+    (frame(1, 1, b"\x00\x3c\x00\x50\x00\x00"), SYNTAX_ERROR, "basic.ack: malformed arguments (a value runs past"),
+    (frame(1, 1, b"\x00\x3c\x00\x28\x00\x00\x00\x00\x00") + frame(2, 1, b"\x00\x3c\x00"), FRAME_ERROR,
+     "malformed content header on channel 1 (a value runs past the end)"),
+])
+def test_each_malformed_method_gets_its_code_and_a_text_for_humans(data, code, words):
+    error = refused(data)
+    assert error.code == code and words in error.text, error.text
+
+
+def test_a_reader_closed_until_open_refuses_frames_off_channel_0_at_their_head():
+    """Before connection.open nothing on a channel is in turn; the reader would hold a
+    content of up to max_body for each channel a client names."""
+    r = FrameReader(channel_max=2047, closed_until_open=True)
+    r.feed(PROTOCOL_HEADER)
+    publish = pika_method(1, pika.spec.Basic.Publish(routing_key="q"))
+    error = refused(publish[:7], r)  # the head is enough
+    assert error.code == UNEXPECTED_FRAME and "before connection.open" in error.text
+    r = FrameReader(channel_max=2047, closed_until_open=True)
+    r.feed(PROTOCOL_HEADER)
+    (opened,) = r.feed(pika_method(0, pika.spec.Connection.Open()))
+    assert opened.spec.name == "connection.open"
+    assert [c.spec.name for c in r.feed(pika_method(2047, pika.spec.Channel.Open()))] == ["channel.open"]
+    error = refused(pika_method(2048, pika.spec.Channel.Open())[:7], r)
+    assert error.code == CHANNEL_ERROR and "over channel_max (2047)" in error.text
+
+
+def test_after_a_refused_frame_the_reader_reads_on_and_once_frames_are_lost_nothing_more():
+    """So the client's close-ok is read after a refused frame; and what a client sends
+    after the frame boundaries are lost is not held while the connection closes."""
+    r = FrameReader(channel_max=2047, closed_until_open=True)
+    r.feed(PROTOCOL_HEADER)
+    publish = pika_method(1, pika.spec.Basic.Publish(routing_key="q"))
+    close_ok = pika_method(0, pika.spec.Connection.CloseOk())
+    refused(publish[:10], r)
+    assert [c.spec.name for c in r.feed(publish[10:] + close_ok)] == ["connection.close_ok"]
+    r = reader()
+    refused(b"\x01\x00\x00\x00\x00\x00\x04\x00\x0a\x00\x33\x00", r)  # no frame end
+    assert r.feed(close_ok * 1000) == [] and not r._buffer
+
+
+def test_an_error_text_is_cut_to_a_short_string_at_a_character():
+    error = AmqpError(SYNTAX_ERROR, "é" * 300)
+    assert len(error.text.encode()) <= 255 and error.text.endswith("...")
+    assert encode_method(0, "connection.close", reply_code=error.code, reply_text=error.text)
+
+
+def _timestamps():
+    return st.integers(0, 253402300799).map(lambda s: datetime.datetime.fromtimestamp(s, datetime.UTC))
+
+
+_SCALARS = (st.booleans() | st.integers(-2 ** 63, 2 ** 63 - 1) | st.text(max_size=20) | st.binary(max_size=20)
+            | st.floats(allow_nan=False) | st.none() | _timestamps()
+            | st.builds(lambda v, s: Decimal(v).scaleb(-s), st.integers(-2 ** 31, 2 ** 31 - 1), st.integers(0, 20)))
+_KEYS = st.text(max_size=60)  # at most 240 bytes of UTF-8: a short string
+_TABLES = st.dictionaries(_KEYS, st.recursive(
+    _SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_KEYS, inner, max_size=4), max_leaves=20),
+    max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_TABLES)
+def test_any_table_the_encoder_takes_decodes_to_itself(value):
+    data = encode_table(value)
+    assert decode_table(data, 0) == (value, len(data))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.binary(max_size=300),
+                 st.tuples(_TABLES, st.integers(0, 400), st.binary(max_size=8)).map(
+                     lambda t: (lambda b: b[:t[1]] + t[2] + b[t[1] + len(t[2]):])(encode_table(t[0])))))
+def test_any_bytes_decode_to_a_table_or_raise_decode_error_only(data):
+    """Random bytes, and encodings of real tables with some bytes overwritten."""
+    try:
+        decode_table(data, 0)
+    except DecodeError as error:
+        assert not any(word in str(error) for word in PYTHON_WORDS), str(error)
