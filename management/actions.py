@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable
 from twisted.internet.defer import Deferred, maybeDeferred
 
 from gateway.broker.errors import BrokerError
-from gateway.broker.message import QUEUE, TOPIC, Message
+from gateway.broker.message import NOT_FROM_SENDERS, QUEUE, TOPIC, Message
 from gateway.broker.queue import Queue
 from model.definitions import QUEUE_SETTINGS, Definition, DefinitionKind, QueueSettings
 from model.names import name_problem, quoted
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from gateway.broker.broker import Broker
     from mesh.node import MeshNode
 
-_QUEUE_NAME = re.compile(r"[^/*>\s][^*>\s]*")
+_QUEUE_NAME = re.compile(r"[^/*>][^*>]*")
 MAX_BROWSE = 500
 
 
@@ -151,7 +151,8 @@ class LocalActions:
                                                  "/topic/NAME")
         if kind == QUEUE and address in self.broker.services:
             raise ManagementError("bad_request", f"{destination} is a service address")
-        headers = {str(k): str(v) for k, v in headers.items()}
+        # What the broker and the AMQP gateway write is not the sender's to say.
+        headers = {str(k): str(v) for k, v in headers.items() if k not in NOT_FROM_SENDERS}
         headers.setdefault("persistent", "true" if persistent else "false")
         try:
             message = self.broker.send(kind, address, headers, body.encode(), persistent)
@@ -216,7 +217,7 @@ def _check_queue_name(name: str) -> None:
     """The one rule for names (model/names.py), and no wildcards or leading / in a queue's."""
     problem = name_problem(name)
     if problem is None and not _QUEUE_NAME.fullmatch(name):
-        problem = "a queue name has no wildcards (* >), spaces or leading /"
+        problem = "a queue name has no wildcards (* >) and does not start with /"
     if problem is not None:
         raise ManagementError("bad_request", f"invalid queue name {quoted(name)}: {problem}")
 

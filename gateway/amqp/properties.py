@@ -10,6 +10,10 @@ STOMP plugin maps them, so that STOMP and AMQP clients read each other's message
 | expiration (ms from now) | ``expires`` (ms since the epoch), as the message's expiry |
 | delivery_mode 2 / priority | ``persistent:true`` / the priority (0-9) |
 | headers | one header each; values that are not strings keep their AMQP type in ``amqp-types`` |
+
+A ``headers`` entry named like a header of the table above or one the broker sets
+(``content-length``, ``destination``, ``amqp-types``, …) is not copied: those say what
+the properties and the broker say, and never go back into an AMQP ``headers`` table.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from gateway.broker.message import EXCHANGE_HEADER, ROUTING_KEY_HEADER
+from gateway.broker.message import EXCHANGE_HEADER, ROUTING_KEY_HEADER, TYPES_HEADER
 
 _TO_HEADER = {
     "content_type": "content-type", "content_encoding": "content-encoding", "correlation_id": "correlation-id",
@@ -25,7 +29,7 @@ _TO_HEADER = {
     "app_id": "app-id",
 }
 _TO_PROPERTY = {header: name for name, header in _TO_HEADER.items()}
-TYPES = "amqp-types"  # header: JSON {name: "int" | "bool" | "float" | "json"} for AMQP headers that were not strings
+TYPES = TYPES_HEADER
 EXCHANGE, ROUTING_KEY = EXCHANGE_HEADER, ROUTING_KEY_HEADER
 # Headers a protocol or the broker sets, never copied into an AMQP headers table.
 _NOT_APPLICATION = frozenset({
@@ -58,7 +62,9 @@ def from_properties(properties: dict, now_ms: Callable[[], int]) -> Publish:
     table = properties.get("headers") or {}
     if table:
         types = {}
-        for key, value in table.items():
+        entries = table if _NOT_APPLICATION.isdisjoint(table) else {
+            key: value for key, value in table.items() if key not in _NOT_APPLICATION}
+        for key, value in entries.items():
             if isinstance(value, str):
                 headers[key] = value
             elif isinstance(value, bool):
@@ -100,7 +106,7 @@ def to_properties(headers: dict[str, str], persistent: bool, priority: int) -> d
     properties: dict[str, Any] = {"delivery_mode": 2 if persistent else 1, "priority": priority}
     if not headers:
         return properties
-    types = json.loads(headers[TYPES]) if TYPES in headers else {}
+    types = _types(headers[TYPES]) if TYPES in headers else {}
     table = {}
     for key, value in headers.items():
         prop = _TO_PROPERTY.get(key)
@@ -117,7 +123,17 @@ def to_properties(headers: dict[str, str], persistent: bool, priority: int) -> d
     return properties
 
 
-def _typed(value: str, kind: str) -> Any:
+def _types(text: str) -> dict:
+    """What ``amqp-types`` says. Only the AMQP gateway writes it, but a message from a
+    mesh peer or the console could hold anything there: what is not a JSON object is ignored."""
+    try:
+        types = json.loads(text)
+    except (ValueError, RecursionError):
+        return {}
+    return types if isinstance(types, dict) else {}
+
+
+def _typed(value: str, kind: object) -> Any:
     try:
         if kind == "int":
             return int(value)
@@ -126,7 +142,7 @@ def _typed(value: str, kind: str) -> Any:
         if kind == "float":
             return float(value)
         return json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # not what amqp-types says it is: the text as it is
         return value
 
 

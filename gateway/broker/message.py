@@ -10,6 +10,14 @@ DEFAULT_PRIORITY = 4
 # Where a message was published when it went through an exchange (AMQP); a queue
 # copy made by a fan-out carries them, as its consumers are told them.
 EXCHANGE_HEADER, ROUTING_KEY_HEADER = "amqp-exchange", "amqp-routing-key"
+# JSON {name: "int" | "bool" | "float" | "json"}: the AMQP types of header values that
+# were not strings when published (gateway/amqp/properties.py). Only the AMQP gateway
+# writes it; a STOMP or management sender cannot.
+TYPES_HEADER = "amqp-types"
+# Headers no sender sets (a STOMP SEND, a management send): those a protocol writes on a
+# delivery (a STOMP MESSAGE's own) and those the AMQP gateway alone writes.
+NOT_FROM_SENDERS = frozenset({"destination", "message-id", "content-length", "subscription", "ack", "redelivered",
+                              TYPES_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER})
 # What a queued message costs beyond its body and headers (object, dict, deque
 # slot); counted so a flood of tiny messages still meets the memory limit.
 MESSAGE_OVERHEAD = 400

@@ -17,7 +17,9 @@ __all__ = [
     "FrameParser",
     "encode_frame",
     "escape_header",
+    "message_head",
     "HEARTBEAT",
+    "MESSAGE_HEADERS",
 ]
 
 HEARTBEAT = b"\n"
@@ -31,6 +33,17 @@ _UNESCAPES = {
 _ESCAPE_11 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"})
 _ESCAPE_12 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"})
 ESCAPES = {"1.0": None, "1.1": _ESCAPE_11, "1.2": _ESCAPE_12}
+# What a header cannot carry, per version, even escaped: 1.0 escapes nothing, so a line
+# end would start another header line; 1.1 has no escape for CR; a NUL ends the frame
+# in every version; and a lone surrogate (only JSON can make one) is not UTF-8.
+_UNCARRIED = {
+    "1.0": re.compile("[\r\n\0\ud800-\udfff]"),
+    "1.1": re.compile("[\r\0\ud800-\udfff]"),
+    "1.2": re.compile("[\0\ud800-\udfff]"),
+}
+# The headers of a MESSAGE only the broker says: whatever a publisher put in the message
+# under these names is never sent, so it can neither frame the body nor shadow the broker's.
+MESSAGE_HEADERS = frozenset({"destination", "message-id", "content-length", "subscription", "ack", "redelivered"})
 _RECEIPT_LINE = re.compile(r"^receipt:(.*)$", re.MULTILINE)
 _ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
 # CONNECT and CONNECTED are never escaped, so pre-1.1 clients can negotiate.
@@ -74,6 +87,60 @@ class Frame:
 def escape_header(text: str, version: str) -> str:
     table = ESCAPES[version]
     return text if table is None else text.translate(table)
+
+
+def _carry_value(text: str, version: str) -> str:
+    """``text`` as a header value to a ``version`` client: escaped, and any character
+    the version cannot carry replaced by U+FFFD (for a value that must be sent)."""
+    if not text.isprintable():  # the rare case, and the only one that can hold such a character
+        text = _UNCARRIED[version].sub("\ufffd", text)
+    return escape_header(text, version)
+
+
+def _header_lines(headers: Mapping[str, str], version: str) -> str:
+    """``headers`` as header lines ("name:value\\n" each) that a ``version`` client reads
+    back exactly; a header the version cannot carry is left out, as is, in 1.0, one whose
+    name holds a ':' (it would read as another name). Checked in C over the joined lines:
+    only headers holding a character to escape or drop pay for a second pass."""
+    lines = "".join([f"{k}:{v}\n" for k, v in headers.items()])
+    count = len(headers)
+    if (lines.count("\n") == count and lines.count(":") == count and "\\" not in lines and "\r" not in lines
+            and "\0" not in lines):
+        return lines  # the common case: nothing to escape, nothing any version cannot carry
+    table = ESCAPES[version]
+    if table is None:
+        if (lines.count("\n") == count and "\r" not in lines and "\0" not in lines
+                and ":" not in "".join(headers)):
+            return lines
+    else:
+        lines = "".join([f"{k.translate(table)}:{v.translate(table)}\n" for k, v in headers.items()])
+        if "\0" not in lines and (version == "1.2" or "\r" not in lines):
+            return lines
+    return _header_lines(_carried(headers, version), version)
+
+
+def _carried(headers: Mapping[str, str], version: str) -> dict[str, str]:
+    uncarried = _UNCARRIED[version].search
+    colon_ends_name = version == "1.0"
+    return {k: v for k, v in headers.items()
+            if not (uncarried(k) or uncarried(v) or (colon_ends_name and ":" in k))}
+
+
+def message_head(destination: str, message_id: str, headers: Mapping[str, str], length: int,
+                 version: str) -> bytes:
+    """A MESSAGE's header block after its subscription line, up to the body: the broker's
+    destination, message-id and content-length around the message's own headers (as
+    :func:`_header_lines` writes them), none of which is named like one of :data:`MESSAGE_HEADERS`."""
+    if not MESSAGE_HEADERS.isdisjoint(headers):
+        headers = {k: v for k, v in headers.items() if k not in MESSAGE_HEADERS}
+    if not destination.isprintable() or ":" in destination or "\\" in destination:
+        destination = _carry_value(destination, version)
+    lines = _header_lines(headers, version) if headers else ""  # none: what most AMQP publishers send
+    try:
+        return f"destination:{destination}\nmessage-id:{message_id}\n{lines}content-length:{length}\n\n".encode()
+    except UnicodeEncodeError:  # a lone surrogate, which the checks in C let by: this pass drops it
+        lines = _header_lines(_carried(headers, version), version)
+        return f"destination:{destination}\nmessage-id:{message_id}\n{lines}content-length:{length}\n\n".encode()
 
 
 def encode_frame(

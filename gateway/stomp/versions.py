@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway.broker.broker import TEMP
-from gateway.broker.message import QUEUE, TOPIC, Message
+from gateway.broker.message import NOT_FROM_SENDERS, QUEUE, TOPIC, Message
 from gateway.broker.queue import AUTO, CLIENT, CLIENT_INDIVIDUAL, Subscription
-from gateway.stomp.codec import ESCAPES, Frame, escape_header
+from gateway.stomp.codec import Frame, escape_header, message_head
 
 STREAM_AT = 256 * 1024  # a MESSAGE body this large goes out in pieces, as the socket takes them
 
@@ -112,8 +112,10 @@ class Stomp10:
         self.authorize("write", acl_name)
         transaction = headers.pop("transaction", None)
         headers.pop("receipt", None)
-        headers.pop("content-length", None)
-        headers.pop("message-id", None)
+        headers.pop("content-length", None)  # on nearly every SEND: popped rather than tested
+        if not NOT_FROM_SENDERS.isdisjoint(headers):
+            for name in NOT_FROM_SENDERS.intersection(headers):
+                del headers[name]
         priority = 4
         expires = 0
         if "priority" in headers or "expires" in headers or "reply-to" in headers:
@@ -221,18 +223,8 @@ class Stomp10:
 
     def encode_block(self, message: Message) -> bytes:
         version = self.version
-        table = ESCAPES[version]
-        items = message.headers.items()
-        if table is None:
-            lines = "".join([f"{k}:{v}\n" for k, v in items])
-        else:
-            lines = "".join([f"{k.translate(table)}:{v.translate(table)}\n" for k, v in items])
-        destination = self.format_destination(message)
-        if table is not None:
-            destination = destination.translate(table)
-        block = (
-            f"destination:{destination}\nmessage-id:{message.id}\n{lines}content-length:{len(message.body)}\n\n"
-        ).encode()
+        block = message_head(self.format_destination(message), message.id, message.headers, len(message.body),
+                             version)
         if message.kind != TEMP:  # temp destinations read differently per owner
             message.encoded[version] = block
         return block
