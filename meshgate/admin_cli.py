@@ -4,7 +4,8 @@
 Views cover the whole mesh unless ``--node`` names one node; actions apply to the
 node asked unless ``--node`` names another (or ``--all``, every node). Exit
 status: 0 done, 1 refused or failed, 2 bad arguments, 3 done but some nodes did
-not answer (their warnings go to standard error)."""
+not answer (their warnings go to standard error). A name that breaks the one rule for
+names (model/names.py) is a bad argument: nothing is asked."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from management import format as fmt
 from management.client import ManagementClient, ManagementClientError, RequestFailed
 from model.definitions import QueueSettings
 from model.events import KINDS
+from model.names import InvalidName, check_name, quoted
 from model.requests import (
     ALL,
     Browse,
@@ -45,10 +47,37 @@ from model.requests import (
 VIEW, ACTION = "view", "action"
 
 
+def _name(what: str, allow_empty: bool = False) -> Callable[[str], str]:
+    """An argparse type: a name by the one rule for names (``allow_empty``: or "")."""
+    def checked(text: str) -> str:
+        if allow_empty and text == "":
+            return text
+        try:
+            return check_name(text, what)
+        except InvalidName as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return checked
+
+
+_DESTINATION_KINDS = {"/queue/": "queue name", "/topic/": "topic"}
+
+
+def _destination(text: str) -> str:
+    """/queue/NAME or /topic/NAME with NAME by the rule for names (another destination by
+    the rule as a whole; the node says whether it takes it)."""
+    prefix = next((prefix for prefix in _DESTINATION_KINDS if text.startswith(prefix)), "")
+    _name(_DESTINATION_KINDS.get(prefix, "destination"))(text[len(prefix):])
+    return text
+
+
 def _header(text: str) -> tuple[str, str]:
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {quoted(text)}")
+    _name("header name")(key)
+    if not value.isprintable():
+        raise argparse.ArgumentTypeError(f"the value of header {quoted(key)} holds a control character")
     return key, value
 
 
@@ -62,7 +91,7 @@ def _no_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _queue_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("queue", help="the queue's name, without /queue/")
+    parser.add_argument("queue", type=_name("queue name"), help="the queue's name, without /queue/")
 
 
 COMMANDS: dict[str, Command] = {
@@ -73,7 +102,7 @@ COMMANDS: dict[str, Command] = {
              lambda a: Queues(node=ALL if a.cluster else a.node),
              lambda r, names, a: fmt.format_cluster_stat(r, names) if a.cluster else fmt.format_stat(r)),
     "queues": ("partial queues with their counters (every node unless --node)", VIEW,
-               lambda p: p.add_argument("name", nargs="?", help="only this queue"),
+               lambda p: p.add_argument("name", nargs="?", type=_name("queue name"), help="only this queue"),
                lambda a: Queues(node=a.node or ALL, name=a.name), lambda r, names, a: fmt.format_queues(r, names)),
     "links": ("mesh links, up and down, as each node sees them", VIEW, _no_args,
               lambda a: Links(node=a.node or ALL), lambda r, names, a: fmt.format_links(r, names)),
@@ -101,12 +130,14 @@ COMMANDS: dict[str, Command] = {
     "delete": ("delete a queue and its waiting messages (needs admin)", ACTION, _queue_arg,
                lambda a: DeleteQueue(node=a.node, queue=a.queue), lambda r, names, a: fmt.format_done(r, names)),
     "move": ("move waiting messages to another queue, or to a linked node (needs admin)", ACTION,
-             lambda p: (_queue_arg(p), p.add_argument("--to-queue"), p.add_argument("--to-node"),
+             lambda p: (_queue_arg(p), p.add_argument("--to-queue", type=_name("queue name")),
+                        p.add_argument("--to-node"),
                         p.add_argument("--count", type=int, help="at most this many (default: all)")),
              lambda a: Move(node=a.node, queue=a.queue, to_queue=a.to_queue, to_node=a.to_node, count=a.count),
              lambda r, names, a: fmt.format_done(r, names)),
     "send": ("send a test message (needs admin)", ACTION,
-             lambda p: (p.add_argument("destination", help="/queue/NAME or /topic/NAME"), p.add_argument("body"),
+             lambda p: (p.add_argument("destination", type=_destination, help="/queue/NAME or /topic/NAME"),
+                        p.add_argument("body"),
                         p.add_argument("--header", type=_header, action="append", default=[], metavar="NAME=VALUE"),
                         p.add_argument("--persistent", action="store_true")),
              lambda a: Send(node=a.node, destination=a.destination, body=a.body, headers=dict(a.header),
@@ -129,8 +160,9 @@ COMMANDS.update({
     "define-queue": ("set a queue's settings on every node of the mesh (needs admin)", ACTION,
                      lambda p: (_queue_arg(p),
                                 p.add_argument("--max-delivery-attempts", type=int, metavar="N"),
-                                p.add_argument("--dead-letter-queue", metavar="QUEUE"),
-                                p.add_argument("--expiry-queue", metavar="QUEUE",
+                                p.add_argument("--dead-letter-queue", metavar="QUEUE",
+                                               type=_name("dead-letter queue name")),
+                                p.add_argument("--expiry-queue", metavar="QUEUE", type=_name("expiry queue name", True),
                                                help='where expired messages go ("" discards them)'),
                                 p.add_argument("--message-ttl-ms", type=int, metavar="MS",
                                                help="expiry for messages sent without one"),
@@ -142,7 +174,8 @@ COMMANDS.update({
                      lambda r, names, a: fmt.format_done([r], names)),
     "undefine": ("delete a queue's settings or a durable subscription on every node (needs admin)", ACTION,
                  lambda p: (p.add_argument("kind", choices=["queue", "durable"]),
-                            p.add_argument("name", help="the queue's name, or client-id.subscription-name")),
+                            p.add_argument("name", type=_name("name"),
+                                           help="the queue's name, or client-id.subscription-name")),
                  lambda a: DeleteDefinition(kind=a.kind, name=a.name), lambda r, names, a: fmt.format_done([r], names)),
 })
 COMMANDS["topology"] = ("the same as nodes",) + COMMANDS["nodes"][1:]
@@ -155,13 +188,14 @@ def add_commands(commands) -> None:
         parser.add_argument("--stomp", metavar="HOST:PORT", default="127.0.0.1:61613", help="the node to ask")
         parser.add_argument("--login")
         parser.add_argument("--passcode")
-        where = parser.add_mutually_exclusive_group()
         if name not in ("nodes", "topology", "forget", "define-queue", "undefine"):
+            # (An empty group would break argparse's usage line, and with it every error message.)
+            where = parser.add_mutually_exclusive_group()
             where.add_argument("--node", help="a node's name or id: where this applies"
                                               + (" (default: every node)" if kind == VIEW else
                                                  " (default: the node asked)"))
-        if kind == ACTION and name not in ("forget", "close", "scale-down", "define-queue", "undefine"):
-            where.add_argument("--all", action="store_true", help="on every node of the mesh")
+            if kind == ACTION and name not in ("close", "scale-down"):
+                where.add_argument("--all", action="store_true", help="on every node of the mesh")
         parser.add_argument("--json", action="store_true", help="print the reply as JSON")
 
 

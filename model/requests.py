@@ -11,7 +11,7 @@ address (``ADMIN_ACTIONS``); the others need ``write`` on it, as any SEND does."
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -21,6 +21,8 @@ from model.mesh import SCHEMA_VERSION, ClusterView, Connection, Link, NodeSummar
 
 MANAGEMENT_ADDRESS = "meshgate.management"  # /queue/meshgate.management
 ALL = "*"
+# Offsets and counts: the largest whole number JSON clients (JavaScript) hold exactly.
+MAX_WHOLE_NUMBER = 2 ** 53 - 1
 
 
 class Request(msgspec.Struct, kw_only=True, tag_field="action"):
@@ -71,7 +73,7 @@ class Events(Request, kw_only=True, tag="events"):
 
 class Browse(Request, kw_only=True, tag="browse"):
     queue: str
-    offset: int = 0
+    offset: Annotated[int, msgspec.Meta(ge=0, le=MAX_WHOLE_NUMBER)] = 0
     limit: int = 50
     preview: int = 256  # body bytes shown per message
 

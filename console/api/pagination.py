@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 
 MAX_PAGE_SIZE = 500
+_PAGE_SIZE = serializers.IntegerField(min_value=1, max_value=MAX_PAGE_SIZE)
 
 
 class Pages(PageNumberPagination):
@@ -19,9 +21,10 @@ class Pages(PageNumberPagination):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
             return self.page_size
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE_SIZE:
-            raise ValidationError({"page_size": f"must be a number from 1 to {MAX_PAGE_SIZE}, got {raw!r}"})
-        return int(raw)
+        try:
+            return _PAGE_SIZE.run_validation(raw)
+        except ValidationError:
+            raise ValidationError({"page_size": f"must be a number from 1 to {MAX_PAGE_SIZE}"}) from None
 
     def get_paginated_response(self, data) -> Response:
         return Response({

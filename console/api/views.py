@@ -9,13 +9,25 @@ import time
 import msgspec
 from django.conf import settings
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import serializers
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from console.api.errors import MeshUnavailable, failure_response
+from console.api.inputs import (
+    BrowseInput,
+    EventParams,
+    HistoryParams,
+    ListParams,
+    MoveInput,
+    PurgeInput,
+    QueueSettingsInput,
+    SendInput,
+    WhereParams,
+    valid,
+    valid_name,
+)
 from console.api.pagination import Pages
+from console.api.parsers import ApiView
 from console.api.permissions import Admin
 from console.api.schema import model_ref, reply_schema
 from console.mesh import events as event_stream
@@ -24,6 +36,7 @@ from console.mesh.actions import Unavailable
 from console.mesh.sources import management, mesh_view, redis_client
 from model.definitions import DURABLE_SUBSCRIPTION, QueueSettings
 from model.mesh import PartialQueue
+from model.names import quoted
 from model.requests import (
     ALL,
     Browse,
@@ -49,16 +62,14 @@ _PARTIAL_DEFAULTS = {f.encode_name: f.default if f.default is not msgspec.NODEFA
 def _whole(partial) -> dict:
     return {**_PARTIAL_DEFAULTS, **_builtins(partial)}
 _DIGITS = re.compile(r"(\d+)")
-_LIST_PARAMS = [
+_PAGE_PARAMS = [
     OpenApiParameter("page", int, description="1, 2, …"),
     OpenApiParameter("page_size", int, description="items per page, at most 500 (default 100)"),
-    OpenApiParameter("sort", str, description="field to sort by"),
-    OpenApiParameter("sort_reverse", bool, description="largest first"),
-    OpenApiParameter("name", str, description="only names containing this (any case)"),
 ]
+_LIST_PARAMS = [*_PAGE_PARAMS, ListParams]
 
 
-def _page(view: APIView, request, items: list, convert=_builtins) -> Response:
+def _page(view: ApiView, request, items: list, convert=_builtins) -> Response:
     """One page of ``items``; only the page is turned into JSON-ready values."""
     paginator = Pages()
     page = paginator.paginate_queryset(items, request, view=view)
@@ -73,13 +84,12 @@ def _value(row, field: str):
 
 def _sorted(request, rows: list, allowed: tuple[str, ...], default: str) -> list:
     """Rows (dicts or structs) filtered by ``?name=`` and sorted by ``?sort=`` (``sort_reverse``)."""
-    name = request.query_params.get("name")
+    params = valid(ListParams, request.query_params, sorts=allowed)
+    name = params.get("name")
     if name:
         rows = [row for row in rows if name.lower() in str(_value(row, "name") or "").lower()]
-    field = request.query_params.get("sort", default)
-    if field not in allowed:
-        raise ValidationError({"sort": f"sort by one of {', '.join(allowed)}, got {field!r}"})
-    reverse = request.query_params.get("sort_reverse", "false").lower() in ("1", "true", "yes")
+    field = params.get("sort", default)
+    reverse = params["sort_reverse"]
 
     def key(row):
         value = _value(row, field)
@@ -112,7 +122,7 @@ def _action_response(request, mesh_request: Request) -> Response:
 # -- health and overview ----------------------------------------------------------------------
 
 
-class Health(APIView):
+class Health(ApiView):
     """200 when every known node is up and no link is down, else 503 with the reasons."""
 
     permission_classes: list = []
@@ -130,7 +140,7 @@ class Health(APIView):
         return Response({"status": "ok"})
 
 
-class OverviewView(APIView):
+class OverviewView(ApiView):
     @extend_schema(responses=model_ref("Overview"))
     def get(self, request):
         return Response(_builtins(mesh_view().overview()))
@@ -151,43 +161,19 @@ _HISTORY = {200: {"type": "object", "required": ["source", "resolution", "points
     "source": {"type": "string", "enum": ["pipeline", "snapshots"]},
     "resolution": {"type": ["string", "null"], "enum": [*RESOLUTIONS, None]},
     "points": {"type": "array", "items": _HISTORY_POINT}}}}
-_HISTORY_PARAMS = [
-    OpenApiParameter("seconds", float, description="how far back, 1 to 3600 (default 300)"),
-    OpenApiParameter("resolution", str, enum=list(RESOLUTIONS),
-                     description="the pipeline's windows to chart (default: 10s up to 15 minutes, else 1m)"),
-]
 
 
-def _seconds(request) -> float:
-    raw = request.query_params.get("seconds", "300")
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1
-    if not 0 < seconds <= 3600:
-        raise ValidationError({"seconds": f"from 1 to 3600, got {raw!r}"})
-    return seconds
-
-
-def _resolution(request) -> str | None:
-    raw = request.query_params.get("resolution")
-    if raw is None:
-        return None
-    if raw not in RESOLUTIONS:
-        raise ValidationError({"resolution": f"one of {', '.join(RESOLUTIONS)}, got {raw!r}"})
-    return raw
-
-
-class OverviewHistory(APIView):
+class OverviewHistory(ApiView):
     """Messages per second over the last ``seconds``, summed over the mesh: from the
     pipeline's rollups when it runs, else from the snapshots."""
 
-    @extend_schema(parameters=_HISTORY_PARAMS, responses=_HISTORY)
+    @extend_schema(parameters=[HistoryParams], responses=_HISTORY)
     def get(self, request):
-        return Response(history.chart(_seconds(request), resolution=_resolution(request)))
+        params = valid(HistoryParams, request.query_params)
+        return Response(history.chart(params["seconds"], resolution=params.get("resolution")))
 
 
-class PipelineView(APIView):
+class PipelineView(ApiView):
     """The metrics pipeline's status, whether it runs, and how old its last batch is."""
 
     @extend_schema(operation_id="pipeline_retrieve", responses=model_ref("Pipeline"))
@@ -203,7 +189,7 @@ class PipelineView(APIView):
 # -- nodes and links ------------------------------------------------------------------------------
 
 
-class NodeList(APIView):
+class NodeList(ApiView):
     @extend_schema(operation_id="nodes_list", parameters=_LIST_PARAMS, responses=model_ref("NodeRow", many=True))
     def get(self, request):
         rows = _sorted(request, mesh_view().nodes(),
@@ -211,13 +197,13 @@ class NodeList(APIView):
         return _page(self, request, rows)
 
 
-class NodeDetail(APIView):
+class NodeDetail(ApiView):
     @extend_schema(operation_id="node_retrieve", responses=model_ref("NodeDetail"))
     def get(self, request, node):
         view = mesh_view()
         row = next((r for r in view.nodes() if node in (r.id, r.name)), None)
         if row is None:
-            raise NotFound(f"no node {node!r} in the mesh")
+            raise NotFound(f"no node {quoted(node)} in the mesh")
         snapshot = view.snapshots({row.id}).get(row.id)
         detail = _builtins(row)
         detail["links"] = _builtins(snapshot.links) if snapshot else []
@@ -226,7 +212,7 @@ class NodeDetail(APIView):
         return Response(detail)
 
 
-class LinkList(APIView):
+class LinkList(ApiView):
     @extend_schema(parameters=_LIST_PARAMS, responses=model_ref("LinkRow", many=True))
     def get(self, request):
         rows = _builtins(mesh_view().links())
@@ -242,7 +228,7 @@ _QUEUE_SORTS = ("name", "messages", "depth", "in_flight", "forwarding", "in_doub
                 "rates.enqueue", "rates.ack", "rates.forward", "rates.redistribute")
 
 
-class QueueList(APIView):
+class QueueList(ApiView):
     @extend_schema(operation_id="queues_list", parameters=_LIST_PARAMS, responses=model_ref("QueueRow", many=True))
     def get(self, request):
         frame = mesh_view().frame
@@ -252,21 +238,23 @@ class QueueList(APIView):
         return paginator.get_paginated_response(_builtins(page))
 
 
-class QueueHistory(APIView):
+class QueueHistory(ApiView):
     """One queue's messages per second over the last ``seconds``, summed over its nodes."""
 
-    @extend_schema(parameters=_HISTORY_PARAMS, responses=_HISTORY)
+    @extend_schema(parameters=[HistoryParams], responses=_HISTORY)
     def get(self, request, name):
-        return Response(history.chart(_seconds(request), queue=name, resolution=_resolution(request)))
+        name = valid_name(name, "queue name")
+        params = valid(HistoryParams, request.query_params)
+        return Response(history.chart(params["seconds"], queue=name, resolution=params.get("resolution")))
 
 
-class QueueDetail(APIView):
+class QueueDetail(ApiView):
     def get_permissions(self):
         return [Admin()] if self.request.method == "DELETE" else super().get_permissions()
 
     @extend_schema(operation_id="queue_retrieve", responses=model_ref("QueueDetail"))
     def get(self, request, name):
-        row = mesh_view().queue(name)
+        row = mesh_view().queue(valid_name(name, "queue name"))
         if row is None:
             raise NotFound(f"no queue {name!r} on any node that writes snapshots")
         data = _builtins(row)
@@ -274,86 +262,52 @@ class QueueDetail(APIView):
             part["partial"] = _whole(whole.partial)
         return Response(data)
 
-    @extend_schema(parameters=[OpenApiParameter("node", str, description="one node (default: every node)")],
-                   responses=reply_schema("Done"))
+    @extend_schema(parameters=[WhereParams], responses=reply_schema("Done"))
     def delete(self, request, name):
-        return _action_response(request, DeleteQueue(node=request.query_params.get("node") or ALL, queue=name))
+        name = valid_name(name, "queue name")
+        node = valid(WhereParams, request.query_params).get("node")
+        return _action_response(request, DeleteQueue(node=node or ALL, queue=name))
 
 
-class _Where(serializers.Serializer):
-    node = serializers.CharField(required=False, help_text="a node's name or id, or * for every node")
-
-
-class PurgeInput(_Where):
-    pass
-
-
-class MoveInput(_Where):
-    to_queue = serializers.CharField(required=False)
-    to_node = serializers.CharField(required=False)
-    count = serializers.IntegerField(required=False, min_value=1)
-
-    def validate(self, data):
-        if ("to_queue" in data) == ("to_node" in data):
-            raise serializers.ValidationError("give exactly one of to_queue and to_node")
-        if "to_node" in data and data.get("node", ALL) == ALL:
-            raise serializers.ValidationError("moving to another node needs the node to move from (node)")
-        return data
-
-
-class BrowseInput(_Where):
-    offset = serializers.IntegerField(required=False, min_value=0, default=0)
-    limit = serializers.IntegerField(required=False, min_value=1, max_value=500, default=50)
-    preview = serializers.IntegerField(required=False, min_value=0, max_value=65536, default=256)
-
-
-class SendInput(_Where):
-    body = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
-    headers = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False, default=dict)
-    persistent = serializers.BooleanField(required=False, default=False)
-
-
-def _valid(serializer_class, request) -> dict:
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
-
-class QueuePurge(APIView):
+class QueuePurge(ApiView):
     permission_classes = [Admin]
 
     @extend_schema(request=PurgeInput, responses=reply_schema("Done"))
     def post(self, request, name):
-        data = _valid(PurgeInput, request)
+        name = valid_name(name, "queue name")
+        data = valid(PurgeInput, request.data)
         return _action_response(request, Purge(node=data.get("node", ALL), queue=name))
 
 
-class QueueMove(APIView):
+class QueueMove(ApiView):
     permission_classes = [Admin]
 
     @extend_schema(request=MoveInput, responses=reply_schema("Done"))
     def post(self, request, name):
-        data = _valid(MoveInput, request)
+        name = valid_name(name, "queue name")
+        data = valid(MoveInput, request.data)
         return _action_response(request, Move(node=data.get("node", ALL), queue=name, to_queue=data.get("to_queue"),
                                               to_node=data.get("to_node"), count=data.get("count")))
 
 
-class QueueBrowse(APIView):
+class QueueBrowse(ApiView):
     permission_classes = [Admin]
 
     @extend_schema(request=BrowseInput, responses=reply_schema("BrowsePage"))
     def post(self, request, name):
-        data = _valid(BrowseInput, request)
+        name = valid_name(name, "queue name")
+        data = valid(BrowseInput, request.data)
         return _action_response(request, Browse(node=data.get("node", ALL), queue=name, offset=data["offset"],
                                                 limit=data["limit"], preview=data["preview"]))
 
 
-class QueueSend(APIView):
+class QueueSend(ApiView):
     permission_classes = [Admin]
 
     @extend_schema(request=SendInput, responses=reply_schema("Done"))
     def post(self, request, name):
-        data = _valid(SendInput, request)
+        name = valid_name(name, "queue name")
+        data = valid(SendInput, request.data)
         return _action_response(request, Send(node=data.get("node"), destination="/queue/" + name, body=data["body"],
                                               headers=dict(data["headers"]), persistent=data["persistent"]))
 
@@ -373,7 +327,7 @@ def _durable_parts(view) -> dict[str, list]:
     return parts
 
 
-class DefinitionList(APIView):
+class DefinitionList(ApiView):
     """Queue settings, durable subscriptions, AMQP exchanges and bindings, as every node
     holds them (deletions are listed, ``deleted: true``, until they expire). Besides the
     records: ``origin_name``, and for a durable subscription ``subscribers`` (where one
@@ -403,52 +357,37 @@ class DefinitionList(APIView):
                      convert=lambda row: row)
 
 
-class QueueSettingsInput(serializers.Serializer):
-    max_delivery_attempts = serializers.IntegerField(required=False, min_value=1)
-    dead_letter_queue = serializers.CharField(required=False)
-    expiry_queue = serializers.CharField(required=False, allow_blank=True, help_text='"" discards expired messages')
-    message_ttl_ms = serializers.IntegerField(required=False, min_value=1)
-    max_length = serializers.IntegerField(required=False, min_value=0)
-    # What a queue declared over AMQP holds besides (GET definitions lists them): a PUT of what
-    # was listed defines the queue as it was, so that its client's next declaration still matches.
-    dead_letter_exchange = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False,
-                                                 help_text='AMQP x-dead-letter-exchange ("": the default exchange)')
-    dead_letter_routing_key = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
-    amqp_arguments = serializers.DictField(required=False, help_text="the x- arguments of the AMQP queue.declare")
-
-
 _ONE_DONE = {200: {"type": "object", "properties": {"result": {"$ref": "#/components/schemas/Done"},
                                                     "failures": {"type": "array", "items": {"type": "object"}}}}}
 
 
-class QueueDefinition(APIView):
+class QueueDefinition(ApiView):
     permission_classes = [Admin]
 
     @extend_schema(request=QueueSettingsInput, responses=_ONE_DONE)
     def put(self, request, name):
-        unknown = sorted(set(request.data) - set(QueueSettingsInput().fields))
-        if unknown:
-            raise ValidationError({field: "not a queue setting" for field in unknown})
-        data = _valid(QueueSettingsInput, request)
+        name = valid_name(name, "queue name")
+        data = valid(QueueSettingsInput, request.data)
         return _action_response(request, DefineQueue(queue=name, settings=QueueSettings(**data)))
 
     @extend_schema(responses=_ONE_DONE)
     def delete(self, request, name):
-        return _action_response(request, DeleteDefinition(kind="queue", name=name))
+        return _action_response(request, DeleteDefinition(kind="queue", name=valid_name(name, "queue name")))
 
 
-class DurableDefinition(APIView):
+class DurableDefinition(ApiView):
     permission_classes = [Admin]
 
     @extend_schema(responses=_ONE_DONE)
     def delete(self, request, name):
+        name = valid_name(name, "durable subscription name")
         return _action_response(request, DeleteDefinition(kind="durable", name=name))
 
 
 # -- connections and events ---------------------------------------------------------------------
 
 
-class ConnectionList(APIView):
+class ConnectionList(ApiView):
     @extend_schema(parameters=_LIST_PARAMS, responses=model_ref("Connection", many=True))
     def get(self, request):
         reply, failed = _ask(request, Connections(node=ALL))
@@ -466,11 +405,12 @@ class ConnectionList(APIView):
         return response
 
 
-class ConnectionDetail(APIView):
+class ConnectionDetail(ApiView):
     permission_classes = [Admin]
 
     @extend_schema(responses=reply_schema("Done"))
     def delete(self, request, connection):
+        connection = valid_name(connection, "connection id")
         # A connection id is "<node name>-<n>": ask that node, or every node if it is none.
         owner = connection.rpartition("-")[0]
         node = owner if owner in mesh_view().names().values() else ALL
@@ -479,23 +419,13 @@ class ConnectionDetail(APIView):
                                                                 "from the console"))
 
 
-class EventList(APIView):
-    @extend_schema(parameters=[
-        OpenApiParameter("page", int), OpenApiParameter("page_size", int),
-        OpenApiParameter("kind", str, many=True, description="only these kinds (repeat)"),
-        OpenApiParameter("node", str, description="only events this node reported (id or name)"),
-        OpenApiParameter("since", float, description="only after this time (epoch seconds)"),
-        OpenApiParameter("q", str, description="only events whose text holds this"),
-    ], responses=model_ref("Event", many=True))
+class EventList(ApiView):
+    @extend_schema(parameters=[*_PAGE_PARAMS, EventParams], responses=model_ref("Event", many=True))
     def get(self, request):
-        since = request.query_params.get("since")
-        try:
-            since_value = float(since) if since else None
-        except ValueError:
-            raise ValidationError({"since": f"epoch seconds, got {since!r}"}) from None
-        node = request.query_params.get("node")
+        params = valid(EventParams, request.query_params)
+        node = params.get("node")
         if node:
             node = next((row.id for row in mesh_view().nodes() if node in (row.id, row.name)), node)
-        events = event_stream.recent(kinds=request.query_params.getlist("kind"), node=node, since=since_value,
-                                     text=request.query_params.get("q"))
+        events = event_stream.recent(kinds=params.get("kind"), node=node, since=params.get("since"),
+                                     text=params.get("q"))
         return _page(self, request, events, convert=lambda event: event)

@@ -25,6 +25,7 @@ from gateway.broker.errors import BrokerError
 from gateway.broker.exchanges import PREDECLARED, TOPIC_EXCHANGE
 from gateway.broker.message import QUEUE, Message
 from gateway.broker.queue import AUTO, CLIENT_INDIVIDUAL, Queue, Subscription
+from model.amqp_arguments import ARGUMENT_SETTINGS, argument_problem
 from model.definitions import BindingSpec, ExchangeSpec, QueueSettings
 from model.mesh import ChannelSummary
 
@@ -32,13 +33,6 @@ if TYPE_CHECKING:
     from gateway.amqp.protocol import AmqpProtocol
 
 UNLIMITED = 2 ** 31  # a prefetch of 0 means no limit
-_ARGUMENT_SETTINGS = {"x-message-ttl": "message_ttl_ms", "x-dead-letter-exchange": "dead_letter_exchange",
-                      "x-dead-letter-routing-key": "dead_letter_routing_key", "x-max-length": "max_length"}
-_WHOLE_NUMBERS = ("message_ttl_ms", "max_length")
-# Kept (a redeclare must match them) but not settings of the queue on every node:
-# x-expires is kept by the node where the queue was declared (AmqpFactory.expire_unused);
-# x-overflow may only say what Meshgate does.
-_KEPT_ARGUMENTS = {"x-expires", "x-max-priority", "x-queue-type", "x-queue-mode", "x-ha-policy", "x-overflow"}
 
 
 class Channel:
@@ -250,11 +244,8 @@ class Channel:
                 factory.exclusive[name] = self.connection
             if args.auto_delete:
                 factory.auto_delete.add(name)
-            expires = (args.arguments or {}).get("x-expires")
+            expires = (args.arguments or {}).get("x-expires")  # checked by _settings
             if expires is not None:
-                if not isinstance(expires, int) or isinstance(expires, bool) or expires < 1:
-                    raise self._error(spec.PRECONDITION_FAILED, f"x-expires must be a whole number >= 1, got "
-                                                                f"{expires!r}", command)
                 factory.expire_unused(name, expires)
         if not args.nowait:
             self._reply("queue.declare_ok", queue=name, message_count=len(queue), consumer_count=len(queue.consumers))
@@ -693,20 +684,10 @@ def _route_of(message: Message) -> tuple[str, str]:
 
 
 def _settings(arguments: dict, command: Command, channel: Channel) -> QueueSettings:
-    values = {}
-    if arguments.get("x-overflow", "drop-head") != "drop-head":
-        raise channel._error(spec.PRECONDITION_FAILED, f"x-overflow {arguments['x-overflow']!r} is not supported: "
-                                                       "only drop-head", command)
-    for key, value in arguments.items():
-        field = _ARGUMENT_SETTINGS.get(key)
-        if field is None:
-            if key in _KEPT_ARGUMENTS:
-                continue
-            raise channel._error(spec.PRECONDITION_FAILED, f"queue argument {key!r} is not supported", command)
-        if field in _WHOLE_NUMBERS and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise channel._error(spec.PRECONDITION_FAILED, f"{key} must be a whole number >= 0, got {value!r}",
-                                 command)
-        if field == "message_ttl_ms":
-            value = value or None
-        values[field] = value if field in _WHOLE_NUMBERS else str(value)
+    problem = argument_problem(arguments)
+    if problem is not None:
+        raise channel._error(spec.PRECONDITION_FAILED, problem, command)
+    values = {field: arguments[key] for key, field in ARGUMENT_SETTINGS.items() if key in arguments}
+    if "message_ttl_ms" in values:
+        values["message_ttl_ms"] = values["message_ttl_ms"] or None
     return QueueSettings(**values, amqp_arguments=dict(arguments) or None)

@@ -8,13 +8,14 @@ bad input is a 4xx JSON error that changes nothing."""
 
 from __future__ import annotations
 
+import pika
 import pytest
 from amqp_support import Pika
 from e2e_support import manage_result, unique
 
 from model.definitions import DURABLE_SUBSCRIPTION, QUEUE_SETTINGS
 from model.requests import Definitions
-from tests.console.api_support import expect_error, expect_ok
+from tests.console.api_support import expect_error, expect_no_traceback, expect_ok
 
 pytestmark = pytest.mark.django_db
 
@@ -130,11 +131,53 @@ def test_a_queue_declared_over_amqp_keeps_its_arguments_through_export_and_impor
     ({"max_delivery_attempts": 0}, "max_delivery_attempts"),
     ({"message_ttl_ms": "soon"}, "message_ttl_ms"),
     ({"colour": "red"}, "colour"),
+    ({"message_ttl_ms": 2 ** 32}, "message_ttl_ms"),  # at most 2**32 - 1, as x-message-ttl
+    ({"max_length": 10 ** 30}, "max_length"),
 ])
 def test_bad_settings_are_a_400_naming_the_field_and_define_nothing(mesh, admin, body, field):
     queue = unique("qbad")
     error = expect_error(admin.put(f"/api/v1/definitions/queues/{queue}", body, format="json"), 400, "bad_request")
     assert field in error["message"]
+    assert _listed(admin, queue) == []
+
+
+@pytest.mark.parametrize("content", ["null", "5", "true"])
+def test_a_body_that_is_not_an_object_is_a_400_and_defines_nothing(mesh, admin, caplog, content):
+    queue = unique("qbad")
+    response = admin.put(f"/api/v1/definitions/queues/{queue}", content, content_type="application/json")
+    assert "must be a JSON object" in expect_error(response, 400, "bad_request")["message"]
+    expect_no_traceback(caplog)
+    assert _listed(admin, queue) == []
+
+
+@pytest.mark.parametrize("arguments", [
+    {"x-colour": "red"}, {"x-max-length": "many"}, {"x-overflow": "reject-publish"}, {"x-expires": 0},
+    {"x-message-ttl": 2 ** 32}, {"x-dead-letter-exchange": 7}, {"x-max-priority": 256},
+])
+def test_x_arguments_the_amqp_listener_refuses_are_a_400_with_its_reason(mesh, admin, arguments):
+    clients = Pika()
+    try:
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            clients(mesh.a.proc).channel().queue_declare(unique("qx"), arguments=arguments)
+    finally:
+        clients.close_all()
+    assert refused.value.reply_code == 406
+    queue = unique("qx")
+    response = admin.put(f"/api/v1/definitions/queues/{queue}", {"amqp_arguments": arguments}, format="json")
+    assert expect_error(response, 400, "bad_request")["message"] == f"amqp_arguments: {refused.value.reply_text}"
+    assert _listed(admin, queue) == []
+
+
+@pytest.mark.parametrize("path, body, words", [
+    ("QUEUE", {"dead_letter_queue": "dlq\x1b"}, "invalid dead-letter queue name 'dlq\\x1b'"),
+    ("QUEUE", {"expiry_queue": "expired\n"}, "invalid expiry queue name 'expired\\n'"),
+    ("QUEUE", {"dead_letter_exchange": "dlx\x7f"}, "invalid exchange name 'dlx\\x7f'"),
+])
+def test_a_bad_name_is_refused_by_the_api_without_asking_the_mesh(mesh, admin, path, body, words):
+    queue = unique("qn")
+    response = admin.put(f"/api/v1/definitions/queues/{path.replace('QUEUE', queue)}", body, format="json")
+    error = expect_error(response, 400, "bad_request")
+    assert words in error["message"] and "node" not in error, error
     assert _listed(admin, queue) == []
 
 

@@ -137,6 +137,8 @@ def test_events_since_keeps_newer_events_that_come_before_a_late_older_one(mesh,
 @pytest.mark.parametrize("params, status, code", [
     ({"since": "yesterday"}, 400, "bad_request"), ({"page_size": "0"}, 400, "bad_request"),
     ({"page_size": "501"}, 400, "bad_request"), ({"page": "100000"}, 404, "not_found"),
+    ({"since": "nan"}, 400, "bad_request"), ({"since": "inf"}, 400, "bad_request"),
+    ({"kind": "no_such_kind"}, 400, "bad_request"), ({"page_size": "\u00b2"}, 400, "bad_request"),
 ])
 def test_events_refuse_bad_parameters(mesh, viewer, params, status, code):
     expect_error(viewer.get("/api/v1/events", params), status, code)

@@ -74,6 +74,7 @@ def test_history_refuses_anonymous(mesh, anonymous):
 @pytest.mark.parametrize("path", [OVERVIEW, "/api/v1/queues/q/history"])
 @pytest.mark.parametrize("query, field", [
     ({"seconds": "0"}, "seconds"), ({"seconds": "3601"}, "seconds"), ({"seconds": "soon"}, "seconds"),
+    ({"seconds": "1e-300"}, "seconds"), ({"seconds": "0.5"}, "seconds"),
     ({"resolution": "5m"}, "resolution"), ({"resolution": ""}, "resolution"), ({"resolution": "10S"}, "resolution"),
     ({"seconds": "60", "resolution": "1h"}, "resolution"),
 ])

@@ -43,7 +43,8 @@ def test_node_list_sorts_both_ways_and_pages(mesh, viewer):
 
 
 @pytest.mark.parametrize("params, field", [({"sort": "bogus"}, "sort"), ({"page_size": "0"}, "page_size"),
-                                           ({"page_size": "x"}, "page_size")])
+                                           ({"page_size": "x"}, "page_size"), ({"page_size": "9" * 5000}, "page_size"),
+                                           ({"sort_reverse": "perhaps"}, "sort_reverse")])
 def test_node_list_refuses_bad_parameters(mesh, viewer, params, field):
     assert field in expect_error(viewer.get("/api/v1/nodes", params), 400, "bad_request")["message"]
 

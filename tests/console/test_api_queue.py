@@ -107,7 +107,7 @@ def test_queue_totals_follow_a_consumer_that_holds_then_acks(mesh, viewer):
         consumer.disconnect()
 
 
-@pytest.mark.parametrize("seconds", ["0", "3601", "soon"])
+@pytest.mark.parametrize("seconds", ["0", "3601", "soon", "1e-300"])
 def test_queue_history_refuses_bad_seconds(mesh, viewer, seconds):
     error = expect_error(viewer.get(f"/api/v1/queues/{unique('qh')}/history", {"seconds": seconds}), 400, "bad_request")
     assert "seconds" in error["message"]

@@ -102,6 +102,12 @@ def test_actions_refuse_viewers_and_leave_the_queue_alone(mesh, viewer, admin):
     assert [e["action"] for e in events] == ["send", "browse"], events  # newest first
 
 
+@pytest.mark.parametrize("method, action, body", _ACTIONS)
+def test_actions_refuse_a_bad_queue_name_without_asking_the_mesh(mesh, admin, method, action, body):
+    error = expect_error(_act(admin, method, "probe-nul%00x", action, body), 400, "bad_request")
+    assert error["message"].startswith("invalid queue name 'probe-nul\\x00x'") and "node" not in error, error
+
+
 # -- purge -------------------------------------------------------------------------------------------
 
 
@@ -226,7 +232,7 @@ def test_move_to_another_node_then_consume_there(mesh, admin):
     pytest.param({"node": "*", "to_node": "C"}, "node", id="to-node-from-every-node"),
     pytest.param({"node": "B", "to_queue": "SELF"}, "itself", id="to-itself"),
     pytest.param({"node": "B", "to_node": "B"}, "already", id="to-its-own-node"),
-    pytest.param({"node": "B", "to_queue": "no*such>queue"}, "not a queue name", id="bad-queue-name"),
+    pytest.param({"node": "B", "to_queue": "no*such>queue"}, "no wildcards", id="bad-queue-name"),
 ])
 def test_move_refuses_a_bad_request(mesh, admin, body, words):
     queue = unique("qm")
@@ -292,7 +298,7 @@ def test_browse_every_node_answers_a_page_per_node_that_has_the_queue(mesh, admi
 
 @pytest.mark.parametrize("body, field", [
     ({"limit": 501}, "limit"), ({"limit": 0}, "limit"), ({"offset": -1}, "offset"), ({"preview": -1}, "preview"),
-    ({"preview": 65537}, "preview"), ({"offset": "first"}, "offset"),
+    ({"preview": 65537}, "preview"), ({"offset": "first"}, "offset"), ({"offset": 10 ** 30}, "offset"),
 ])
 def test_browse_refuses_bad_bounds(mesh, admin, body, field):
     queue = unique("qb")
@@ -349,6 +355,7 @@ def test_send_without_a_node_goes_through_the_node_asked(mesh, admin):
 @pytest.mark.parametrize("body, field", [
     ({"body": "x", "headers": "x-a: 1"}, "headers"), ({"body": "x", "persistent": "perhaps"}, "persistent"),
     ({"body": {"nested": True}}, "body"), ({"body": "x", "headers": {"x-a": None}}, "headers"),
+    ({"body": "x", "headers": {"x-a": "1\ncontent-length:2"}}, "headers"), ({"headers": {"a\rb": "1"}}, "headers"),
 ])
 def test_send_refuses_a_bad_body(mesh, admin, body, field):
     error = expect_error(_post(admin, unique("qs"), "send", body), 400, "bad_request")

@@ -50,8 +50,8 @@ _ASKING = [
 
 
 def _request(client, method: str, path: str, body: dict | None):
-    if method == "post":
-        return client.post(path, body, format="json")
+    if method in ("post", "put"):
+        return getattr(client, method)(path, body, format="json")
     return getattr(client, method)(path)
 
 
@@ -60,6 +60,21 @@ def test_requests_to_the_mesh_answer_503_json(mesh, admin, nowhere, queue, metho
     error = expect_error(_request(admin, method, path.format(queue=queue), body), 503, "unreachable")
     # The message says which addresses were tried.
     assert all(f"127.0.0.1:{port}" in error["message"] for port in nowhere), error
+
+
+@pytest.mark.parametrize("method, path, body", [
+    pytest.param("post", "/api/v1/queues/q%00x/purge", {}, id="purge"),
+    pytest.param("post", "/api/v1/queues/{queue}/move", {"node": "B", "to_queue": "to\x01q"}, id="move-to"),
+    pytest.param("delete", "/api/v1/queues/q%7Fx?node=B", None, id="delete"),
+    pytest.param("put", "/api/v1/definitions/queues/q%0Bx", {}, id="define-queue"),
+    pytest.param("put", "/api/v1/definitions/queues/{queue}", {"dead_letter_queue": "dlq\x1b"}, id="dead-letter-queue"),
+    pytest.param("delete", "/api/v1/definitions/queues/q%0Dx", None, id="delete-definition"),
+    pytest.param("delete", "/api/v1/definitions/durable/app.s%09x", None, id="delete-durable"),
+    pytest.param("delete", "/api/v1/connections/B-1%1B", None, id="close-connection"),
+])
+def test_a_bad_name_is_refused_before_asking_the_mesh(mesh, admin, nowhere, queue, method, path, body):
+    error = expect_error(_request(admin, method, path.format(queue=queue), body), 400, "bad_request")
+    assert "invalid " in error["message"] and "names are printable characters only" in error["message"], error
 
 
 def test_nothing_reaches_the_mesh_by_another_way(mesh, admin, settings, queue):

@@ -1,5 +1,6 @@
 """The `meshgate broker` command: configuration errors, the data dir lock, signals,
-listener conflicts, connection limits; and `meshgate passwd`."""
+listener conflicts, connection limits; `meshgate passwd`; and the admin commands'
+check of the names they are given."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import socket
 import subprocess
 
 import pytest
-from e2e_support import HOST, MESHGATE, run_meshgate, unique
+from e2e_support import HOST, MESHGATE, manage_result, run_meshgate, unique
+
+from model.requests import Events
 
 
 def broker_args(tmp_path, *extra: str, data: str = "data") -> list[str]:
@@ -172,6 +175,28 @@ def test_passwd_stdin_prints_a_hash(tmp_path):
     assert result.stdout.strip().startswith("pbkdf2_sha256$200000$")
     empty = run_meshgate(["passwd", "--stdin"], input="\n")
     assert empty.returncode != 0
+
+
+_BAD_NAMES = [
+    (["purge", "q\x01x"], "argument queue: invalid queue name 'q\\x01x': it holds the character U+0001"),
+    (["browse", "q\x7f"], "invalid queue name 'q\\x7f'"),
+    (["delete", "q" * 300], "is 300 bytes long"),
+    (["send", "/queue/a\nb", "body"], "invalid queue name 'a\\nb'"),
+    (["send", "/topic/t\x1b", "body"], "invalid topic 't\\x1b'"),
+    (["send", "/queue/q", "body", "--header", "a\nb=1"], "invalid header name 'a\\nb'"),
+    (["move", "q", "--to-queue", "b\tc"], "argument --to-queue: invalid queue name 'b\\tc'"),
+    (["define-queue", "q", "--dead-letter-queue", "d\x1b"], "invalid dead-letter queue name 'd\\x1b'"),
+    (["undefine", "durable", "app.s\rx"], "invalid name 'app.s\\rx'"),
+]
+
+
+def test_admin_commands_refuse_a_bad_name_with_exit_2_and_ask_nothing(broker_factory):
+    broker = broker_factory()
+    for args, words in _BAD_NAMES:
+        result = run_meshgate([*args, "--stomp", f"{broker.host}:{broker.port}"])
+        assert result.returncode == 2 and words in result.stderr, (args, result.returncode, result.stderr)
+    # No request reached the node: it records every admin action it is asked for, refused or not.
+    assert manage_result(broker.port, Events(kinds=["admin_action"])) == []
 
 
 def test_version_flag():
