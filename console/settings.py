@@ -11,7 +11,11 @@ value from the environment in production.
   permission on the management address; none for an anonymous mesh).
 - ``MESHGATE_CONSOLE_SECRET`` (else generated into the data dir),
   ``MESHGATE_CONSOLE_HOSTS`` (allowed host names), ``MESHGATE_CONSOLE_TLS=1``
-  (secure cookies, behind TLS), ``MESHGATE_CONSOLE_DEBUG=1``."""
+  (secure cookies, behind TLS), ``MESHGATE_CONSOLE_DEBUG=1``.
+- ``MESHGATE_CONSOLE_ORIGINS``: origins besides the console's own (``scheme://host[:port]``,
+  comma-separated) whose pages may open the live WebSocket and post forms: the address
+  browsers use when a proxy in front rewrites the Host header.
+- ``MESHGATE_CONSOLE_METRICS_OPEN=1``: ``/metrics`` without a token (docs/security.md)."""
 
 from __future__ import annotations
 
@@ -37,6 +41,17 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 DEBUG = os.environ.get("MESHGATE_CONSOLE_DEBUG", "0") == "1"
 ALLOWED_HOSTS = os.environ.get("MESHGATE_CONSOLE_HOSTS", "127.0.0.1,localhost").split(",")
+# Pages from these origins, besides the console's own, may open /ws/mesh and post forms.
+CONSOLE_ALLOWED_ORIGINS = [origin.strip().rstrip("/")
+                           for origin in os.environ.get("MESHGATE_CONSOLE_ORIGINS", "").split(",") if origin.strip()]
+CSRF_TRUSTED_ORIGINS = CONSOLE_ALLOWED_ORIGINS
+# A live socket asks again whether its session is still signed in this often (seconds).
+CONSOLE_SESSION_RECHECK = 10.0
+# Failed sign-ins allowed per user name and per address within the window (seconds) before
+# sign-in is refused, for either, until the window ends.
+CONSOLE_LOGIN_THROTTLE = {"per_user": 5, "per_address": 20, "window": 300}
+# /metrics answers without a token (Prometheus on a trusted network); else it needs one.
+CONSOLE_METRICS_OPEN = os.environ.get("MESHGATE_CONSOLE_METRICS_OPEN", "0") == "1"
 
 MESHGATE = {
     "REDIS_URL": os.environ.get("MESHGATE_REDIS_URL", "redis://127.0.0.1:6379/0"),
@@ -63,6 +78,7 @@ INSTALLED_APPS = [
     "console.ui",
 ]
 MIDDLEWARE = [
+    "console.ui.headers.ContentSecurityPolicy",  # first: every answer, errors of later middleware too
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -85,6 +101,9 @@ TEMPLATES = [{
 ASGI_APPLICATION = "console.asgi.application"
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": DATA_DIR / "console.sqlite3"}}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = [{"NAME": "django.contrib.auth.password_validation." + name} for name in (
+    "UserAttributeSimilarityValidator", "MinimumLengthValidator", "CommonPasswordValidator",
+    "NumericPasswordValidator")]
 CHANNEL_LAYERS = {"default": {
     "BACKEND": "channels_redis.core.RedisChannelLayer",
     "CONFIG": {"hosts": [MESHGATE["REDIS_URL"]], "prefix": MESHGATE["STREAM_PREFIX"] + ":console:channels"},
@@ -132,6 +151,9 @@ SPECTACULAR_SETTINGS = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "handlers": {"console": {"class": "logging.StreamHandler"}, "none": {"class": "logging.NullHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("MESHGATE_CONSOLE_LOG_LEVEL", "WARNING")},
+    # Anyone can send a Host the console does not serve, as often as they like: the
+    # request gets its 400, and the log does not get a traceback for each.
+    "loggers": {"django.security.DisallowedHost": {"handlers": ["none"], "level": "CRITICAL", "propagate": False}},
 }

@@ -5,7 +5,7 @@ from console.ui import views
 
 app_name = "ui"
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="ui/login.html"), name="login"),
+    path("login/", views.SignIn.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", views.page("overview"), name="overview"),
     path("topology/", views.page("topology"), name="topology"),

@@ -155,6 +155,7 @@
       if (value === undefined || value === null || value === false) continue;
       if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
       else if (key === "class") node.className = value;
+      else if (key === "style") node.style.cssText = value; // a style attribute would break the CSP
       else if (key === "dataset") Object.assign(node.dataset, value);
       else node.setAttribute(key, value === true ? "" : value);
     }

@@ -157,7 +157,7 @@ def test_signing_in_shows_the_whole_mesh_on_every_page(page, console, tmp_path):
     page.wait_for_selector("text=3 / 3")  # nodes up
     shot(page, "overview", tmp_path)
     page.click("nav >> text=Topology")
-    page.wait_for_function("document.querySelectorAll('#graph-nodes li[data-state=up]').length === 3")
+    page.wait_for_function("() => document.querySelectorAll('#graph-nodes li[data-state=up]').length === 3")
     assert page.locator("#summary").inner_text().startswith("3 of 3 nodes up · 3 links up")
     shot(page, "topology", tmp_path)
     for name in PAGES[2:]:
@@ -257,7 +257,7 @@ def test_an_amqp_connections_channels_show_when_it_is_expanded(page, console, me
 
 def test_a_killed_node_turns_red(page, console, mesh, tmp_path):
     page.goto(console.url + "/topology/")
-    page.wait_for_function("document.querySelectorAll('#graph-nodes li[data-state=up]').length === 3")
+    page.wait_for_function("() => document.querySelectorAll('#graph-nodes li[data-state=up]').length === 3")
     mesh.c.kill9()
     try:
         page.wait_for_selector("#graph-nodes li[data-node=C][data-state=down]", state="attached", timeout=10_000)
@@ -267,5 +267,5 @@ def test_a_killed_node_turns_red(page, console, mesh, tmp_path):
     finally:
         mesh.c.start()
     page.goto(console.url + "/topology/")
-    page.wait_for_function("document.querySelectorAll('#graph-nodes li[data-state=up]').length === 3",
+    page.wait_for_function("() => document.querySelectorAll('#graph-nodes li[data-state=up]').length === 3",
                            timeout=30_000)

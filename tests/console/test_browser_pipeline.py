@@ -113,7 +113,7 @@ def test_the_overview_switches_to_the_pipeline_when_it_starts_and_charts_latency
     assert source.get_attribute("data-source") == "pipeline"
     page.locator("#latency-card").wait_for()
     assert page.locator("#latency-chart canvas").count() == 1
-    page.wait_for_function("Number(document.getElementById('latency-chart').dataset.points) >= 30")
+    page.wait_for_function("() => Number(document.getElementById('latency-chart').dataset.points) >= 30")
     latency = _legend(page, "latency-chart")
     assert "p50" in latency and "2.0 ms" in latency and "4.1 ms" in latency and "8.2 ms" in latency, latency
     rates = _legend(page, "chart")
@@ -122,11 +122,11 @@ def test_the_overview_switches_to_the_pipeline_when_it_starts_and_charts_latency
     shot(page, "overview-pipeline", tmp_path, full_page=True)
     # Live: the windows are read again every few seconds, so the next window shows without a reload.
     newest = float(page.get_attribute("#chart", "data-newest"))
-    page.wait_for_function(f"Number(document.getElementById('chart').dataset.newest) > {newest}", timeout=25_000)
+    page.wait_for_function(f"() => Number(document.getElementById('chart').dataset.newest) > {newest}", timeout=25_000)
     # An hour is charted from 1-minute windows.
     page.click("#chart-range button[data-seconds='3600']")
     source.filter(has_text="Spark pipeline, 1 min windows").wait_for()
-    page.wait_for_function("Number(document.getElementById('chart').dataset.points) >= 55")
+    page.wait_for_function("() => Number(document.getElementById('chart').dataset.points) >= 55")
     assert "range=3600" in page.url
     shot(page, "overview-pipeline-hour", tmp_path)
 
@@ -137,7 +137,7 @@ def test_the_queue_page_charts_latency_and_depth_from_the_pipeline(page, console
     page.locator("#chart-source").filter(has_text="Spark pipeline, 10 s windows").wait_for()
     page.locator("#pipeline-charts").wait_for()
     assert page.locator("#latency-chart canvas").count() == 1 and page.locator("#depth-chart canvas").count() == 1
-    page.wait_for_function("Number(document.getElementById('depth-chart').dataset.points) >= 30")
+    page.wait_for_function("() => Number(document.getElementById('depth-chart').dataset.points) >= 30")
     depth = _legend(page, "depth-chart")
     assert "42" in depth and "57" in depth, depth
     assert "8.2 ms" in _legend(page, "latency-chart")

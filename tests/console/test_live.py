@@ -1,6 +1,8 @@
 """Live updates: the worker (``manage.py meshwatch``, a real process) tails the nodes'
 streams and the WebSocket consumer hands its updates to a signed-in browser; tested
-with Channels' WebsocketCommunicator against the real mesh and Redis."""
+with Channels' WebsocketCommunicator (a real session's cookie, the console's whole ASGI
+application: tests/console/live_support.py) against the real mesh and Redis. Origins,
+sign-out and bad messages: test_live_guard.py."""
 
 from __future__ import annotations
 
@@ -12,10 +14,9 @@ import time
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 from e2e_support import unique
 
-from console.live.consumers import MeshConsumer
+from tests.console.live_support import connected, next_of, socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,39 +35,8 @@ def worker(mesh, settings):
     process.wait(10)
 
 
-async def connected(user, *groups: str) -> WebsocketCommunicator:
-    communicator = WebsocketCommunicator(MeshConsumer.as_asgi(), "/ws/mesh")
-    communicator.scope["user"] = user
-    ok, _ = await communicator.connect()
-    assert ok
-    if groups:
-        await communicator.send_json_to({"subscribe": list(groups)})
-    return communicator
-
-
-async def next_of(communicator: WebsocketCommunicator, kind: str, predicate=lambda m: True, timeout: float = 15.0,
-                  seen: list | None = None):
-    """The first message of ``kind`` that ``predicate`` accepts; every message read
-    on the way is appended to ``seen``."""
-    deadline = time.monotonic() + timeout
-    seen = seen if seen is not None else []
-    while time.monotonic() < deadline:
-        try:
-            message = await communicator.receive_json_from(timeout=deadline - time.monotonic())
-        except TimeoutError:
-            break
-        seen.append(message)
-        if message.get("type") == kind and predicate(message):
-            return message
-    raise AssertionError(f"no {kind} message as expected within {timeout}s; got {[m.get('type') for m in seen]}")
-
-
 async def test_a_signed_out_browser_is_turned_away(mesh):
-    from django.contrib.auth.models import AnonymousUser
-
-    communicator = WebsocketCommunicator(MeshConsumer.as_asgi(), "/ws/mesh")
-    communicator.scope["user"] = AnonymousUser()
-    ok, code = await communicator.connect()
+    ok, code = await socket(client=None).connect()  # the console's own page, no session
     assert not ok and code == 4401
 
 

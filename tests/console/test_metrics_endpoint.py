@@ -1,17 +1,27 @@
 """GET /metrics: every node, link and partial queue in the Prometheus text format, from
-the nodes' latest snapshots, for any scraper (no sign-in). Checked with promtool."""
+the nodes' latest snapshots, for a scraper with a console user's API token (as
+Prometheus's ``authorization`` sends it) unless MESHGATE_CONSOLE_METRICS_OPEN opens it.
+Checked with promtool."""
 
 from __future__ import annotations
 
 import re
 import subprocess
 
+import pytest
+from django.test import Client
 from e2e_support import unique
 from mesh_support import send_many
 
 PROMTOOL = "/usr/bin/promtool"
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@pytest.fixture
+def client(users):
+    """Prometheus: ``authorization: {credentials: <a viewer's API token>}`` (type Bearer)."""
+    return Client(HTTP_HOST="127.0.0.1", HTTP_AUTHORIZATION="Bearer " + users["viewer"][1])
 
 
 def _scrape(client) -> str:
@@ -43,7 +53,29 @@ def _promtool(text: str) -> subprocess.CompletedProcess:
     return subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30)
 
 
-def test_metrics_need_no_sign_in_and_pass_promtool(mesh, client):
+def test_metrics_need_a_token_or_a_session(mesh, users, settings):
+    def status(**headers) -> int:
+        return Client(HTTP_HOST="127.0.0.1", **headers).get("/metrics").status_code
+
+    refused = Client(HTTP_HOST="127.0.0.1").get("/metrics")
+    assert refused.status_code == 401 and refused["WWW-Authenticate"].startswith("Bearer")
+    assert b"meshgate_" not in refused.content
+    token = users["viewer"][1]
+    assert status(HTTP_AUTHORIZATION="Bearer " + "0" * 40) == 401
+    assert status(HTTP_AUTHORIZATION="Basic " + token) == 401
+    assert status(HTTP_AUTHORIZATION="Bearer " + token) == 200
+    assert status(HTTP_AUTHORIZATION="Token " + token) == 200  # as the API takes it
+    signed_in = Client(HTTP_HOST="127.0.0.1")
+    signed_in.force_login(users["viewer"][0])
+    assert signed_in.get("/metrics").status_code == 200
+    users["viewer"][0].is_active = False
+    users["viewer"][0].save()
+    assert status(HTTP_AUTHORIZATION="Bearer " + token) == 401  # a disabled user's token
+    settings.CONSOLE_METRICS_OPEN = True  # MESHGATE_CONSOLE_METRICS_OPEN=1
+    assert status() == 200
+
+
+def test_metrics_pass_promtool(mesh, client):
     text = _scrape(client)
     checked = _promtool(text)
     assert checked.returncode == 0, checked.stdout + checked.stderr

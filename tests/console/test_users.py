@@ -1,12 +1,13 @@
 """Console users: the first administrator made at start, and viewers and admins added
-from the command line, with the right to act or not."""
+from the command line, with the right to act or not, and passwords Django's validators
+accept."""
 
 from __future__ import annotations
 
 from io import StringIO
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from console.api.permissions import is_admin
 
@@ -42,3 +43,26 @@ def test_consoleuser_adds_viewers_and_admins(monkeypatch):
     call_command("consoleuser", "ada", password_stdin=True, stdout=StringIO())  # no --admin: back to a viewer
     ada.refresh_from_db()
     assert ada.check_password("new-secret") and not is_admin(ada)
+
+
+@pytest.mark.parametrize(("password", "why"), [
+    ("s3cret", "too short"),
+    ("password123", "too common"),
+    ("8675309112358", "entirely numeric"),
+    ("veronica-m", "too similar to the username"),
+])
+def test_consoleuser_refuses_weak_passwords_and_changes_nothing(monkeypatch, password, why):
+    from django.contrib.auth.models import User
+
+    monkeypatch.setattr("sys.stdin", StringIO(password + "\n"))
+    with pytest.raises(CommandError, match=why) as refused:
+        call_command("consoleuser", "veronica-m", password_stdin=True, stdout=StringIO())
+    assert password not in str(refused.value)
+    assert not User.objects.filter(username="veronica-m").exists()  # not made with a weak password
+    monkeypatch.setattr("sys.stdin", StringIO("a-long-passphrase\n"))
+    call_command("consoleuser", "veronica-m", password_stdin=True, stdout=StringIO())
+    monkeypatch.setattr("sys.stdin", StringIO(password + "\n"))
+    with pytest.raises(CommandError, match=why):
+        call_command("consoleuser", "veronica-m", admin=True, password_stdin=True, stdout=StringIO())
+    user = User.objects.get(username="veronica-m")
+    assert user.check_password("a-long-passphrase") and not is_admin(user)  # neither password nor role changed

@@ -1,5 +1,7 @@
 """``manage.py consoleuser NAME [--admin] [--password-stdin]``: add a console user (a
-viewer, or an administrator with ``--admin``) or change one's password and role."""
+viewer, or an administrator with ``--admin``) or change one's password and role. The
+password must pass Django's validators (``AUTH_PASSWORD_VALIDATORS``: not too short,
+common, all digits or like the user name); a refused one changes nothing."""
 
 from __future__ import annotations
 
@@ -8,6 +10,8 @@ import sys
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
 from console.api.permissions import ADMINS
@@ -25,7 +29,15 @@ class Command(BaseCommand):
         password = sys.stdin.readline().rstrip("\n") if password_stdin else getpass.getpass("password: ")
         if not password:
             raise CommandError("empty password")
-        user, created = get_user_model().objects.get_or_create(username=username)
+        users = get_user_model()
+        user = users.objects.filter(username=username).first()
+        created = user is None
+        if created:
+            user = users(username=username)
+        try:
+            validate_password(password, user)
+        except ValidationError as error:
+            raise CommandError("password refused: " + " ".join(error.messages)) from None
         user.set_password(password)
         user.save()
         admins, _ = Group.objects.get_or_create(name=ADMINS)
