@@ -5,11 +5,24 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pika
-from e2e_support import HOST
+from e2e_support import HOST, BrokerProcess
 
 AMQP_ON = "amqp.bind=127.0.0.1:0"  # a --set that gives a node an AMQP listener on a free port
+
+
+@contextmanager
+def amqp_broker(tmp_path_factory, name: str) -> Iterator[BrokerProcess]:
+    """A started broker with an AMQP listener (for a module-scoped fixture), cleaned up after."""
+    broker = BrokerProcess(tmp_path_factory.mktemp(name), name=name, sets=[AMQP_ON])
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.cleanup()
 
 
 def amqp_port(process, timeout: float = 10.0) -> int:

@@ -23,6 +23,17 @@ from e2e_support import (  # noqa: E402
 
 
 @pytest.fixture
+def amqp():
+    """``amqp(process, user="guest", password="guest", **options)``: pika connections to a
+    broker's AMQP listener, closed at teardown."""
+    from amqp_support import Pika
+
+    clients = Pika()
+    yield clients
+    clients.close_all()
+
+
+@pytest.fixture
 def redis_server(tmp_path):
     """A redis-server of the test's own on a free loopback port (``.url``, ``.kill()``,
     ``.start()`` again on the same port), stopped at teardown."""

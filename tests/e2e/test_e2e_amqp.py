@@ -15,8 +15,8 @@ from collections import Counter
 import pika
 import pika.exceptions
 import pytest
-from amqp_support import AMQP_ON, Pika, amqp_port, await_deliveries, drain, expect_no_more
-from e2e_support import HOST, BrokerProcess, manage_result, unique
+from amqp_support import amqp_broker, amqp_port, await_deliveries, drain, expect_no_more
+from e2e_support import HOST, manage_result, unique
 
 from model.mesh import ChannelSummary
 from model.requests import CloseConnection, Connections
@@ -24,19 +24,8 @@ from model.requests import CloseConnection, Connections
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("amqp"), name="amqp", sets=[AMQP_ON])
-    broker.start()
-    try:
+    with amqp_broker(tmp_path_factory, "amqp") as broker:
         yield broker
-    finally:
-        broker.cleanup()
-
-
-@pytest.fixture
-def amqp():
-    clients = Pika()
-    yield clients
-    clients.close_all()
 
 
 def test_publish_consume_ack_with_properties_and_typed_headers(node, amqp):

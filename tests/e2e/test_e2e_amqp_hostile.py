@@ -10,9 +10,9 @@ import re
 
 import pika.spec
 import pytest
-from amqp_support import AMQP_ON, Pika
+from amqp_support import AMQP_ON, amqp_broker
 from amqp_wire_support import RawAmqp
-from e2e_support import BrokerProcess, manage_result, unique
+from e2e_support import manage_result, unique
 
 from gateway.hostile_log import LINE_LIMIT, PER_MINUTE
 from model.requests import CloseConnection, Connections
@@ -39,19 +39,8 @@ REPRODUCERS = {
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("amqp-hostile"), name="hostile", sets=[AMQP_ON])
-    broker.start()
-    try:
+    with amqp_broker(tmp_path_factory, "hostile") as broker:
         yield broker
-    finally:
-        broker.cleanup()
-
-
-@pytest.fixture
-def amqp():
-    clients = Pika()
-    yield clients
-    clients.close_all()
 
 
 def still_serves(node, amqp) -> None:

@@ -13,17 +13,9 @@ import sys
 import textwrap
 
 import pika
-import pytest
-from amqp_support import AMQP_ON, Pika, amqp_port
+from amqp_support import AMQP_ON, amqp_port
 from e2e_support import HOST, unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
-
-
-@pytest.fixture
-def amqp():
-    clients = Pika()
-    yield clients
-    clients.close_all()
 
 
 def test_definitions_made_over_amqp_route_on_every_node_and_stomp_reads_them(mesh, amqp):

@@ -10,16 +10,9 @@ import time
 import pika
 import pika.exceptions
 import pytest
-from amqp_support import AMQP_ON, Pika, drain
+from amqp_support import AMQP_ON, drain
 from e2e_support import unique
 from kombu import Connection, Exchange, Queue
-
-
-@pytest.fixture
-def amqp():
-    clients = Pika()
-    yield clients
-    clients.close_all()
 
 
 def test_no_confirmed_message_is_lost_when_the_node_is_killed(broker_factory, amqp):

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pika
 import pytest
-from amqp_support import AMQP_ON, Pika
-from e2e_support import BrokerProcess, manage_result, unique
+from amqp_support import AMQP_ON, amqp_broker
+from e2e_support import manage_result, unique
 from mesh_support import mesh_fixture  # noqa: F401  (the fixture)
 
 from model.requests import Send
@@ -28,19 +28,8 @@ INJECTED = [  # (body, AMQP headers table): what each subscriber must get exactl
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("inject"), name="inject", sets=[AMQP_ON])
-    broker.start()
-    try:
+    with amqp_broker(tmp_path_factory, "inject") as broker:
         yield broker
-    finally:
-        broker.cleanup()
-
-
-@pytest.fixture
-def amqp():
-    clients = Pika()
-    yield clients
-    clients.close_all()
 
 
 def publish_injected(channel, queue: str) -> None:

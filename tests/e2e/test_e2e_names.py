@@ -8,27 +8,16 @@ from __future__ import annotations
 import pika
 import pika.exceptions
 import pytest
-from amqp_support import AMQP_ON, Pika, drain
-from e2e_support import BrokerProcess, RawClient, manage_result, open_client, unique
+from amqp_support import amqp_broker, drain
+from e2e_support import RawClient, manage_result, open_client, unique
 
 from model.requests import Queues
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    broker = BrokerProcess(tmp_path_factory.mktemp("names"), name="names", sets=[AMQP_ON])
-    broker.start()
-    try:
+    with amqp_broker(tmp_path_factory, "names") as broker:
         yield broker
-    finally:
-        broker.cleanup()
-
-
-@pytest.fixture
-def amqp():
-    clients = Pika()
-    yield clients
-    clients.close_all()
 
 
 def _queue_names(node) -> set[str]:
