@@ -20,7 +20,11 @@ import time
 import traceback
 from collections.abc import Callable
 
-QUOTE_LIMIT = 60  # characters of a client's value quoted in a line
+from model.names import QUOTE_LIMIT, quoted
+
+quote = quoted  # a client's value in a line: its repr, cut to QUOTE_LIMIT characters
+__all__ = ["QUOTE_LIMIT", "PeerLog", "quote"]
+
 LINE_LIMIT = 400  # characters of one line (a first traceback comes on top, itself cut at TRACEBACK_LIMIT)
 PER_MINUTE = 10  # lines per peer address per minute
 WINDOW_S = 60.0
@@ -30,13 +34,6 @@ MAX_PEERS = 4096  # peers tracked at once; past it, every other peer shares one 
 OTHERS = "other peers"
 _MAX_SITES = 1024
 _sites: set[tuple[str, str, int]] = set()  # (exception type, file, line) whose traceback was logged, process-wide
-
-
-def quote(value: str | bytes) -> str:
-    """A client's value for a log line or an error text: its repr, cut to QUOTE_LIMIT characters."""
-    if len(value) <= QUOTE_LIMIT:
-        return repr(value)
-    return f"{value[:QUOTE_LIMIT]!r}... ({len(value)} in all)"
 
 
 def _cut(line: str) -> str:

@@ -10,6 +10,7 @@ string, a JSON document and a terminal line all carry such a name as it is."""
 from __future__ import annotations
 
 MAX_NAME_BYTES = 255
+QUOTE_LIMIT = 60  # characters of a client's value quoted in an error or a log line
 
 
 class InvalidName(ValueError):
@@ -29,9 +30,12 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def quoted(name: str, limit: int = 60) -> str:
-    """``name`` as error messages and logs show it: repr, cut to ``limit`` characters."""
-    return repr(name[:limit]) + ("…" if len(name) > limit else "")
+def quoted(value: str | bytes, limit: int = QUOTE_LIMIT) -> str:
+    """A client's value as error texts and log lines show it: its repr, cut to ``limit``
+    characters (what a client chose never makes a line longer than that)."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} in all)"
 
 
 def check_name(name: str, what: str = "name") -> str:

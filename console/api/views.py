@@ -94,7 +94,8 @@ def _sorted(request, rows: list, allowed: tuple[str, ...], default: str) -> list
     def key(row):
         value = _value(row, field)
         if isinstance(value, str):  # "node1-10" after "node1-9"
-            return (False, [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in _DIGITS.split(value)])
+            return (False, [(0, int(part), "") if part.isdecimal() and len(part) < 1000 else (1, 0, part)
+                            for part in _DIGITS.split(value)])  # '²' is a digit to isdigit(), not to int()
         return (value is None, value if value is not None else 0)
 
     return sorted(rows, key=key, reverse=reverse)

@@ -30,6 +30,7 @@ _TO_HEADER = {
 }
 _TO_PROPERTY = {header: name for name, header in _TO_HEADER.items()}
 TYPES = TYPES_HEADER
+MAX_EXPIRATION = 2 ** 32 - 1  # ms, as RabbitMQ bounds a message's TTL
 EXCHANGE, ROUTING_KEY = EXCHANGE_HEADER, ROUTING_KEY_HEADER
 # Headers a protocol or the broker sets, never copied into an AMQP headers table.
 _NOT_APPLICATION = frozenset({
@@ -87,8 +88,10 @@ def from_properties(properties: dict, now_ms: Callable[[], int]) -> Publish:
     expires = 0
     expiration = properties.get("expiration")
     if expiration is not None:
-        if not expiration.isdigit():
-            raise ValueError(f"expiration {expiration!r} is not a whole number of milliseconds")
+        if not (expiration.isascii() and expiration.isdigit()) or len(expiration) > 10 or \
+                int(expiration) > MAX_EXPIRATION:
+            raise ValueError(f"expiration {expiration[:40]!r} is not a whole number of milliseconds from 0 to "
+                             f"{MAX_EXPIRATION}")
         expires = now_ms() + int(expiration)
         headers["expires"] = str(expires)
     persistent = properties.get("delivery_mode") == 2
@@ -113,7 +116,7 @@ def to_properties(headers: dict[str, str], persistent: bool, priority: int) -> d
         if prop is not None:
             properties[prop] = value
         elif key == "timestamp":
-            if value.isdigit():
+            if value.isascii() and value.isdigit() and len(value) <= 19 and int(value) < 2 ** 63:
                 properties["timestamp"] = int(value)
         elif key not in _NOT_APPLICATION:
             kind = types.get(key)

@@ -25,6 +25,7 @@ from model.definitions import (
     QueueSettings,
 )
 from model.events import ConsumerAttached, ConsumerDetached, DeadLetter, Expired
+from model.names import quoted
 
 log = logging.getLogger(__name__)
 
@@ -410,7 +411,7 @@ class Broker(DefiningMixin):
                   prefetch: int | None, selector: str | None, durable_name: str | None,
                   tag: object = None, peer: str | None = None) -> Subscription:
         if ack_mode not in ACK_MODES:
-            raise BrokerError(f"unknown ack mode {ack_mode!r}; use one of {', '.join(ACK_MODES)}")
+            raise BrokerError(f"unknown ack mode {quoted(ack_mode)}; use one of {', '.join(ACK_MODES)}")
         if kind == TOPIC:
             check_name("topic", address)
         elif kind == QUEUE and address not in self.queues:
@@ -428,9 +429,9 @@ class Broker(DefiningMixin):
             elif kind == TEMP:
                 queue = self.temp_queues.get(address)
                 if queue is None:
-                    raise BrokerError(f"temporary queue {address!r} no longer exists")
+                    raise BrokerError(f"temporary queue {quoted(address)} no longer exists")
                 if queue.owner is not session:
-                    raise BrokerError(f"temporary queue {address!r} belongs to another connection")
+                    raise BrokerError(f"temporary queue {quoted(address)} belongs to another connection")
             else:
                 raise BrokerError(f"unknown destination kind {kind!r}")
             sub = Subscription(session, subscription_id, queue, ack_mode, prefetch, predicate, selector)
@@ -537,7 +538,8 @@ class Broker(DefiningMixin):
             check_name("durable subscription name", durable_name)
         if binding is not None and binding.durable:
             if binding.active is not None:
-                raise BrokerError(f"durable subscription {durable_name!r} is already active on another connection")
+                raise BrokerError(f"durable subscription {quoted(durable_name)} is already active on another "
+                                  "connection")
             if binding.pattern == pattern and binding.selector_text == (selector or None):
                 return binding
             # A changed topic or selector makes a new subscription, as in JMS.
@@ -585,7 +587,7 @@ class Broker(DefiningMixin):
         here = binding is not None and binding.durable and binding.peer is None
         record = self.definitions.get(DURABLE_SUBSCRIPTION, name)
         if not here and (record is None or record.deleted):
-            raise BrokerError(f"no durable subscription named {name!r}")
+            raise BrokerError(f"no durable subscription named {quoted(name)}")
         if here:
             self._drop_durable(binding)
         self._define(DURABLE_SUBSCRIPTION, name)

@@ -10,6 +10,7 @@ from gateway.broker.errors import BrokerError
 from gateway.broker.message import MESSAGE_OVERHEAD, Message
 from gateway.broker.queue import AUTO, CLIENT, Queue, Subscription
 from model.latency import TOP as LATENCY_TOP
+from model.names import quoted
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
@@ -111,7 +112,7 @@ class Session:
         peer: str | None = None,
     ) -> Subscription:
         if subscription_id in self.subscriptions:
-            raise BrokerError(f"subscription id {subscription_id!r} is already in use on this connection")
+            raise BrokerError(f"subscription id {quoted(subscription_id)} is already in use on this connection")
         sub = self.broker.subscribe(self, subscription_id, kind, address, ack_mode, prefetch, selector, durable_name,
                                     tag, peer)
         self.subscriptions[subscription_id] = sub
@@ -120,7 +121,7 @@ class Session:
     def unsubscribe(self, subscription_id: str, remove_durable: bool = False) -> None:
         sub = self.subscriptions.pop(subscription_id, None)
         if sub is None:
-            raise BrokerError(f"no subscription with id {subscription_id!r} on this connection")
+            raise BrokerError(f"no subscription with id {quoted(subscription_id)} on this connection")
         self._detach(sub)
         if remove_durable and sub.durable:
             self.broker.remove_durable(sub.queue.name)
@@ -138,7 +139,8 @@ class Session:
         delivery on the same subscription too, as STOMP's client mode does."""
         inflight = sub.inflight
         if message_id not in inflight:
-            raise BrokerError(f"message {message_id!r} is not awaiting acknowledgement on subscription {sub.id!r}")
+            raise BrokerError(f"message {quoted(message_id)} is not awaiting acknowledgement on subscription "
+                              f"{quoted(sub.id)}")
         if cumulative and sub.ack_mode == CLIENT:
             settled = []
             while True:
@@ -170,11 +172,11 @@ class Session:
         try:
             return self.transactions[name]
         except KeyError:
-            raise BrokerError(f"transaction {name!r} is not active") from None
+            raise BrokerError(f"transaction {quoted(name)} is not active") from None
 
     def begin(self, name: str) -> None:
         if name in self.transactions:
-            raise BrokerError(f"transaction {name!r} is already active")
+            raise BrokerError(f"transaction {quoted(name)} is already active")
         self.transactions[name] = _Transaction()
 
     def send(self, kind: str, address: str, headers: dict[str, str], body: bytes, persistent: bool,
@@ -185,7 +187,7 @@ class Session:
             if tx.size + size > self.broker.memory_limit:
                 # It could never be held, let alone committed: refuse rather than stall.
                 raise BrokerError(
-                    f"transaction {transaction!r} would hold more than the broker's memory limit of "
+                    f"transaction {quoted(transaction)} would hold more than the broker's memory limit of "
                     f"{self.broker.memory_limit} bytes; commit in smaller transactions"
                 )
             tx.sends.append((kind, address, headers, body, persistent, priority, expires))
@@ -198,7 +200,7 @@ class Session:
     def commit(self, name: str) -> None:
         tx = self.transactions.pop(name, None)
         if tx is None:
-            raise BrokerError(f"transaction {name!r} is not active")
+            raise BrokerError(f"transaction {quoted(name)} is not active")
         send = self.broker.send
         self._release_sends(tx)
         for args in tx.sends:
@@ -212,7 +214,7 @@ class Session:
     def abort(self, name: str) -> None:
         tx = self.transactions.pop(name, None)
         if tx is None:
-            raise BrokerError(f"transaction {name!r} is not active")
+            raise BrokerError(f"transaction {quoted(name)} is not active")
         self._rollback(tx)
 
     def _release_sends(self, tx: _Transaction) -> None:

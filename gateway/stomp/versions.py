@@ -11,8 +11,11 @@ from gateway.broker.broker import TEMP
 from gateway.broker.message import NOT_FROM_SENDERS, QUEUE, TOPIC, Message
 from gateway.broker.queue import AUTO, CLIENT, CLIENT_INDIVIDUAL, Subscription
 from gateway.stomp.codec import Frame, escape_header, message_head
+from model.names import quoted
 
 STREAM_AT = 256 * 1024  # a MESSAGE body this large goes out in pieces, as the socket takes them
+MAX_EXPIRES = 2 ** 63 - 1  # epoch milliseconds: what the journal holds (a signed 64-bit number)
+MAX_PREFETCH = 2 ** 31 - 1
 
 if TYPE_CHECKING:
     from gateway.auth import Principal
@@ -48,7 +51,7 @@ class Stomp10:
     def handle(self, frame: Frame) -> None:
         handler = getattr(self, "frame_" + frame.command, None)
         if handler is None:
-            raise StompError(f"unknown command {frame.command!r} for STOMP {self.version}")
+            raise StompError(f"unknown command {quoted(frame.command)} for STOMP {self.version}")
         handler(frame)
 
     def frame_CONNECT(self, frame: Frame) -> None:
@@ -77,7 +80,7 @@ class Stomp10:
     def _parse_destination(self, text: str) -> tuple[str, str]:
         kind, sep, name = text[1:].partition("/")
         if not sep or not name or text[0] != "/":
-            raise StompError(f"invalid destination {text!r}: use /queue/NAME, /topic/NAME or /temp-queue/NAME")
+            raise StompError(f"invalid destination {quoted(text)}: use /queue/NAME, /topic/NAME or /temp-queue/NAME")
         if kind == "queue":
             return QUEUE, name
         if kind == "topic":
@@ -88,7 +91,7 @@ class Stomp10:
             return TEMP, queue.name
         if kind == "remote-temp-queue":
             return TEMP, name
-        raise StompError(f"invalid destination {text!r}: use /queue/NAME, /topic/NAME or /temp-queue/NAME")
+        raise StompError(f"invalid destination {quoted(text)}: use /queue/NAME, /topic/NAME or /temp-queue/NAME")
 
     def format_destination(self, message: Message) -> str:
         if message.kind == TEMP:
@@ -132,14 +135,14 @@ class Stomp10:
         expires = 0
         raw = headers.get("priority")
         if raw is not None:
-            if not (raw.isdigit() and int(raw) <= 9):
-                raise StompError(f"priority must be an integer from 0 to 9, got {raw!r}")
-            priority = int(raw)
+            priority = _whole_number(raw, 9)
+            if priority < 0:
+                raise StompError(f"priority must be an integer from 0 to 9, got {quoted(raw)}")
         raw = headers.get("expires")
         if raw is not None:
-            if not raw.isdigit():
-                raise StompError(f"expires must be a time in epoch milliseconds, got {raw!r}")
-            expires = int(raw)
+            expires = _whole_number(raw, MAX_EXPIRES)
+            if expires < 0:
+                raise StompError(f"expires must be a time in epoch milliseconds, got {quoted(raw)}")
         reply_to = headers.get("reply-to")
         if reply_to is not None and reply_to.startswith("/temp-queue/"):
             headers["reply-to"] = "/remote-temp-queue/" + self.destination(reply_to)[1]
@@ -159,14 +162,14 @@ class Stomp10:
         self.authorize("read", _acl_name(target, kind, address))
         mode = _ACK_MODES.get(headers.get("ack", "auto"))
         if mode is None:
-            raise StompError(f"unknown ack mode {headers['ack']!r}: use auto, client or client-individual")
+            raise StompError(f"unknown ack mode {quoted(headers['ack'])}: use auto, client or client-individual")
         prefetch = None
         for name in _PREFETCH_HEADERS:
             raw = headers.get(name)
             if raw is not None:
-                if not raw.isdigit() or int(raw) < 1:
-                    raise StompError(f"{name} must be a positive integer, got {raw!r}")
-                prefetch = int(raw)
+                prefetch = _whole_number(raw, MAX_PREFETCH)
+                if prefetch < 1:
+                    raise StompError(f"{name} must be a whole number from 1 to {MAX_PREFETCH}, got {quoted(raw)}")
                 break
         durable_name = self.durable_name(frame, kind)
         self._next_number += 1
@@ -240,12 +243,12 @@ class Stomp10:
         if sub_id is not None:
             sub = self.session.subscriptions.get(sub_id)
             if sub is None:
-                raise StompError(f"no subscription with id {sub_id!r}")
+                raise StompError(f"no subscription with id {quoted(sub_id)}")
             return sub, message_id
         for sub in self.session.subscriptions.values():
             if message_id in sub.inflight:
                 return sub, message_id
-        raise StompError(f"message {message_id!r} is not awaiting acknowledgement")
+        raise StompError(f"message {quoted(message_id)} is not awaiting acknowledgement")
 
     def frame_ACK(self, frame: Frame) -> None:
         sub, message_id = self.ack_target(frame)
@@ -281,7 +284,7 @@ class Stomp11(Stomp10):
         sub_id = self.required(frame, "subscription")
         sub = self.session.subscriptions.get(sub_id)
         if sub is None:
-            raise StompError(f"no subscription with id {sub_id!r}")
+            raise StompError(f"no subscription with id {quoted(sub_id)}")
         return sub, message_id
 
 
@@ -294,10 +297,21 @@ class Stomp12(Stomp11):
     def ack_target(self, frame: Frame) -> tuple[Subscription, str]:
         ack_id = self.required(frame, "id")
         message_id, _, number = ack_id.rpartition("#")
-        sub = self._subscription_numbers.get(int(number)) if number.isdigit() else None
+        sub = self._subscription_numbers.get(_whole_number(number, 2 ** 63))
         if sub is None or not message_id:
-            raise StompError(f"ack id {ack_id!r} does not name a delivery awaiting acknowledgement")
+            raise StompError(f"ack id {quoted(ack_id)} does not name a delivery awaiting acknowledgement")
         return sub, message_id
+
+
+def _whole_number(raw: str, largest: int) -> int:
+    """``raw`` as a whole number from 0 to ``largest``, else -1: ASCII digits only (``str.isdigit``
+    takes '²', which ``int`` refuses) and no more of them than ``largest`` has (``int`` refuses
+    over 4,300 digits, and a larger number means nothing here)."""
+    if raw.isascii() and raw.isdigit() and len(raw) <= len(str(largest)):
+        value = int(raw)
+        if value <= largest:
+            return value
+    return -1
 
 
 def _acl_name(target: str, kind: str, address: str) -> str:

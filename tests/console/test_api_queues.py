@@ -109,3 +109,17 @@ def test_queue_list_answers_json_404_for_a_page_out_of_range(mesh, viewer, famil
 def test_queue_list_refuses_an_unknown_sort_field(mesh, viewer):
     error = expect_error(viewer.get("/api/v1/queues", {"sort": "bogus"}), 400, "bad_request")
     assert "sort" in error["message"] and "messages" in error["message"]
+
+
+def test_names_with_digits_int_cannot_read_sort_as_text(mesh, viewer):
+    prefix = unique("qd")
+    names = [f"{prefix}.9²", f"{prefix}.10", f"{prefix}.9", f"{prefix}.{'7' * 200}"]
+    sender = mesh.nodes[0].client()
+    try:
+        for name in names:
+            send_many(sender, f"/queue/{name}", ["x"])
+    finally:
+        sender.disconnect()
+    mesh.wait(lambda: _queues(viewer, name=prefix)["total_count"] == 4, "the four queues")
+    assert [row["name"] for row in _queues(viewer, name=prefix, sort="name")["items"]] == [
+        f"{prefix}.9", f"{prefix}.9²", f"{prefix}.10", f"{prefix}.{'7' * 200}"]

@@ -440,3 +440,19 @@ def test_any_bytes_decode_to_a_table_or_raise_decode_error_only(data):
         decode_table(data, 0)
     except DecodeError as error:
         assert not any(word in str(error) for word in PYTHON_WORDS), str(error)
+
+
+@pytest.mark.parametrize("expiration", ["²", "-1", "1e3", "9" * 5000, str(2 ** 32), str(2 ** 64)])
+def test_an_expiration_out_of_reach_is_refused_with_a_reason(expiration):
+    from gateway.amqp.properties import MAX_EXPIRATION, from_properties
+
+    with pytest.raises(ValueError) as raised:
+        from_properties({"expiration": expiration}, lambda: 1_700_000_000_000)
+    assert str(MAX_EXPIRATION) in str(raised.value) and len(str(raised.value)) < 200
+
+
+def test_the_longest_expiration_is_taken():
+    from gateway.amqp.properties import MAX_EXPIRATION, from_properties
+
+    publish = from_properties({"expiration": str(MAX_EXPIRATION)}, lambda: 1_700_000_000_000)
+    assert publish.expires == 1_700_000_000_000 + MAX_EXPIRATION
