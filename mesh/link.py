@@ -1,5 +1,14 @@
 """One inter-broker link: handshake with mutual proof of the cluster password,
-health checks, and frames handed to the mesh node. Either side may have dialled."""
+health checks, and frames handed to the mesh node. Either side may have dialled.
+
+The handshake: both sides send a HELLO (who they are, and a nonce); the dialler
+proves the password first (AUTH: an HMAC on the listener's nonce), and the listener
+proves it only once it has checked the dialler's proof. So a node never makes a
+proof for someone who has not proven the password: otherwise anyone could connect
+to one node, hand it another node's nonce, and relay the proof it gets back to pass
+for it there. What a HELLO claims (a node id, an epoch) is acted upon only once its
+sender has proven the password: a refusal that fences a replaced process, or the
+stop of a node whose data dir was copied, is never caused by an unproven peer."""
 
 from __future__ import annotations
 
@@ -8,6 +17,7 @@ import hmac
 import logging
 import os
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 from twisted.internet.error import ConnectionDone
 from twisted.internet.interfaces import IPushProducer
@@ -15,17 +25,21 @@ from twisted.internet.protocol import ClientFactory, Protocol, ServerFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
+from gateway.broker.errors import BrokerError
+from gateway.hostile_log import PeerLog
 from mesh.codec import (
     FrameType,
     LinkError,
     LinkParser,
+    check_hello,
+    decode_checked,
     decode_control,
     decode_message,
     encode_control,
     encode_frame,
 )
 from mesh.large import ChunkAssembler, ChunkedSender
-from mesh.quorum import answer_vote
+from mesh.quorum import answer_vote, same_proof
 
 if TYPE_CHECKING:
     from mesh.node import MeshNode
@@ -36,6 +50,16 @@ log = logging.getLogger(__name__)
 # only sent to such a node, and it comes on a connection that never becomes a link.
 PROTOCOL_VERSION = 4
 SELF_LINK = "a link to this node itself"  # a refusal: a discovery listed this node's own address
+REASON_LIMIT = 200  # characters of a peer's refusal reason that are logged and passed on
+_peer_logs: WeakKeyDictionary = WeakKeyDictionary()  # mesh node -> its PeerLog for unproven peers
+
+
+def _peer_log(mesh: MeshNode) -> PeerLog:
+    """What unproven peers make a node log is rate-limited per address (anyone can connect)."""
+    peer_log = _peer_logs.get(mesh)
+    if peer_log is None:
+        peer_log = _peer_logs[mesh] = PeerLog(log, mesh.reactor.seconds)
+    return peer_log
 
 
 def _proof(password: str, nonce: str, node_id: str) -> str:
@@ -118,12 +142,19 @@ class LinkProtocol(Protocol):
     def peer_name(self) -> str:
         return self.peer.get("name", "?") if self.peer else str(self.transport.getPeer())
 
+    @property
+    def peer_host(self) -> str:
+        return str(getattr(self.transport.getPeer(), "host", "?"))
+
     def refuse(self, reason: str, expected: bool = False, fenced: int | None = None) -> None:
         """Close the link telling the peer why; ``expected`` refusals (two nodes that
         dialled each other keep one link) are not worth a warning. ``fenced``: the
         peer presented an older epoch of its node id than this node has seen; the
         refusal carries that epoch with a proof, so the peer knows it was replaced."""
-        log.log(logging.DEBUG if expected else logging.WARNING, "mesh link %s refused: %s", self.peer_name, reason)
+        if expected or self.authenticated:
+            log.log(logging.DEBUG if expected else logging.WARNING, "mesh link %s refused: %s", self.peer_name, reason)
+        else:
+            _peer_log(self.mesh).warning(self.peer_host, "mesh link %s refused: %s", self.peer_name, reason)
         self.down_reason = f"refused: {reason}"
         body: dict = {"reason": reason}
         if fenced is not None and self.peer is not None:
@@ -131,7 +162,16 @@ class LinkProtocol(Protocol):
             body["proof"] = _fence_proof(self.mesh.config.cluster_password, str(self.peer.get("nonce", "")),
                                          self.mesh.node_id, fenced)
         self.send_control(FrameType.REFUSE, body)
+        self.close()
+
+    def close(self) -> None:
+        """Close once what is written is out. The producer goes first: Twisted closes a
+        connection whose producer it paused (the socket was full) only once that
+        producer is unregistered; it would resume it instead and the socket would stay
+        open for good."""
         self.closing = True
+        if getattr(self.transport, "producer", None) is not None:
+            self.transport.unregisterProducer()
         self.transport.loseConnection()
 
     def refuse_stale(self, newer: int) -> None:
@@ -199,6 +239,11 @@ class LinkProtocol(Protocol):
                 self._handle(kind, payload)
         except LinkError as error:
             self.refuse(str(error))
+        except BrokerError as error:  # what the peer asked of the broker is refused (a selector that does not parse)
+            self.refuse(str(error)[:REASON_LIMIT])
+        except Exception as error:  # a bug of ours on what the peer sent: this link goes, the node goes on
+            _peer_log(self.mesh).internal_error(self.peer_host, f"mesh link {self.peer_name}", error)
+            self.refuse("internal error on a frame from this peer (see this node's log)")
 
     def _handle(self, kind: int, payload: bytes) -> None:
         mesh = self.mesh
@@ -210,11 +255,11 @@ class LinkProtocol(Protocol):
             if whole is not None:
                 self._handle(FrameType.MESSAGE, whole)
         elif kind == FrameType.STORED and self.established:
-            mesh.stored(self, decode_control(payload))
+            mesh.stored(self, decode_checked(kind, payload))
         elif kind == FrameType.BUSY and self.established:
-            mesh.busy(self, decode_control(payload))
+            mesh.busy(self, decode_checked(kind, payload))
         elif kind == FrameType.RELEASED and self.established:
-            mesh.released(self, decode_control(payload))
+            mesh.released(self, decode_checked(kind, payload))
         elif kind == FrameType.PING:
             self.send_control(FrameType.PONG)
         elif kind == FrameType.PONG:
@@ -228,34 +273,36 @@ class LinkProtocol(Protocol):
         elif kind == FrameType.REFUSE:
             body = decode_control(payload)
             body = body if isinstance(body, dict) else {}
-            reason = str(body.get("reason", ""))
-            self.closing = True
-            self.transport.loseConnection()
-            mesh.refused(self, reason)
+            reason = str(body.get("reason", ""))[:REASON_LIMIT]
+            self.close()
+            if self.authenticated:
+                mesh.refused(self, reason)
+            else:  # as mesh.refused says it, but anyone can connect and refuse: rate-limited
+                _peer_log(mesh).warning(self.peer_host, "mesh: %s refused the link: %s", self.peer_name, reason)
             if "fenced" in body:
                 self._fenced(body, reason)
         elif kind == FrameType.DEMAND and self.established:
-            mesh.demand_received(self, decode_control(payload))
+            mesh.demand_received(self, decode_checked(kind, payload))
         elif kind == FrameType.TOPOLOGY and self.established:
             mesh.topology.received(self, payload)
         elif kind == FrameType.MARKERS and self.established:
-            mesh.markers_received(self, decode_control(payload))
+            mesh.markers_received(self, decode_checked(kind, payload))
         elif kind == FrameType.DURABLE and self.established:
-            mesh.durable_received(self, decode_control(payload))
+            mesh.durable_received(self, decode_checked(kind, payload))
         elif kind == FrameType.DEFINITIONS and self.established:
-            mesh.definitions.received(self, decode_control(payload))
+            mesh.definitions.received(self, decode_checked(kind, payload))
         elif kind == FrameType.ASK and self.established:
-            mesh.ask_received(self, decode_control(payload))
+            mesh.ask_received(self, decode_checked(kind, payload))
         elif kind == FrameType.HAVE and self.established:
-            mesh.have_received(self, decode_control(payload))
+            mesh.have_received(self, decode_checked(kind, payload))
         elif kind == FrameType.LEAVING and self.established:
             mesh.leaving_received(self)
         elif kind == FrameType.FORGET and self.established:
-            mesh.forget_received(self, decode_control(payload))
+            mesh.forget_received(self, decode_checked(kind, payload))
         elif kind == FrameType.REQUEST and self.established:
-            mesh.router.request_received(self, decode_control(payload))
+            mesh.router.request_received(self, decode_checked(kind, payload))
         elif kind == FrameType.REPLY and self.established:
-            mesh.router.reply_received(self, decode_control(payload))
+            mesh.router.reply_received(self, decode_checked(kind, payload))
         else:
             raise LinkError(f"unexpected link frame type {kind} at this point")
 
@@ -268,8 +315,9 @@ class LinkProtocol(Protocol):
         if not isinstance(epoch, int) or self.peer is None:
             return
         expected = _fence_proof(mesh.config.cluster_password, self.nonce, self.peer_id, epoch)
-        if not hmac.compare_digest(str(body.get("proof", "")), expected):
-            log.warning("mesh: %s sent a fencing refusal without a valid proof; ignored", self.peer_name)
+        if not same_proof(body.get("proof"), expected):
+            _peer_log(mesh).warning(self.peer_host, "mesh: %s sent a fencing refusal without a valid proof; ignored",
+                                    self.peer_name)
             return
         if epoch > mesh.epoch:
             mesh.fenced(f"{self.peer_name} has seen epoch {epoch} of this node id {mesh.node_id}, above this "
@@ -282,41 +330,51 @@ class LinkProtocol(Protocol):
         address = self.transport.getPeer()
         voter = f"{getattr(address, 'host', '?')}:{getattr(address, 'port', '?')}"
         self.send_control(FrameType.VOTED, answer_vote(self.mesh, self.nonce, request, voter))
-        self.closing = True
-        self.transport.loseConnection()
+        self.close()
 
-    def _hello(self, hello: dict) -> None:
-        if not isinstance(hello, dict) or hello.get("version") != PROTOCOL_VERSION or "node_id" not in hello:
-            raise LinkError("not a Meshgate link peer of this protocol version")
-        self.peer = hello
-        self.peer_id = hello["node_id"]
-        newer = self.mesh.newer_epoch(hello)
-        if newer is not None:
-            self.refuse_stale(newer)
-            return
-        problem = self.mesh.check_peer(hello)
-        if problem == SELF_LINK:
+    def _hello(self, hello: object) -> None:
+        self.peer = check_hello(hello, PROTOCOL_VERSION)
+        self.peer_id = self.peer["node_id"]
+        mesh = self.mesh
+        if self.peer_id == mesh.node_id and self.peer["nonce"] in mesh.own_nonces:
+            # Its own HELLO came back (a discovery listed its own address): nothing to prove.
             if self.dialled:
-                self.mesh.dialled_itself(self)
-            self.refuse(problem, expected=True)
+                mesh.dialled_itself(self)
+            self.refuse(SELF_LINK, expected=True)
             return
-        if problem:
-            self.refuse(problem)
-            return
-        config = self.mesh.config
-        if hello.get("user") != config.cluster_user:
+        if self.peer.get("user") != mesh.config.cluster_user:
             self.refuse("wrong cluster_user")
             return
-        self.send_control(FrameType.AUTH, {"proof": _proof(config.cluster_password, hello["nonce"], self.mesh.node_id)})
+        if self.dialled:  # the dialler proves the password first; the listener once it has checked that proof
+            self._prove()
 
-    def _auth(self, auth: dict) -> None:
-        expected = _proof(self.mesh.config.cluster_password, self.nonce, self.peer_id)
-        if not isinstance(auth, dict) or not hmac.compare_digest(str(auth.get("proof", "")), expected):
+    def _prove(self) -> None:
+        proof = _proof(self.mesh.config.cluster_password, self.peer["nonce"], self.mesh.node_id)
+        self.send_control(FrameType.AUTH, {"proof": proof})
+
+    def _auth(self, auth: object) -> None:
+        mesh = self.mesh
+        expected = _proof(mesh.config.cluster_password, self.nonce, self.peer_id)
+        if not isinstance(auth, dict) or not same_proof(auth.get("proof"), expected):
             self.refuse("wrong cluster_password")
             return
         self.authenticated = True
+        newer = mesh.newer_epoch(self.peer)
+        if newer is not None:
+            self.refuse_stale(newer)  # its proof tells the replaced process, which needs no AUTH of ours
+            return
+        if not self.dialled:
+            # Proven, the peer may have ours: a copy of a data dir learns it is one (check_peer) only
+            # from a peer that proved the password.
+            self._prove()
+        problem = mesh.check_peer(self.peer)
+        if problem:
+            if problem == SELF_LINK and self.dialled:
+                mesh.dialled_itself(self)
+            self.refuse(problem, expected=problem == SELF_LINK)
+            return
         self.established = True
-        self.mesh.link_up(self)
+        mesh.link_up(self)
 
 
 class LinkServerFactory(ServerFactory):

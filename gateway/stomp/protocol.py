@@ -20,9 +20,11 @@ from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.broker import Broker
 from gateway.broker.errors import BrokerError
 from gateway.broker.session import ConnectionInfo
+from gateway.hostile_log import PeerLog
 from gateway.stomp.codec import HEARTBEAT, Frame, FrameError, FrameParser, encode_frame
 from gateway.stomp.versions import SUPPORTED, VERSIONS, Stomp10, StompError
-from model.events import AuthenticationFailed
+from model.events import USER_LIMIT, AuthenticationFailed
+from model.names import quoted
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,7 @@ class StompProtocol(Protocol):
         self._held: list[Frame] | None = None
         self._partial = 0  # bytes of a frame still arriving, counted against the broker's memory
         self._stream: deque | None = None  # what waits behind a large body going out in pieces
+        self._close_after_stream = False
         self._socket_full = False
 
     # -- connection lifecycle -------------------------------------------------------------
@@ -144,18 +147,18 @@ class StompProtocol(Protocol):
             if self.closing:
                 return
             handler = self.handler
-            if handler is None:
-                self.connect(frame)
-                if self._held is not None:
-                    self._held.extend(frames[index + 1:])
-                    return
-                continue
             receipt = frame.headers.get("receipt")
             before = store.position
             try:
+                if handler is None:
+                    self.connect(frame)
+                    if self._held is not None:
+                        self._held.extend(frames[index + 1:])
+                        return
+                    continue
                 handler.handle(frame)
-            except (StompError, BrokerError) as error:
-                self.fail(str(error), receipt)
+            except Exception as error:
+                self._frame_failed(frame, error, receipt)
                 return
             if receipt is not None:
                 self.receipt(receipt, store.position != before)
@@ -227,11 +230,17 @@ class StompProtocol(Protocol):
             return
         if principal is None:
             peer = self.transport.getPeer()
+            login = frame.headers.get("login")
             self.factory.broker.events.emit(AuthenticationFailed(
-                user=frame.headers.get("login"), remote=f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"))
-            self.fail(f"access refused for user {frame.headers.get('login')!r}: wrong login or passcode")
+                user=None if login is None else login[:USER_LIMIT],
+                remote=f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"))
+            self.fail(f"access refused for user {quoted(login or '')}: wrong login or passcode")
             return
-        self._connected(frame, version, principal)
+        try:
+            self._connected(frame, version, principal)
+        except Exception as error:
+            self._frame_failed(frame, error)
+            return
         if held:
             self.process(held)
 
@@ -337,7 +346,9 @@ class StompProtocol(Protocol):
             self.transport.write(item)  # may pause us at once: the socket's buffer is full
         if not stream and stream is self._stream:
             self._stream = None
-            if not self._socket_full and self.handler is not None and not self.closing:
+            if self._close_after_stream:
+                self._lose_connection()
+            elif not self._socket_full and self.handler is not None and not self.closing:
                 self.handler.session.set_writable(True)
 
     def deliver(self, subscription, message) -> None:
@@ -373,7 +384,7 @@ class StompProtocol(Protocol):
         while receipts and receipts[0][1]:
             self.write(receipts.popleft()[0])
         if not receipts and self._close_after_receipts:
-            self.transport.loseConnection()
+            self._lose_connection()
 
     def disconnect_requested(self) -> None:
         self.closing = True
@@ -403,6 +414,31 @@ class StompProtocol(Protocol):
             self._drain_receipts()
             return
         self.write(error)
+        self._lose_connection()
+
+    def _frame_failed(self, frame: Frame, error: Exception, receipt: str | None = None) -> None:
+        """A frame refused (StompError, BrokerError: the ERROR says why), or one our code
+        failed on: a bug, so the client hears only that, and the log says where."""
+        if isinstance(error, (StompError, BrokerError)):
+            self.fail(str(error), receipt)
+            return
+        peer = self.transport.getPeer()
+        host, port = getattr(peer, "host", "?"), getattr(peer, "port", 0)
+        self.factory.peer_log.internal_error(host, f"stomp: closing {host}:{port} after a {frame.command[:20]} frame",
+                                             error)
+        self.fail("internal error handling the frame (the node's log says where)", receipt)
+
+    def _lose_connection(self) -> None:
+        """Close once what is written is out; while a large body still goes out in
+        pieces, once it is out. The producer goes first: Twisted closes a connection
+        whose producer it paused (the socket was full) only once that producer is
+        unregistered; it would resume it instead and the socket would stay open for
+        good."""
+        if self._stream is not None:
+            self._close_after_stream = True
+            return
+        if getattr(self.transport, "producer", None) is not None:
+            self.transport.unregisterProducer()
         self.transport.loseConnection()
 
     # -- IPushProducer: the transport tells us when its buffer is full ------------------
@@ -437,6 +473,7 @@ class StompFactory(ServerFactory):
         self.connections: set[StompProtocol] = set()
         self.session_ids = itertools.count(1)
         self.threadpool = threadpool
+        self.peer_log = PeerLog(log, clock.seconds)  # what clients make the node log, rate-limited per address
 
 
 def _negotiate(accept_version: str | None) -> str | None:

@@ -13,7 +13,13 @@ Subprotocols ``v12.stomp``, ``v11.stomp`` and ``v10.stomp`` (the client's CONNEC
 still negotiates the version); a client that offers none is accepted, one that
 offers only others is refused (400). Any path is accepted. ``allowed_origins``
 (``*`` by default) limits which web origins a browser may connect from; a
-request without an ``Origin`` header (not a browser) is not limited by it."""
+request without an ``Origin`` header (not a browser) is not limited by it.
+
+Whatever the client's bytes make wsproto raise (a RemoteProtocolError, or a
+UnicodeDecodeError on a header of other bytes than ASCII) is the client's mistake:
+a 400 before the handshake is done, a close 1002 after; what our own handlers
+raise is a bug, logged once with its traceback. A handshake must be done within
+HANDSHAKE_TIMEOUT, as STOMP's CONNECT must."""
 
 from __future__ import annotations
 
@@ -37,10 +43,13 @@ from wsproto.events import (
 )
 from wsproto.utilities import RemoteProtocolError
 
+from gateway.hostile_log import PeerLog, quote
+
 log = logging.getLogger(__name__)
 
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")  # in order of preference
-NORMAL_CLOSE, PROTOCOL_ERROR = 1000, 1002
+NORMAL_CLOSE, PROTOCOL_ERROR, INTERNAL_ERROR = 1000, 1002, 1011
+HANDSHAKE_TIMEOUT = 30.0  # as STOMP's CONNECT_TIMEOUT: an upgrade request never finished holds no socket for good
 
 
 @dataclass(frozen=True)
@@ -60,6 +69,16 @@ class WebSocketStompProtocol(Protocol):
         self.ws = WSConnection(ConnectionType.SERVER)
         self.stomp: Protocol | None = None
         self.subprotocol: str | None = None
+        self._timeout = None
+
+    def connectionMade(self) -> None:
+        self._timeout = self.stomp_factory.clock.callLater(HANDSHAKE_TIMEOUT, self._handshake_timeout)
+
+    def _handshake_timeout(self) -> None:
+        if self.ws.state is ConnectionState.CONNECTING:
+            self._log("websocket from %s closed: no complete upgrade request within %.0f s", self._peer(),
+                      HANDSHAKE_TIMEOUT)
+            self.transport.abortConnection()
 
     # -- bytes in: wsproto's events, one handler each ---------------------------------------
 
@@ -68,24 +87,31 @@ class WebSocketStompProtocol(Protocol):
             self.ws.receive_data(data)
             for event in self.ws.events():
                 handler = getattr(self, "event_" + type(event).__name__, None)
-                if handler is not None:
+                if handler is None:
+                    continue
+                try:
                     handler(event)
-        except RemoteProtocolError as error:
+                except Exception as error:  # a bug of ours: one line (the first with its traceback), then close
+                    self.factory.peer_log.internal_error(self._host(), f"websocket from {self._peer()}", error)
+                    self.close(INTERNAL_ERROR, "internal error")
+                    return
+        except Exception as error:  # wsproto (or what it calls) refused the client's bytes
             self._protocol_error(error)
 
     def event_Request(self, request: Request) -> None:
         origin = _header(request.extra_headers, b"origin")
         if not self.settings.allows(origin):
-            self._reject(403, f"origin {origin} is not in stomp.websocket.allowed_origins")
+            self._reject(403, f"origin {origin[:100]} is not in stomp.websocket.allowed_origins")
             return
         if request.subprotocols:
             chosen = next((name for name in SUBPROTOCOLS if name in request.subprotocols), None)
             if chosen is None:
-                self._reject(400, f"no STOMP subprotocol offered ({', '.join(request.subprotocols)}); "
+                self._reject(400, f"no STOMP subprotocol offered ({quote(', '.join(request.subprotocols))}); "
                                   f"this server speaks {', '.join(SUBPROTOCOLS)}")
                 return
             self.subprotocol = chosen
         self.transport.write(self.ws.send(AcceptConnection(subprotocol=self.subprotocol)))
+        self._cancel_timeout()
         self.stomp = self.stomp_factory.buildProtocol(self.transport.getPeer())
         self.stomp.makeConnection(_MessageTransport(self))
 
@@ -98,14 +124,16 @@ class WebSocketStompProtocol(Protocol):
             self.stomp.dataReceived(bytes(message.data))
 
     def event_Ping(self, ping: Ping) -> None:
-        self.transport.write(self.ws.send(ping.response()))
+        if self.ws.state is ConnectionState.OPEN:  # once a close is sent, a pong may not follow it
+            self.transport.write(self.ws.send(ping.response()))
 
     def event_CloseConnection(self, close: CloseConnection) -> None:
         if self.ws.state is ConnectionState.REMOTE_CLOSING:
             self.transport.write(self.ws.send(close.response()))
-        self.transport.loseConnection()
+        self._lose_connection()
 
     def connectionLost(self, reason: Failure = None) -> None:
+        self._cancel_timeout()
         stomp, self.stomp = self.stomp, None
         if stomp is not None:
             stomp.connectionLost(reason)
@@ -124,22 +152,49 @@ class WebSocketStompProtocol(Protocol):
     def close(self, code: int = NORMAL_CLOSE, reason: str | None = None) -> None:
         if self.ws.state is ConnectionState.OPEN:
             self.transport.write(self.ws.send(CloseConnection(code=code, reason=reason)))
+        self._lose_connection()
+
+    def _lose_connection(self) -> None:
+        """Close once what is written is out. STOMP's producer goes first: Twisted
+        closes a connection whose producer it paused (the socket was full) only once
+        that producer is unregistered; it would resume it instead and the socket would
+        stay open for good."""
+        if getattr(self.transport, "producer", None) is not None:
+            self.transport.unregisterProducer()
         self.transport.loseConnection()
 
     def _reject(self, status: int, reason: str) -> None:
-        log.info("websocket from %s refused: %s", self.transport.getPeer(), reason)
+        self._log("websocket from %s refused: %s", self._peer(), reason)
         body = reason.encode()
         self.transport.write(self.ws.send(RejectConnection(
             status_code=status, headers=[(b"content-type", b"text/plain"), (b"content-length", b"%d" % len(body))],
             has_body=True)))
         self.transport.write(self.ws.send(RejectData(data=body)))
-        self.transport.loseConnection()
+        self._lose_connection()
 
-    def _protocol_error(self, error: RemoteProtocolError) -> None:
+    def _protocol_error(self, error: Exception) -> None:
+        # wsproto's own errors name the rule broken; any other error's text may quote the client's bytes.
+        what = str(error)[:100] if isinstance(error, RemoteProtocolError) else "malformed data"
         if self.ws.state is ConnectionState.CONNECTING:  # not a WebSocket handshake at all
-            self._reject(400, f"not a WebSocket request: {error}")
+            self._reject(400, f"not a WebSocket request: {what}")
             return
-        self.close(PROTOCOL_ERROR, str(error)[:100])
+        self.close(PROTOCOL_ERROR, what)
+
+    def _cancel_timeout(self) -> None:
+        if self._timeout is not None and self._timeout.active():
+            self._timeout.cancel()
+        self._timeout = None
+
+    def _log(self, message: str, *args: object) -> None:
+        """Anyone can connect: what a client makes the node log is rate-limited per address."""
+        self.factory.peer_log.info(self._host(), message, *args)
+
+    def _peer(self) -> str:
+        peer = self.transport.getPeer()
+        return f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"
+
+    def _host(self) -> str:
+        return str(getattr(self.transport.getPeer(), "host", "?"))
 
 
 class _MessageTransport:
@@ -176,6 +231,10 @@ class _MessageTransport:
     def unregisterProducer(self) -> None:
         self.tcp.unregisterProducer()
 
+    @property
+    def producer(self) -> Any:
+        return self.tcp.producer
+
     def pauseProducing(self) -> None:
         self.tcp.pauseProducing()
 
@@ -187,6 +246,7 @@ class WebSocketStompFactory(ServerFactory):
     def __init__(self, stomp_factory: ServerFactory, settings: WebSocketSettings) -> None:
         self.stomp_factory = stomp_factory
         self.settings = settings
+        self.peer_log = PeerLog(log, stomp_factory.clock.seconds)
 
     def buildProtocol(self, addr: Any) -> WebSocketStompProtocol:
         protocol = WebSocketStompProtocol(self.stomp_factory, self.settings)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import logging
 
+from mesh.codec import FrameType
 from mesh.link import PROTOCOL_VERSION
 from tests.protocol.mesh_harness import MeshHarness, SimNode
+from tests.protocol.mesh_peer_support import RawPeer, hello
 
 
 def at_epoch(node: SimNode, epoch: int, fenced: list[str]) -> SimNode:
@@ -71,12 +73,14 @@ def test_the_new_process_takes_the_old_processs_place_on_a_live_link():
 def test_a_fencing_refusal_without_a_valid_proof_stops_nothing(caplog):
     harness = MeshHarness()
     fenced = []
-    b = harness.node("b", cluster_password="not-the-mesh-password")  # cannot prove the password a knows
     a = at_epoch(harness.node("a"), 1, fenced)
-    b.mesh.peer_epochs[a.mesh.node_id] = 5
+    # A node refuses with a fencing proof only a peer that proved the password (test_mesh_hostile):
+    # a forged refusal comes from a peer that did not.
+    forger = RawPeer(a, node_dials=True)
+    forger.send(FrameType.HELLO, hello("b-node", "n"))
     with caplog.at_level(logging.WARNING):
-        harness.link(a, b)
-    assert a.mesh.peers == {} and fenced == []
+        forger.send(FrameType.REFUSE, {"reason": "you were replaced", "fenced": 5, "proof": "0" * 64})
+    assert a.mesh.peers == {} and fenced == [] and forger.closed
     assert any("without a valid proof" in r.getMessage() for r in caplog.records)
 
 

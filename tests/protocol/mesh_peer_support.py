@@ -1,0 +1,73 @@
+"""A hand-driven peer on one mesh link: what a node's LinkProtocol writes is read back
+as (frame type, body) pairs, and the test writes whatever bytes it likes, so a
+handshake can be played right, wrong, or as an attacker would."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from twisted.test import iosim
+
+from mesh.codec import FrameType, LinkParser, decode_control, encode_control
+from mesh.link import PROTOCOL_VERSION, LinkProtocol
+from tests.protocol.mesh_harness import SimNode
+
+
+def proof(password: str, nonce: str, node_id: str) -> str:
+    """The AUTH proof of the cluster password, as a node makes it."""
+    return hmac.new(password.encode(), (nonce + node_id).encode(), hashlib.sha256).hexdigest()
+
+
+def hello(node_id: str, nonce: str, **more) -> dict:
+    return {"version": PROTOCOL_VERSION, "node_id": node_id, "name": "peer", "user": "meshgate", "nonce": nonce,
+            "started": 1.0, "link": ["127.0.0.1", 1], "stomp": ["127.0.0.1", 2], "group": "", "chunks": True,
+            "busy": True, "epoch": 0, **more}
+
+
+class RawPeer:
+    """The far end of a link to ``node`` (the node listens unless ``node_dials``)."""
+
+    def __init__(self, node: SimNode, node_dials: bool = False) -> None:
+        self.node = node
+        self.link = LinkProtocol(node.mesh, dialled=node_dials)
+        self.transport = iosim.FakeTransport(self.link, isServer=not node_dials)
+        self.link.makeConnection(self.transport)
+        self._parser = LinkParser()
+        self.received: list[tuple[int, object]] = []
+
+    def send(self, kind: int, body: object = None) -> None:
+        self.link.dataReceived(encode_control(kind, body))
+
+    def raw(self, data: bytes) -> None:
+        self.link.dataReceived(data)
+
+    def frames(self) -> list[tuple[int, object]]:
+        """Every frame the node wrote so far, decoded (MESSAGE payloads stay bytes)."""
+        data = b"".join(self.transport.stream)
+        self.transport.stream.clear()
+        for kind, payload in self._parser.feed(data):
+            self.received.append((kind, payload if kind == FrameType.MESSAGE else decode_control(payload)))
+        return self.received
+
+    def of(self, kind: int) -> list[object]:
+        return [body for k, body in self.frames() if k == kind]
+
+    @property
+    def node_hello(self) -> dict:
+        return self.of(FrameType.HELLO)[0]
+
+    @property
+    def closed(self) -> bool:
+        return self.transport.disconnecting
+
+    def refusal(self) -> str:
+        refusals = self.of(FrameType.REFUSE)
+        assert refusals, f"no REFUSE; the node wrote {self.received}"
+        return refusals[0]["reason"]
+
+    def establish(self, password: str, node_id: str = "peer-node") -> None:
+        """The whole handshake, right, as a node that dials would make it."""
+        self.send(FrameType.HELLO, hello(node_id, "peer-nonce"))
+        self.send(FrameType.AUTH, {"proof": proof(password, self.node_hello["nonce"], node_id)})
+        assert self.link.established, f"the link did not come up: {self.frames()}"
