@@ -89,6 +89,7 @@ class Custody:
         self.known_peers: dict[str, Message] = {}  # peer id -> its durable record under PEER_RECORD
         self._doubt: dict[str, _InDoubt] = {}  # entry (see entry_of) -> where it waits
         self._doubt_timers: dict[str, object] = {}  # peer id -> when to stop waiting for it
+        self._releasing: set[tuple[str, str]] = set()  # (peer id, key) of topic markers with a release timer
         mesh.broker.foreign_records[MARKER] = self._recover_marker
         mesh.broker.foreign_records[PEER_RECORD] = self._recover_peer
 
@@ -129,12 +130,16 @@ class Custody:
                 continue
             if marker.kind == TOPIC:
                 # Another copy of a topic message may still be coming round a ring:
-                # keep the marker a while, durably, before letting it go.
-                self.mesh.reactor.callLater(_TOPIC_MARKER_GRACE, self._forget_marker, peer_id, key)
+                # keep the marker a while, durably, before letting it go. One timer
+                # a marker, however often the peer says it released it.
+                if (peer_id, key) not in self._releasing:
+                    self._releasing.add((peer_id, key))
+                    self.mesh.reactor.callLater(_TOPIC_MARKER_GRACE, self._forget_marker, peer_id, key)
             else:
                 self._forget_marker(peer_id, key)
 
     def _forget_marker(self, peer_id: str, key: str) -> None:
+        self._releasing.discard((peer_id, key))
         marker = self.markers.get(peer_id, {}).pop(key, None)
         if marker is not None:
             self.store.remove(MARKER + peer_id, marker)

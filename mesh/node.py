@@ -26,7 +26,7 @@ from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE, Message
 from gateway.broker.queue import CLIENT_INDIVIDUAL, Subscription
 from mesh.codec import FrameType
-from mesh.custody import Custody, not_durable
+from mesh.custody import Custody, RecentWindow, not_durable
 from mesh.definitions import DefinitionSync
 from mesh.demand import Demand
 from mesh.dialling import Connector
@@ -38,6 +38,7 @@ from model.events import LinkDown, LinkUp, NodeLeft, Redistribution, ScaleDown
 from model.mesh import Addresses, Node, NodeSummary, QueueSummary, address_text
 
 log = logging.getLogger(__name__)
+_FORGET_WINDOW = 10_000  # FORGET request ids remembered, so one that comes round again is not passed on
 BUSY_RETRY_S = 1.0  # how long a peer that said BUSY gets nothing
 
 
@@ -90,7 +91,7 @@ class MeshNode:
         self.link_down_since: dict[str, float] = {}
         self.scaling_down = False
         self._link_ids = 0
-        self._forget_requests: set[str] = set()
+        self._forget_requests = RecentWindow(_FORGET_WINDOW)  # FORGET ids seen lately (they go round the mesh)
 
     # -- start and stop -------------------------------------------------------------------
 

@@ -69,9 +69,15 @@ def check_voted(password: str, voter_nonce: str, body: object) -> dict | None:
     """The peer's answer if its proof holds, else None."""
     if not isinstance(body, dict):
         return None
-    if not hmac.compare_digest(str(body.get("proof", "")), voted_proof(password, voter_nonce, body)):
+    if not same_proof(body.get("proof"), voted_proof(password, voter_nonce, body)):
         return None
     return body
+
+
+def same_proof(proof: object, expected: str) -> bool:
+    """A peer's proof against the expected one, in constant time; anything but a string of
+    the right characters is wrong (compare_digest refuses str with non-ASCII characters)."""
+    return isinstance(proof, str) and hmac.compare_digest(proof.encode(), expected.encode())
 
 
 def _int(value: object) -> int | None:
@@ -87,7 +93,7 @@ def answer_vote(mesh: MeshNode, link_nonce: str, request: object, voter: str = "
     reply: dict = {"granted": False, "node_id": mesh.node_id, "name": mesh.name}
     epoch, after_ms, node_id, op = _int(body.get("epoch")), _int(body.get("after_ms")), body.get("node_id"), \
         body.get("op")
-    if not hmac.compare_digest(str(body.get("proof", "")), vote_proof(config.cluster_password, link_nonce, body)):
+    if not same_proof(body.get("proof"), vote_proof(config.cluster_password, link_nonce, body)):
         reply["reason"] = "the vote carries no valid proof of the cluster password"
         log.warning("mesh: a quorum vote from %s without a valid proof of the cluster password; refused", voter)
     elif body.get("user") != config.cluster_user:

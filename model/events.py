@@ -90,8 +90,13 @@ class ConsumerDetached(Event, kw_only=True, tag="consumer_detached"):
     consumers: int
 
 
+# Characters of a refused login kept in the event: what a client sent as its user name
+# may be kilobytes long, and every event goes to the event log and the metrics stream.
+USER_LIMIT = 128
+
+
 class AuthenticationFailed(Event, kw_only=True, tag="authentication_failed"):
-    user: str | None
+    user: str | None  # at most USER_LIMIT characters of what the client sent
     remote: str
 
 

@@ -37,7 +37,7 @@ from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.broker import Broker
 from gateway.broker.session import ConnectionInfo, Session
 from gateway.hostile_log import PeerLog, quote
-from model.events import AuthenticationFailed
+from model.events import USER_LIMIT, AuthenticationFailed
 from model.mesh import Connection
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ class AmqpProtocol(Protocol):
         name = command.spec.name
         if self.state == "closing":
             if name == "connection.close_ok":
-                self.transport.loseConnection()
+                self._lose_connection()
             elif name == "connection.close":
                 self.write(encode_method(0, "connection.close_ok"))
             return
@@ -207,7 +207,7 @@ class AmqpProtocol(Protocol):
             # The spec: answer with the protocol header we speak, then close.
             self.transport.write(spec.PROTOCOL_HEADER)
             self.state = "closed"
-            self.transport.loseConnection()
+            self._lose_connection()
             return
         self.state = "start"
         self.write(encode_method(
@@ -238,7 +238,7 @@ class AmqpProtocol(Protocol):
         if self.state != "authenticating":
             return
         if principal is None:
-            self.factory.broker.events.emit(AuthenticationFailed(user=login or "", remote=self.remote))
+            self.factory.broker.events.emit(AuthenticationFailed(user=(login or "")[:USER_LIMIT], remote=self.remote))
             self.close_connection(AmqpError(spec.ACCESS_REFUSED, f"login refused for user {quote(login or '')}: "
                                                                   "wrong user or password", 0, 10, 11))
             return
@@ -294,9 +294,17 @@ class AmqpProtocol(Protocol):
         self.channels.clear()
         self.write(encode_method(0, "connection.close_ok"))
         self.state = "closed"
-        self.transport.loseConnection()
+        self._lose_connection()
 
     def method_connection_close_ok(self, command: Command) -> None:
+        self._lose_connection()
+
+    def _lose_connection(self) -> None:
+        """Close once what is written is out. The producer goes first: Twisted closes a
+        connection whose producer it paused (the socket was full of deliveries) only once
+        that producer is unregistered; it would resume it instead, and stay open for good."""
+        if getattr(self.transport, "producer", None) is not None:
+            self.transport.unregisterProducer()
         self.transport.loseConnection()
 
     # -- channels -------------------------------------------------------------------------
@@ -348,7 +356,7 @@ class AmqpProtocol(Protocol):
         for channel in list(self.channels.values()):
             channel.closed()
         self.channels.clear()
-        self._timers.append(self.clock.callLater(CLOSE_TIMEOUT, self.transport.loseConnection))
+        self._timers.append(self.clock.callLater(CLOSE_TIMEOUT, self._lose_connection))
 
     def describe(self, row: Connection) -> None:
         """The management model's row for this connection gets its open channels; its

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import re
 
+import pika
+import pika.exceptions
 import pytest
+from amqp_support import AMQP_ON, amqp_port
 from e2e_support import ConnectRefused, manage, unique
+
+from model.events import USER_LIMIT
+from model.requests import Events
 
 CONFIG = """
 [security.users.alice]
@@ -58,7 +64,8 @@ BOB = {"login": "bob", "passcode": "bob-secret"}
 def secure_broker(tmp_path_factory, hashes):
     from e2e_support import BrokerProcess
 
-    broker = BrokerProcess(tmp_path_factory.mktemp("auth"), name="secure", config=CONFIG.format(**hashes))
+    broker = BrokerProcess(tmp_path_factory.mktemp("auth"), name="secure", config=CONFIG.format(**hashes),
+                           sets=[AMQP_ON])
     broker.start()
     yield broker
     broker.cleanup()
@@ -90,6 +97,24 @@ def test_wrong_credentials_get_error_then_close(secure_broker, raw, version, log
     frames = client.wait_closed()
     assert [f.command for f in frames] == ["ERROR"], frames
     assert frames[0].headers.get("message")
+
+
+def test_a_refused_login_of_any_length_is_recorded_cut_short(secure_broker, raw):
+    """A refused login is an authentication_failed event with the user name the client
+    gave: at most USER_LIMIT characters of it, however long it was (STOMP and AMQP)."""
+    stomp_user, amqp_user = "s" * 9000, "a" * 100_000
+    client = raw(secure_broker)
+    client.send_frame("CONNECT", {"accept-version": "1.2", "host": "x", "login": stomp_user, "passcode": "x"})
+    assert [f.command for f in client.wait_closed()] == ["ERROR"]
+    parameters = pika.ConnectionParameters("127.0.0.1", amqp_port(secure_broker), connection_attempts=1,
+                                           credentials=pika.PlainCredentials(amqp_user, "x"))
+    with pytest.raises(pika.exceptions.ProbableAuthenticationError):
+        pika.BlockingConnection(parameters)
+    events = manage(secure_broker.port, Events(kinds=["authentication_failed"]), ALICE["login"],
+                    ALICE["passcode"]).result
+    users = {event.user for event in events}
+    assert {stomp_user[:USER_LIMIT], amqp_user[:USER_LIMIT]} <= users, sorted(len(u or "") for u in users)
+    assert all(len(user or "") <= USER_LIMIT for user in users)
 
 
 def test_wrong_password_refused_for_stomp_py(secure_broker, connect):

@@ -119,3 +119,13 @@ def test_bad_input_from_one_address_is_logged_at_most_per_minute_lines(amqp_log)
     bad_connection("10.0.0.1", 8000)
     assert amqp_log()[-2:] == [f"10.0.0.1: {PER_MINUTE * 2} more lines about it were held back in the minute before",
                                "amqp: closing 10.0.0.1:8000: 501 a method frame shorter than its class and method ids"]
+
+
+def test_a_connection_closed_while_its_socket_is_full_still_closes():
+    """Twisted resumes a paused producer instead of closing: unregistered first, it closes."""
+    client = AmqpHarness().opened()
+    assert client.transport.producer is client.protocol
+    client.protocol.pauseProducing()  # what the TCP transport does when its buffer is full
+    client.raw(encode_method(0, "connection.close", reply_code=200, reply_text="bye", class_id=0, method_id=0))
+    assert isinstance(client.methods()[-1], pika.spec.Connection.CloseOk)
+    assert client.transport.disconnecting and client.transport.producer is None

@@ -465,3 +465,24 @@ def test_a_node_with_no_room_says_busy_and_the_sender_keeps_custody_and_tries_ag
     mesh.clock.advance(1)
     mesh.settle()
     assert at_b.bodies == [b"kept by a"] and a.stored == [] and a.depth("orders") == 0
+
+
+def test_a_topic_marker_released_again_and_again_waits_on_one_timer():
+    mesh = MeshHarness()
+    a, b = mesh.node("a"), mesh.node("b")
+    mesh.link(a, b)
+    b.consumer("news", kind=TOPIC)
+    mesh.settle()
+    a.send("news", b"n", kind=TOPIC, persistent=True)
+    mesh.settle()
+    custody = b.mesh.custody
+    markers = custody.markers[a.mesh.node_id]
+    keys = list(markers)
+    assert len(keys) == 1  # released by a once stored, kept for the grace time
+    before = len(mesh.clock.getDelayedCalls())
+    for _ in range(100):  # a peer repeating RELEASED (or LEAVING) for the same marker
+        custody.release_markers(a.mesh.node_id, keys)
+    assert len(mesh.clock.getDelayedCalls()) == before
+    mesh.clock.advance(61)
+    mesh.settle()
+    assert markers == {}

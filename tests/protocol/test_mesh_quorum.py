@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 from twisted.internet import defer
 from twisted.test import iosim
 
 from mesh.codec import FrameType, LinkParser, decode_control
 from mesh.link import LinkProtocol
-from mesh.quorum import answer_vote, make_vote, voted_proof
+from mesh.quorum import answer_vote, check_voted, make_vote, voted_proof
 from meshgate.replication.quorum import MeshQuorum, _Ask, _AskFactory
 from tests.protocol.mesh_harness import MeshHarness, SimNode
 
@@ -197,3 +198,14 @@ def test_a_strict_majority_of_the_configured_peers_decides_and_the_unreachable_c
     refused = verdict({a: {**yes, "node_id": "1"}, b: no})
     assert "1 of the 2 other node(s) of [mesh] static agree, a majority needs 2" in refused["reason"]
     assert "d (h:2): no, I hear the primary: last frame 0.3 s ago" in refused["reason"]
+
+
+@pytest.mark.parametrize("proof", ["é" * 64, 5, None, ["x"]])
+def test_a_vote_whose_proof_is_no_ascii_string_is_refused_not_raised(proof):
+    harness = mesh()
+    primary, peer, _ = primary_and_peer(harness)
+    vote = make_vote(PASSWORD, "n1", op="takeover", node_id=primary.mesh.node_id, epoch=4, after_ms=0,
+                     user="meshgate", nonce="v1")
+    answer = answer_vote(peer.mesh, "n1", {**vote, "proof": proof})
+    assert answer["granted"] is False and "no valid proof" in answer["reason"], answer
+    assert check_voted(PASSWORD, "v1", {**answer, "proof": proof}) is None
