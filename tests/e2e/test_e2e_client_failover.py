@@ -113,9 +113,13 @@ def test_producer_fails_over_mid_stream_and_loses_no_receipted_message(mesh, cli
     handles: list = []
     failures: list[BaseException] = []
 
+    killed = threading.Event()  # the second half goes after the kill, however fast the first went
+
     def produce() -> None:
         try:
             for i in range(n):
+                if i == n // 2:
+                    killed.wait(30)
                 if i >= window:
                     handles[i - window].wait(30)  # at most `window` SENDs in flight
                 handles.append(producer.send(queue, f"m{i}", {"persistent": "true"}, wait=False))
@@ -127,6 +131,7 @@ def test_producer_fails_over_mid_stream_and_loses_no_receipted_message(mesh, cli
     wait_until(lambda: sum(h.done for h in list(handles)) >= 150 or failures, "150 receipts from A")
     pid = a.proc.pid
     a.kill9()  # SIGKILL to the PID this test started, mid-stream
+    killed.set()
     sender.join(60)
     assert not sender.is_alive(), "the producer did not finish after the failover"
     assert not failures, failures
