@@ -22,6 +22,7 @@ import json
 from typing import Any, Callable
 
 from gateway.broker.message import EXCHANGE_HEADER, ROUTING_KEY_HEADER, TYPES_HEADER
+from gateway.numbers import whole_number
 
 _TO_HEADER = {
     "content_type": "content-type", "content_encoding": "content-encoding", "correlation_id": "correlation-id",
@@ -88,11 +89,11 @@ def from_properties(properties: dict, now_ms: Callable[[], int]) -> Publish:
     expires = 0
     expiration = properties.get("expiration")
     if expiration is not None:
-        if not (expiration.isascii() and expiration.isdigit()) or len(expiration) > 10 or \
-                int(expiration) > MAX_EXPIRATION:
+        milliseconds = whole_number(expiration, MAX_EXPIRATION)
+        if milliseconds < 0:
             raise ValueError(f"expiration {expiration[:40]!r} is not a whole number of milliseconds from 0 to "
                              f"{MAX_EXPIRATION}")
-        expires = now_ms() + int(expiration)
+        expires = now_ms() + milliseconds
         headers["expires"] = str(expires)
     persistent = properties.get("delivery_mode") == 2
     if persistent:
@@ -116,8 +117,9 @@ def to_properties(headers: dict[str, str], persistent: bool, priority: int) -> d
         if prop is not None:
             properties[prop] = value
         elif key == "timestamp":
-            if value.isascii() and value.isdigit() and len(value) <= 19 and int(value) < 2 ** 63:
-                properties["timestamp"] = int(value)
+            seconds = whole_number(value, 2 ** 63 - 1)
+            if seconds >= 0:
+                properties["timestamp"] = seconds
         elif key not in _NOT_APPLICATION:
             kind = types.get(key)
             table[key] = value if kind is None else _typed(value, kind)

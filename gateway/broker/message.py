@@ -14,10 +14,12 @@ EXCHANGE_HEADER, ROUTING_KEY_HEADER = "amqp-exchange", "amqp-routing-key"
 # were not strings when published (gateway/amqp/properties.py). Only the AMQP gateway
 # writes it; a STOMP or management sender cannot.
 TYPES_HEADER = "amqp-types"
-# Headers no sender sets (a STOMP SEND, a management send): those a protocol writes on a
-# delivery (a STOMP MESSAGE's own) and those the AMQP gateway alone writes.
-NOT_FROM_SENDERS = frozenset({"destination", "message-id", "content-length", "subscription", "ack", "redelivered",
-                              TYPES_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER})
+# What a protocol writes on a delivery (a STOMP MESSAGE's own headers): never taken from
+# the message's headers, whoever published it.
+DELIVERY_HEADERS = frozenset({"destination", "message-id", "content-length", "subscription", "ack", "redelivered"})
+# Headers no sender sets (a STOMP SEND, a management send): the delivery's own and those
+# the AMQP gateway alone writes.
+NOT_FROM_SENDERS = DELIVERY_HEADERS | {TYPES_HEADER, EXCHANGE_HEADER, ROUTING_KEY_HEADER}
 # What a queued message costs beyond its body and headers (object, dict, deque
 # slot); counted so a flood of tiny messages still meets the memory limit.
 MESSAGE_OVERHEAD = 400

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping
 
+from gateway.broker.message import DELIVERY_HEADERS
+
 __all__ = [
     "Frame",
     "FrameError",
@@ -19,7 +21,6 @@ __all__ = [
     "escape_header",
     "message_head",
     "HEARTBEAT",
-    "MESSAGE_HEADERS",
 ]
 
 HEARTBEAT = b"\n"
@@ -41,9 +42,6 @@ _UNCARRIED = {
     "1.1": re.compile("[\r\0\ud800-\udfff]"),
     "1.2": re.compile("[\0\ud800-\udfff]"),
 }
-# The headers of a MESSAGE only the broker says: whatever a publisher put in the message
-# under these names is never sent, so it can neither frame the body nor shadow the broker's.
-MESSAGE_HEADERS = frozenset({"destination", "message-id", "content-length", "subscription", "ack", "redelivered"})
 _RECEIPT_LINE = re.compile(r"^receipt:(.*)$", re.MULTILINE)
 _ESCAPE_SEQUENCE = re.compile(r"\\(.?)", re.DOTALL)
 # CONNECT and CONNECTED are never escaped, so pre-1.1 clients can negotiate.
@@ -130,9 +128,11 @@ def message_head(destination: str, message_id: str, headers: Mapping[str, str], 
                  version: str) -> bytes:
     """A MESSAGE's header block after its subscription line, up to the body: the broker's
     destination, message-id and content-length around the message's own headers (as
-    :func:`_header_lines` writes them), none of which is named like one of :data:`MESSAGE_HEADERS`."""
-    if not MESSAGE_HEADERS.isdisjoint(headers):
-        headers = {k: v for k, v in headers.items() if k not in MESSAGE_HEADERS}
+    :func:`_header_lines` writes them), none named like one of :data:`DELIVERY_HEADERS`:
+    whatever a publisher put in the message under those names is never sent, so it can
+    neither frame the body nor shadow the broker's."""
+    if not DELIVERY_HEADERS.isdisjoint(headers):
+        headers = {k: v for k, v in headers.items() if k not in DELIVERY_HEADERS}
     if not destination.isprintable() or ":" in destination or "\\" in destination:
         destination = _carry_value(destination, version)
     lines = _header_lines(headers, version) if headers else ""  # none: what most AMQP publishers send

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from gateway.broker.broker import TEMP
 from gateway.broker.message import NOT_FROM_SENDERS, QUEUE, TOPIC, Message
 from gateway.broker.queue import AUTO, CLIENT, CLIENT_INDIVIDUAL, Subscription
+from gateway.numbers import whole_number
 from gateway.stomp.codec import Frame, escape_header, message_head
 from model.names import quoted
 
@@ -135,12 +136,12 @@ class Stomp10:
         expires = 0
         raw = headers.get("priority")
         if raw is not None:
-            priority = _whole_number(raw, 9)
+            priority = whole_number(raw, 9)
             if priority < 0:
                 raise StompError(f"priority must be an integer from 0 to 9, got {quoted(raw)}")
         raw = headers.get("expires")
         if raw is not None:
-            expires = _whole_number(raw, MAX_EXPIRES)
+            expires = whole_number(raw, MAX_EXPIRES)
             if expires < 0:
                 raise StompError(f"expires must be a time in epoch milliseconds, got {quoted(raw)}")
         reply_to = headers.get("reply-to")
@@ -167,7 +168,7 @@ class Stomp10:
         for name in _PREFETCH_HEADERS:
             raw = headers.get(name)
             if raw is not None:
-                prefetch = _whole_number(raw, MAX_PREFETCH)
+                prefetch = whole_number(raw, MAX_PREFETCH)
                 if prefetch < 1:
                     raise StompError(f"{name} must be a whole number from 1 to {MAX_PREFETCH}, got {quoted(raw)}")
                 break
@@ -297,21 +298,10 @@ class Stomp12(Stomp11):
     def ack_target(self, frame: Frame) -> tuple[Subscription, str]:
         ack_id = self.required(frame, "id")
         message_id, _, number = ack_id.rpartition("#")
-        sub = self._subscription_numbers.get(_whole_number(number, 2 ** 63))
+        sub = self._subscription_numbers.get(whole_number(number, 2 ** 63))
         if sub is None or not message_id:
             raise StompError(f"ack id {quoted(ack_id)} does not name a delivery awaiting acknowledgement")
         return sub, message_id
-
-
-def _whole_number(raw: str, largest: int) -> int:
-    """``raw`` as a whole number from 0 to ``largest``, else -1: ASCII digits only (``str.isdigit``
-    takes '²', which ``int`` refuses) and no more of them than ``largest`` has (``int`` refuses
-    over 4,300 digits, and a larger number means nothing here)."""
-    if raw.isascii() and raw.isdigit() and len(raw) <= len(str(largest)):
-        value = int(raw)
-        if value <= largest:
-            return value
-    return -1
 
 
 def _acl_name(target: str, kind: str, address: str) -> str:
