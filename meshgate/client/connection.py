@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import queue
 import threading
 import time
 import uuid
@@ -36,6 +35,7 @@ from typing import Any
 
 from stomp.exception import StompException
 
+from meshgate.client.delivery import Deliveries
 from meshgate.client.discovery import Discovery
 from meshgate.client.link import Confirm, Link
 from meshgate.client.messages import (
@@ -96,9 +96,7 @@ class FailoverConnection:
         self._sub_confirms: dict[str, Confirm] = {}  # each subscription's latest SUBSCRIBE
         self._failure: BaseException | None = None
         self._reconnector: threading.Thread | None = None
-        self._inbox: queue.Queue = queue.Queue()  # (callback, message) for the dispatch thread
-        self._received: queue.Queue[Message] = queue.Queue()  # messages of subscriptions without a callback
-        self._dispatcher: threading.Thread | None = None
+        self._deliveries = Deliveries()
 
     # -- state -------------------------------------------------------------------------------
 
@@ -144,9 +142,7 @@ class FailoverConnection:
             self._state, self._failure = "connecting", None
             self._subscriptions.clear()
             self._sub_confirms.clear()
-        if self._dispatcher is None or not self._dispatcher.is_alive():
-            self._dispatcher = threading.Thread(target=self._dispatch, name="meshgate-client-dispatch", daemon=True)
-            self._dispatcher.start()
+        self._deliveries.start()
         startup = self.options.startup_limit()
         try:
             link = self._establish(-1 if startup == -1 else 1 + startup, first=True)
@@ -507,28 +503,11 @@ class FailoverConnection:
         sub = self._subscriptions.get(message.subscription)
         if sub is None:
             return  # unsubscribed meanwhile: the broker returns what it had not acked
-        if sub.callback is not None:
-            self._inbox.put((sub.callback, message))
-        else:
-            self._received.put(message)
+        self._deliveries.put(sub.callback, message)
 
     def receive(self, timeout: float | None = None) -> Message | None:
         """The next message of a subscription made without a callback (None after ``timeout``)."""
-        try:
-            return self._received.get(timeout=timeout)
-        except queue.Empty:
-            return None
-
-    def _dispatch(self) -> None:
-        while True:
-            item = self._inbox.get()
-            if item is None:
-                return
-            callback, message = item
-            try:
-                callback(message)
-            except Exception:
-                log.exception("meshgate.client: a subscription callback failed")
+        return self._deliveries.receive(timeout)
 
     # -- acknowledging -----------------------------------------------------------------------
 
@@ -593,11 +572,7 @@ class FailoverConnection:
     def _release(self, timeout: float = 10.0) -> None:
         """Stop the discovery listeners and the dispatch thread (both are made again by connect)."""
         self.discovery.close()
-        dispatcher, self._dispatcher = self._dispatcher, None
-        if dispatcher is not None:
-            self._inbox.put(None)
-            if dispatcher is not threading.current_thread():
-                dispatcher.join(timeout)
+        self._deliveries.stop(timeout)
 
     def __enter__(self) -> FailoverConnection:
         if self._state in ("new", "closed", "failed"):
