@@ -10,10 +10,13 @@ from gateway.broker.message import Message
 
 
 class Store(Protocol):
-    position: int  # grows with every record; unchanged means nothing new to sync
     failure: str | None  # why writing fails now (a full disk), else None: persistent sends are refused meanwhile
     blocked: str | None  # why persistent producers wait (store.limit, store.max_disk_usage), else None
     limit: int | None  # store.limit: bytes on disk past which persistent producers wait
+
+    @property
+    def position(self) -> int:
+        """Grows with every record; unchanged means nothing new to sync."""
 
     def when_room(self, resume: Callable[[], None]) -> None:
         """Call ``resume`` once persistent producers may go on."""

@@ -351,7 +351,7 @@ class JournalStore:
 
     def _tell_of_failed_write(self, reason: str) -> None:
         kept: deque[tuple[int, Deferred, bool]] = deque()
-        unwritten = []
+        unwritten: list[tuple[int, Deferred, bool]] = []
         for entry in self._waiters:
             (unwritten if entry[2] and entry[0] > self._written else kept).append(entry)
         if not unwritten:
@@ -396,7 +396,7 @@ class JournalStore:
             return succeed(None)
         if self.broken is not None:
             return fail(StoreError(self.broken))
-        d = Deferred()
+        d: Deferred[None] = Deferred()
         self._waiters.append((self._appended, d, told_of_failed_writes))
         if not self._flush_scheduled:
             self._flush_scheduled = True

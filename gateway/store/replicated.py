@@ -95,6 +95,11 @@ class ReplicatedJournalStore(JournalStore):
         self.replica_waits = waits
         self._release()
 
+    def synced_locally(self) -> bool:
+        """Every record appended so far is written to the segment files and synced here
+        (a failback waits for this, and for the backup's acknowledgement of it)."""
+        return not self._buffer and self.local_durable >= self._written
+
     def hand_over(self) -> None:
         """The backup took over (failback) with everything it acknowledged. From now on
         nothing written here counts as durable: no RECEIPT, confirm or mesh STORED is

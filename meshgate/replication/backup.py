@@ -54,7 +54,7 @@ from meshgate.replication.codec import (
     proof,
 )
 from meshgate.replication.quorum import MeshQuorum
-from meshgate.replication.tls import COMPLAIN_EVERY_S, MISMATCH_HINT, client_endpoint
+from meshgate.replication.tls import COMPLAIN_EVERY_S, MISMATCH_HINT, LinkTransport, client_endpoint
 from meshgate.witness import WitnessClient
 
 log = logging.getLogger("meshgate.replication")  # one logger for the whole link, both sides
@@ -146,6 +146,8 @@ class ReplicaFiles:
 
 @implementer(IHandshakeListener)
 class _FollowerProtocol(Protocol):
+    transport: LinkTransport  # type: ignore[assignment]  # Twisted's is ITransport | None: see gateway.transport
+
     def __init__(self, follower: ReplicaFollower) -> None:
         self.follower = follower
         self.parser = Parser()
@@ -277,7 +279,7 @@ class _FollowerProtocol(Protocol):
         if held and self.transport is not None:
             self._apply(held)
 
-    def connectionLost(self, reason: Failure = None) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
         if self.follower.tls is not None and not self.handshake_done and not self.follower._stopped:
             why = reason.getErrorMessage() if reason is not None else "closed"
             self.follower.complain("backup: the TLS handshake with the primary's replication listener at %s failed "
@@ -325,6 +327,7 @@ class ReplicaFollower:
         self.link: _FollowerProtocol | None = None
         self._done: defer.Deferred | None = None
         self._check: task.LoopingCall | None = None
+        self._check_s = min(heartbeat_s, takeover_after_s / 3)
         self._last_check = 0.0
         self._lost_at: float | None = None
         self._dialling = False
@@ -341,7 +344,7 @@ class ReplicaFollower:
         self._check = task.LoopingCall(self._tick)
         self._check.clock = self.reactor
         self._last_check = self.reactor.seconds()
-        self._check.start(min(self.heartbeat_s, self.takeover_after_s / 3), now=False)
+        self._check.start(self._check_s, now=False)
         return self._done
 
     def stop(self, graceful: bool = False) -> None:
@@ -451,7 +454,7 @@ class ReplicaFollower:
 
     def _tick(self) -> None:
         now = self.reactor.seconds()
-        paused = now - self._last_check > 3 * self._check.interval  # this process was stopped (SIGSTOP) or starved
+        paused = now - self._last_check > 3 * self._check_s  # this process was stopped (SIGSTOP) or starved
         self._last_check = now
         link = self.link
         if link is not None:
@@ -499,6 +502,7 @@ class ReplicaFollower:
             if self.witness is not None:
                 verdict = yield self.witness.claim(self.node_id(), epoch, self.takeover_after_s)
             else:
+                assert self.quorum is not None  # one of the two, checked above
                 self._next_vote = now + max(0.5, self.takeover_after_s)
                 verdict = yield self.quorum.vote(self.node_id(), epoch, self.takeover_after_s)
         finally:

@@ -4,6 +4,7 @@ in chunks, the stream of journal writes and the failback handover."""
 from __future__ import annotations
 
 import hmac
+import io
 import logging
 import os
 import struct
@@ -47,7 +48,7 @@ from meshgate.replication.codec import (
     encode_write,
     proof,
 )
-from meshgate.replication.tls import COMPLAIN_EVERY_S, MISMATCH_HINT, server_endpoint
+from meshgate.replication.tls import COMPLAIN_EVERY_S, MISMATCH_HINT, LinkTransport, server_endpoint
 
 log = logging.getLogger("meshgate.replication")  # one logger for the whole link, both sides
 
@@ -55,6 +56,8 @@ log = logging.getLogger("meshgate.replication")  # one logger for the whole link
 @implementer(IHandshakeListener)
 class _SourceProtocol(Protocol):
     """The primary's end of one backup's link."""
+
+    transport: LinkTransport  # type: ignore[assignment]  # Twisted's is ITransport | None: see gateway.transport
 
     def __init__(self, source: ReplicationSource) -> None:
         self.source = source
@@ -132,7 +135,7 @@ class _SourceProtocol(Protocol):
         self.transport.write(encode_json(REFUSE, {"reason": reason}))
         self.transport.loseConnection()
 
-    def connectionLost(self, reason: Failure = None) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
         if self.source.tls is not None and not self.handshake_done:
             why = reason.getErrorMessage() if reason is not None else "closed"
             self.source.complain("replication: the TLS handshake with backup %s failed (%s): %s", self.peer, why,
@@ -163,7 +166,7 @@ class _Copy:
         self.source = source
         self.backup = backup
         self.todo: list[tuple[str, int]] = []  # (name, bytes to copy), in order
-        self.file = None
+        self.file: io.BufferedReader | None = None
         self.name = ""
         self.offset = 0
         self.size = 0
@@ -421,12 +424,16 @@ class ReplicationSource:
         backup = self.backup
         if backup is None or self.state != "in-sync":
             return defer.fail(HandoverRefused(f"no backup in sync (replication is {self.state})"))
-        d = self._handover = defer.Deferred()
+        d: defer.Deferred[int] = defer.Deferred()
+        self._handover = d
         backup.transport.write(encode_json(TAKEOVER, {"position": self.store.written, "epoch": self.epoch}))
-        timer = self.reactor.callLater(timeout_s, lambda: d.called or (
-            setattr(self, "_handover", None),
-            d.errback(HandoverRefused(f"the backup {backup.peer} did not answer the handover within "
-                                      f"{timeout_s:g} s"))))
+
+        def unanswered() -> None:
+            if not d.called:
+                self._handover = None
+                d.errback(HandoverRefused(f"the backup {backup.peer} did not answer the handover within "
+                                          f"{timeout_s:g} s"))
+        timer = self.reactor.callLater(timeout_s, unanswered)
 
         def done(result):
             if timer.active():

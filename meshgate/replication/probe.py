@@ -37,13 +37,13 @@ def primary_active_at(reactor, peer: tuple[str, int], timeout: float = 1.0,
 @implementer(IHandshakeListener)
 class _ProbeProtocol(Protocol):
     def __init__(self) -> None:
-        self.settled = defer.Deferred()  # the TLS handshake finished or the connection went
+        self.settled: defer.Deferred[None] = defer.Deferred()  # the TLS handshake finished or the connection went
 
     def handshakeCompleted(self) -> None:
         if not self.settled.called:
             self.settled.callback(None)
 
-    def connectionLost(self, reason: Failure = None) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
         if not self.settled.called:
             self.settled.callback(None)
 

@@ -11,15 +11,14 @@ who is at the other end, the password still authenticates."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol, cast
 
 from twisted.internet import endpoints
-from twisted.internet.interfaces import (
-    IOpenSSLClientConnectionCreator,
-    IOpenSSLContextFactory,
-    IStreamClientEndpoint,
-    IStreamServerEndpoint,
-)
+from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IOpenSSLContextFactory, IStreamClientEndpoint
+from twisted.internet.protocol import Factory
 
+from gateway.transport import Transport
 from meshgate.config.ha import ReplicationTlsConfig
 
 COMPLAIN_EVERY_S = 30.0  # a repeated mismatch (the backup redials) is logged at most this often
@@ -28,16 +27,31 @@ MISMATCH_HINT = ("the replication link needs [ha.tls] on both members or on neit
                  "the CA in ha.tls.ca_certificate (docs/ha.md)")
 
 
+class LinkTransport(Transport, Protocol):
+    """A replication link's transport: TCP, or TLS over it."""
+
+    def setTcpNoDelay(self, enabled: bool) -> None: ...
+
+
+# Twisted's endpoints are zope interfaces, whose methods mypy reads as taking no ``self``.
+class ServerEndpoint(Protocol):
+    def listen(self, factory: Factory) -> Deferred: ...
+
+
+class ClientEndpoint(Protocol):
+    def connect(self, factory: Factory) -> Deferred: ...
+
+
 def _own_certificate(tls: ReplicationTlsConfig):
     from twisted.internet import ssl
 
-    return ssl.PrivateCertificate.loadPEM(Path(tls.certificate).read_text() + Path(tls.private_key).read_text())
+    return ssl.PrivateCertificate.loadPEM(Path(tls.certificate).read_bytes() + Path(tls.private_key).read_bytes())
 
 
 def _authority(tls: ReplicationTlsConfig):
     from twisted.internet import ssl
 
-    return ssl.Certificate.loadPEM(Path(tls.ca_certificate).read_text())
+    return ssl.Certificate.loadPEM(Path(tls.ca_certificate).read_bytes())
 
 
 def server_options(tls: ReplicationTlsConfig) -> IOpenSSLContextFactory:
@@ -53,20 +67,20 @@ def client_options(tls: ReplicationTlsConfig, host: str) -> IOpenSSLClientConnec
     return ssl.optionsForClientTLS(host, trustRoot=_authority(tls), clientCertificate=_own_certificate(tls))
 
 
-def server_endpoint(reactor, bind: tuple[str, int], tls: ReplicationTlsConfig | None) -> IStreamServerEndpoint:
+def server_endpoint(reactor, bind: tuple[str, int], tls: ReplicationTlsConfig | None) -> ServerEndpoint:
     """The replication listener: plain TCP, or TLS requiring a client certificate the CA signed."""
     host, port = bind
     if tls is None:
-        return endpoints.TCP4ServerEndpoint(reactor, port, interface=host)
-    return endpoints.SSL4ServerEndpoint(reactor, port, server_options(tls), interface=host)
+        return cast(ServerEndpoint, endpoints.TCP4ServerEndpoint(reactor, port, interface=host))
+    return cast(ServerEndpoint, endpoints.SSL4ServerEndpoint(reactor, port, server_options(tls), interface=host))
 
 
 def client_endpoint(reactor, peer: tuple[str, int], tls: ReplicationTlsConfig | None,
-                    timeout: float) -> IStreamClientEndpoint:
+                    timeout: float) -> ClientEndpoint:
     """Dialling the other member's replication listener: plain TCP, or TLS verifying
     its certificate (the CA, and the host of ``peer``) and presenting this member's."""
     host, port = peer
     tcp = endpoints.TCP4ClientEndpoint(reactor, host, port, timeout=max(1, int(timeout)))
     if tls is None:
-        return tcp
-    return endpoints.wrapClientTLS(client_options(tls, host), tcp)
+        return cast(ClientEndpoint, tcp)
+    return cast(ClientEndpoint, endpoints.wrapClientTLS(client_options(tls, host), cast(IStreamClientEndpoint, tcp)))

@@ -1,4 +1,4 @@
-"""High availability on a shared store (``[ha] mode = "shared-store"``, docs/ha.md).
+"""The data dir's lock on a shared store (``[ha] mode = "shared-store"``, docs/ha.md).
 
 A node whose data dir's lock is held waits as the *standby*: it exposes nothing,
 tries the lock every ``poll_interval_ms`` and says who holds it and how long its
@@ -71,6 +71,7 @@ class Standby:
                 self._next_report = now + self.lease_s
             return
         if locked:
+            assert self._loop is not None and self._done is not None  # both set by wait(), which polls
             self._loop.stop()
             self.data_dir.remove_standby()
             holder = self.holder.describe() if self.holder is not None else "a holder that left no lease"
@@ -155,7 +156,7 @@ class LeaseKeeper:
             self._loop.stop()
         if self._running is None:
             return defer.succeed(None)
-        done = defer.Deferred()
+        done: defer.Deferred[None] = defer.Deferred()
         self._running.addBoth(lambda _: done.callback(None))
         return done
 
@@ -174,14 +175,15 @@ class LeaseKeeper:
     def _work(self) -> tuple[int | None, str, dict]:
         """On a thread: the epoch first (a replaced holder writes nothing more), then
         the lease, then the standby files."""
+        found: int | None
         try:
-            found = self.data_dir.epoch()
+            epoch = self.data_dir.epoch()
         except EpochError as error:
             found, problem = None, str(error)
         else:
-            problem = ""
-            if found > self.epoch:
-                return found, "", {}
+            if epoch > self.epoch:
+                return epoch, "", {}
+            found, problem = epoch, ""
         if not self._stopped:
             try:
                 self.data_dir.write_lease(self.lease(), sync=self.sync)
