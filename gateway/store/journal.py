@@ -16,30 +16,20 @@ import json
 import logging
 import mmap
 import os
-import struct
 import threading
 import time
-import zlib
 from collections import deque
 from pathlib import Path
 from typing import Callable, Iterator
 
 from twisted.internet.defer import Deferred, fail, succeed
 
-from gateway.broker.message import Message, decode_headers, encode_headers
+from gateway.broker.message import Message
 from gateway.store.files import fsync_dir, write_json_atomically
+from gateway.store.records import ADD_TIMED, HEAD_SIZE, REMOVE, encode_add, encode_remove, record_head, replay
 
 log = logging.getLogger(__name__)
 
-_ADD = 1  # as written before messages carried their accept time; still read
-_REMOVE = 2
-_ADD_TIMED = 3  # _ADD with the time the message was accepted
-_HEAD = struct.Struct("<IIB")  # payload length, crc32 of type+payload, type
-_ADD_FIELDS = struct.Struct("<HHBHIIBqHBQH")
-_ADD_TIMED_FIELDS = struct.Struct(_ADD_FIELDS.format + "d")
-_REMOVE_FIELDS = struct.Struct("<HH")
-_KINDS = {"queue": 0, "topic": 1, "temp": 2}
-_KIND_NAMES = {v: k for k, v in _KINDS.items()}
 _SEGMENT_SUFFIX = ".log"
 RETRY_S = 1.0  # a failed write is tried again this often
 CLOSE_PATIENCE_S = 3.0  # a close waits this long for a failing disk before giving up
@@ -189,7 +179,7 @@ class JournalStore:
             # Mapped, not read: only the records' own bytes are copied out, so a
             # segment holding a 100 MiB message (or many dead ones) is never all in memory.
             with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                pos = self._replay_records(data, size, number, live)
+                pos = replay(data, size, number, live)
         if pos < size:
             if last:
                 # A torn tail from a crash mid-write: nothing after it was ever acknowledged.
@@ -199,79 +189,13 @@ class JournalStore:
             else:
                 log.error("journal %s: corrupt record at offset %d; skipping the rest of the segment", path.name, pos)
 
-    def _replay_records(self, data: mmap.mmap, size: int, number: int, live: dict) -> int:
-        """Apply the segment's records to ``live``; returns where the good records end."""
-        pos = 0
-        while pos < size:
-            if pos + _HEAD.size > size:
-                break
-            length, crc, kind = _HEAD.unpack_from(data, pos)
-            start = pos + _HEAD.size
-            payload = data[start:start + length]
-            if len(payload) < length or zlib.crc32(payload, kind) != crc:
-                break
-            if kind == _ADD_TIMED or kind == _ADD:
-                queue_key, message = self._decode_add(payload, kind == _ADD_TIMED)
-                message.segment = number
-                live[(queue_key, message.id)] = (queue_key, message)
-            elif kind == _REMOVE:
-                klen, ilen = _REMOVE_FIELDS.unpack_from(payload)
-                off = _REMOVE_FIELDS.size
-                queue_key = payload[off:off + klen].decode()
-                message_id = payload[off + klen:off + klen + ilen].decode()
-                live.pop((queue_key, message_id), None)
-            pos = start + length
-        return pos
-
-    @staticmethod
-    def _decode_add(payload: bytes, timed: bool) -> tuple[str, Message]:
-        if timed:
-            (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc, sequence, plen, created) = (
-                _ADD_TIMED_FIELDS.unpack_from(payload)
-            )
-            off = _ADD_TIMED_FIELDS.size
-        else:
-            (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc, sequence, plen) = (
-                _ADD_FIELDS.unpack_from(payload)
-            )
-            off = _ADD_FIELDS.size
-            created = 0.0
-        queue_key = payload[off:off + klen].decode()
-        off += klen
-        message_id = payload[off:off + ilen].decode()
-        off += ilen
-        address = payload[off:off + alen].decode()
-        off += alen
-        headers = decode_headers(payload[off:off + hlen], henc)
-        off += hlen
-        body = payload[off:off + blen]
-        off += blen
-        message = Message(message_id, _KIND_NAMES[kind], address, headers, body, True, priority, expires, deliveries)
-        message.sequence = sequence
-        message.created = created
-        if plen:
-            message.path = tuple(payload[off:off + plen].decode().split(","))
-        return queue_key, message
-
     # -- writing --------------------------------------------------------------------------
 
     def add(self, queue_key: str, message: Message) -> None:
-        key = queue_key.encode()
-        mid = message.id.encode()
-        address = message.address.encode()
-        headers, henc = encode_headers(message.headers)
-        body = message.body
         if not message.sequence:  # a compacted message keeps its place in the order
             self._sequence += 1
             message.sequence = self._sequence
-        path = ",".join(message.path).encode() if message.path else b""
-        payload = b"".join((
-            _ADD_TIMED_FIELDS.pack(len(key), len(mid), _KINDS[message.kind], len(address), len(headers), len(body),
-                                   message.priority, message.expires, min(message.deliveries, 65535), henc,
-                                   message.sequence, len(path), message.created),
-            key, mid, address, headers, body, path,
-        ))
-        self._append(_ADD_TIMED, payload)
+        self._append(ADD_TIMED, encode_add(queue_key, message))
         segment = self._segment
         message.segment = segment
         self._live[segment][(queue_key, message.id)] = message
@@ -286,14 +210,12 @@ class JournalStore:
             self._collect_soon()  # room is wanted now: the oldest segment may be dead, or dead enough to compact
         self._live_bytes[message.segment] -= message.size
         self._forget_id(message.id)
-        key = queue_key.encode()
-        mid = message.id.encode()
-        self._append(_REMOVE, _REMOVE_FIELDS.pack(len(key), len(mid)) + key + mid)
+        self._append(REMOVE, encode_remove(queue_key, message.id))
 
     def _append(self, kind: int, payload: bytes) -> None:
-        self._buffer += _HEAD.pack(len(payload), zlib.crc32(payload, kind), kind)
+        self._buffer += record_head(kind, payload)
         self._buffer += payload
-        self._appended += _HEAD.size + len(payload)
+        self._appended += HEAD_SIZE + len(payload)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.reactor.callLater(0, self._flush)

@@ -261,17 +261,17 @@ def _old_add_record(queue_key: str, m: Message) -> bytes:
     import zlib
 
     from gateway.broker.message import encode_headers
-    from gateway.store.journal import _ADD, _ADD_FIELDS, _HEAD, _KINDS
+    from gateway.store.records import ADD, ADD_FIELDS, HEAD, KINDS
 
     key, mid, address = queue_key.encode(), m.id.encode(), m.address.encode()
     headers, henc = encode_headers(m.headers)
     path = ",".join(m.path).encode()
     payload = b"".join((
-        _ADD_FIELDS.pack(len(key), len(mid), _KINDS[m.kind], len(address), len(headers), len(m.body), m.priority,
-                         m.expires, m.deliveries, henc, m.sequence, len(path)),
+        ADD_FIELDS.pack(len(key), len(mid), KINDS[m.kind], len(address), len(headers), len(m.body), m.priority,
+                        m.expires, m.deliveries, henc, m.sequence, len(path)),
         key, mid, address, headers, m.body, path,
     ))
-    return _HEAD.pack(len(payload), zlib.crc32(payload, _ADD), _ADD) + payload
+    return HEAD.pack(len(payload), zlib.crc32(payload, ADD), ADD) + payload
 
 
 def test_journal_from_before_created_still_recovers(tmp_path):
@@ -314,8 +314,8 @@ def test_created_survives_recovery(tmp_path):
     durable(store, reactor)
     close(store, reactor)
     segment = sorted((tmp_path / "journal").glob("*.log"))[-1].read_bytes()
-    from gateway.store.journal import _ADD_TIMED, _HEAD
+    from gateway.store.records import ADD_TIMED, HEAD
 
-    assert _HEAD.unpack_from(segment, 0)[2] == _ADD_TIMED  # written as type 3
+    assert HEAD.unpack_from(segment, 0)[2] == ADD_TIMED  # written as type 3
     _, _, recovered = open_store(tmp_path)
     assert [(m.id, m.created) for _, m in recovered] == [("m-1", 1700000000.123456), ("m-2", 0.0)]

@@ -1,0 +1,108 @@
+"""The journal's records, sans I/O: what an add or a remove looks like on disk, and
+reading a segment's bytes back into the messages it holds.
+
+A record is a head (payload length, crc32 of type and payload, type) and a payload.
+Type 1 (an add as written before messages carried their accept time) is still read;
+adds are written as type 3."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import Any
+
+from gateway.broker.message import Message, decode_headers, encode_headers
+
+ADD = 1
+REMOVE = 2
+ADD_TIMED = 3  # ADD with the time the message was accepted
+HEAD = struct.Struct("<IIB")
+HEAD_SIZE = HEAD.size
+ADD_FIELDS = struct.Struct("<HHBHIIBqHBQH")
+ADD_TIMED_FIELDS = struct.Struct(ADD_FIELDS.format + "d")
+REMOVE_FIELDS = struct.Struct("<HH")
+KINDS = {"queue": 0, "topic": 1, "temp": 2}
+_KIND_NAMES = {v: k for k, v in KINDS.items()}
+
+
+def record_head(kind: int, payload: bytes) -> bytes:
+    return HEAD.pack(len(payload), zlib.crc32(payload, kind), kind)
+
+
+def encode_add(queue_key: str, message: Message) -> bytes:
+    """An ADD_TIMED payload: the message as it is in ``queue_key`` (its sequence set)."""
+    key = queue_key.encode()
+    mid = message.id.encode()
+    address = message.address.encode()
+    headers, henc = encode_headers(message.headers)
+    body = message.body
+    path = ",".join(message.path).encode() if message.path else b""
+    return b"".join((
+        ADD_TIMED_FIELDS.pack(len(key), len(mid), KINDS[message.kind], len(address), len(headers), len(body),
+                              message.priority, message.expires, min(message.deliveries, 65535), henc,
+                              message.sequence, len(path), message.created),
+        key, mid, address, headers, body, path,
+    ))
+
+
+def encode_remove(queue_key: str, message_id: str) -> bytes:
+    key = queue_key.encode()
+    mid = message_id.encode()
+    return REMOVE_FIELDS.pack(len(key), len(mid)) + key + mid
+
+
+def replay(data: Any, size: int, number: int, live: dict) -> int:
+    """Apply segment ``number``'s records (``data``, a buffer of ``size`` bytes) to
+    ``live`` ((queue key, message id) -> (queue key, message)); returns where the good
+    records end: a torn or corrupt record stops the replay there."""
+    pos = 0
+    while pos < size:
+        if pos + HEAD_SIZE > size:
+            break
+        length, crc, kind = HEAD.unpack_from(data, pos)
+        start = pos + HEAD_SIZE
+        payload = data[start:start + length]
+        if len(payload) < length or zlib.crc32(payload, kind) != crc:
+            break
+        if kind == ADD_TIMED or kind == ADD:
+            queue_key, message = decode_add(payload, kind == ADD_TIMED)
+            message.segment = number
+            live[(queue_key, message.id)] = (queue_key, message)
+        elif kind == REMOVE:
+            klen, ilen = REMOVE_FIELDS.unpack_from(payload)
+            off = REMOVE_FIELDS.size
+            queue_key = payload[off:off + klen].decode()
+            message_id = payload[off + klen:off + klen + ilen].decode()
+            live.pop((queue_key, message_id), None)
+        pos = start + length
+    return pos
+
+
+def decode_add(payload: bytes, timed: bool) -> tuple[str, Message]:
+    if timed:
+        (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc, sequence, plen, created) = (
+            ADD_TIMED_FIELDS.unpack_from(payload)
+        )
+        off = ADD_TIMED_FIELDS.size
+    else:
+        (klen, ilen, kind, alen, hlen, blen, priority, expires, deliveries, henc, sequence, plen) = (
+            ADD_FIELDS.unpack_from(payload)
+        )
+        off = ADD_FIELDS.size
+        created = 0.0
+    queue_key = payload[off:off + klen].decode()
+    off += klen
+    message_id = payload[off:off + ilen].decode()
+    off += ilen
+    address = payload[off:off + alen].decode()
+    off += alen
+    headers = decode_headers(payload[off:off + hlen], henc)
+    off += hlen
+    body = payload[off:off + blen]
+    off += blen
+    message = Message(message_id, _KIND_NAMES[kind], address, headers, body, True, priority, expires, deliveries)
+    message.sequence = sequence
+    message.created = created
+    if plen:
+        message.path = tuple(payload[off:off + plen].decode().split(","))
+    return queue_key, message
