@@ -47,20 +47,31 @@ ACTIONS = frozenset({"read", "write", "admin"})
 DESTINATION_KINDS = ("/queue/", "/topic/", "/temp-queue/", "/exchange/")
 
 
+# Read-only members (properties), so that the configuration's frozen dataclasses match.
 class UserConfig(Protocol):
     """A configured user, as the node's configuration gives it."""
 
-    password: str
-    groups: frozenset[str]
+    @property
+    def password(self) -> str: ...
+
+    @property
+    def groups(self) -> frozenset[str]: ...
 
 
 class AuthorizationEntry(Protocol):
     """One entry of the authorization map: who may read, write or administer a destination pattern."""
 
-    destination: str
-    read: frozenset[str]
-    write: frozenset[str]
-    admin: frozenset[str]
+    @property
+    def destination(self) -> str: ...
+
+    @property
+    def read(self) -> frozenset[str]: ...
+
+    @property
+    def write(self) -> frozenset[str]: ...
+
+    @property
+    def admin(self) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,7 @@ def _is_ident_part(ch: str) -> bool:
 def _tokenize(text: str) -> list[_Token]:
     tokens = []
     i, n = 0, len(text)
+    value: str | int | float
     while i < n:
         ch, start = text[i], i
         if ch in _WHITESPACE:
@@ -118,7 +119,8 @@ def _scan_string(text: str, start: int) -> tuple[int, str]:
 
 
 def _scan_number(text: str, start: int) -> tuple[int, int | float]:
-    match = _NUMBER_RE.match(text, start)  # always matches: the caller saw a digit or '.digit'
+    match = _NUMBER_RE.match(text, start)
+    assert match is not None, "the caller saw a digit or '.digit'"
     end = match.end()
     if end < len(text) and (_is_ident_part(text[end]) or text[end] == "."):
         raise _error(f"malformed number {text[start : end + 1]!r}", start + 1)
@@ -181,10 +183,10 @@ def _like_regex(pattern: str, escape: str | None) -> re.Pattern[str] | None:
     chars = iter(pattern)
     for ch in chars:
         if ch == escape:
-            ch = next(chars, None)
-            if ch is None:
+            escaped = next(chars, None)
+            if escaped is None:
                 return None
-            current.append(re.escape(ch))
+            current.append(re.escape(escaped))
         elif ch == "%":
             segments.append("".join(current))
             current = []

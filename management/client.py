@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from gateway.stomp.codec import FrameError, FrameParser, encode_frame
+from gateway.stomp.codec import Frame, FrameError, FrameParser, encode_frame
 from model.requests import MANAGEMENT_ADDRESS, Failure, Reply, Request, decode_reply
 
 
@@ -36,7 +36,7 @@ class ManagementClient:
         self.timeout = timeout
         self._sock: socket.socket | None = None
         self._parser = FrameParser("1.2")
-        self._frames: list = []
+        self._frames: list[Frame] = []
         self._reply_to = f"/temp-queue/meshgate-admin-{uuid.uuid4().hex[:8]}"
 
     def __enter__(self) -> ManagementClient:
@@ -95,12 +95,14 @@ class ManagementClient:
     # -- frames -----------------------------------------------------------------------------
 
     def _send(self, data: bytes) -> None:
+        assert self._sock is not None, "connect() first"
         try:
             self._sock.sendall(data)
         except OSError as error:
             raise ManagementClientError(f"connection to {self.host}:{self.port} lost: {error}") from None
 
-    def _expect(self, command: str):
+    def _expect(self, command: str) -> Frame:
+        assert self._sock is not None, "connect() first"
         while True:
             while not self._frames:
                 try:

@@ -16,12 +16,12 @@ from model.requests import BrowsePage, Done
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], right: set[int] | None = None) -> str:
     """Columns as wide as their widest cell; numbers right-aligned."""
-    rows = [[_cell(value) for value in row] for row in rows]
-    right = right if right is not None else {i for i, row in enumerate(zip(*rows, strict=False))
-                                             if all(_numeric(value) for value in row)}
-    widths = [max([len(h), *(len(row[i]) for row in rows)]) for i, h in enumerate(headers)]
+    texts = [[_cell(value) for value in row] for row in rows]
+    right = right if right is not None else {i for i, column in enumerate(zip(*texts, strict=False))
+                                             if all(_numeric(value) for value in column)}
+    widths = [max([len(h), *(len(row[i]) for row in texts)]) for i, h in enumerate(headers)]
     lines = []
-    for row in [list(headers), *rows]:
+    for row in [list(headers), *texts]:
         cells = [value.rjust(widths[i]) if i in right else value.ljust(widths[i]) for i, value in enumerate(row)]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines)

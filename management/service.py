@@ -32,12 +32,15 @@ from model.requests import (
     MANAGEMENT_ADDRESS,
     SINGLE_ANSWER,
     BrowsePage,
+    DeleteDefinition,
     Failure,
     ManagementError,
     Move,
+    Nodes,
     Reply,
     Request,
     Summary,
+    action_of,
     decode_request,
 )
 
@@ -148,7 +151,7 @@ class ManagementService:
             request = decode_request(body)
         except ManagementError as error:
             return defer.succeed(Reply(ok=False, error=error.failure()))
-        action = request.__struct_config__.tag
+        action = action_of(request)
         if action in ADMIN_ACTIONS and not admin:
             message = f"{action} needs the admin permission on /queue/{ADDRESS}"
             if request.on_behalf_of:
@@ -157,7 +160,7 @@ class ManagementService:
                                          result="refused: " + message))
             return defer.succeed(Reply(action=action, ok=False, error=Failure(code="forbidden", message=message)))
         try:
-            if action == "nodes":
+            if isinstance(request, Nodes):
                 return self._nodes(request.fresh)
             if action in _ASKED_NODE_ONLY:
                 return defer.succeed(Reply(action=action, result=self._answer_here(request, user)))
@@ -175,6 +178,7 @@ class ManagementService:
         went to every node, so a node without the queue is no refusal worth recording."""
         if node_id == self.node_id:
             return defer.maybeDeferred(self._answer_here, request, user, everywhere)
+        assert self.mesh is not None, "other nodes are known through the mesh only"
         body = {"request": msgspec.to_builtins(msgspec.structs.replace(request, node=node_id)), "user": user,
                 "everywhere": everywhere}
         d = self.mesh.router.request(node_id, body, self.timeout)
@@ -194,7 +198,7 @@ class ManagementService:
     def _gather(self, outcomes: list, action: str, targets: list[str], asked_for: str | None) -> Reply:
         results: list = []
         failures: list[Failure] = []
-        missing: list[ManagementError] = []
+        missing: list[Failure] = []  # "not_found" from nodes asked because every node was: no refusal alone
         for (ok, value), node_id in zip(outcomes, targets, strict=True):
             if ok:
                 results.extend(value) if isinstance(value, list) else results.append(value)
@@ -216,7 +220,7 @@ class ManagementService:
         return Reply(action=action, result=results, failures=failures)
 
     def _answer_here(self, request: Request, user: str, everywhere: bool = False) -> Any:
-        action = request.__struct_config__.tag
+        action = action_of(request)
         answer = self._answers.get(action)
         if answer is None:
             raise ManagementError("bad_request", f"{action} is not answered by one node")
@@ -256,7 +260,7 @@ class ManagementService:
             if not isinstance(body, dict) or "request" not in body:
                 raise ManagementError("bad_request", "a routed request needs a request and a user")
             request = decode_request(msgspec.json.encode(body["request"]))
-            if request.__struct_config__.tag == "ha_failback":
+            if action_of(request) == "ha_failback":
                 raise ManagementError("bad_request", "ha_failback is answered by the serving member itself: ask it "
                                                      "directly (meshgate ha failback --stomp HOST:PORT)")
             result = self._answer_here(request, str(body.get("user", "?")), bool(body.get("everywhere")))
@@ -326,9 +330,8 @@ class ManagementService:
 
 
 def _target_of(request: Request) -> str:
-    kind = getattr(request, "kind", None)  # delete_definition
-    if kind:
-        return f"/queue/{request.name}" if kind == "queue" else f"durable subscription {request.name}"
+    if isinstance(request, DeleteDefinition):
+        return f"/queue/{request.name}" if request.kind == "queue" else f"durable subscription {request.name}"
     for field in ("queue", "destination", "connection", "forget"):
         value = getattr(request, field, None)
         if value:

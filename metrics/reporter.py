@@ -54,12 +54,12 @@ class MetricsReporter:
         self.publisher.start()
         self._tick()
         if self._roll_window is not None:
-            self._window()
+            self._window(self._roll_window)
 
-    def _window(self) -> None:
+    def _window(self, roll_window: Callable[[float], None]) -> None:
         now = self._reactor.seconds()
-        self._roll_window(now)
-        self._next_window = self._reactor.callLater(WINDOW_S - now % WINDOW_S, self._window)
+        roll_window(now)
+        self._next_window = self._reactor.callLater(WINDOW_S - now % WINDOW_S, self._window, roll_window)
 
     def _tick(self) -> None:
         started = time.perf_counter()

@@ -8,6 +8,8 @@ redistribution event covers what happened to one queue within about a second
 
 from __future__ import annotations
 
+from typing import cast
+
 import msgspec
 
 
@@ -127,7 +129,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     NodeJoined, NodeLeft, NodeLeaving, LinkUp, LinkDown, Redistribution, ScaleDown, DeadLetter, Expired,
     ConsumerAttached, ConsumerDetached, AuthenticationFailed, ProducersBlocked, ProducersResumed, AdminAction,
 )
-KINDS: tuple[str, ...] = tuple(t.__struct_config__.tag for t in EVENT_TYPES)
+KINDS: tuple[str, ...] = tuple(cast(str, t.__struct_config__.tag) for t in EVENT_TYPES)  # each class sets tag="…"
 AnyEvent = NodeJoined | NodeLeft | NodeLeaving | LinkUp | LinkDown | Redistribution | ScaleDown | DeadLetter | \
     Expired | ConsumerAttached | ConsumerDetached | AuthenticationFailed | ProducersBlocked | ProducersResumed | \
     AdminAction

@@ -11,7 +11,7 @@ address (``ADMIN_ACTIONS``); the others need ``write`` on it, as any SEND does."
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import msgspec
 
@@ -254,6 +254,11 @@ class ManagementError(Exception):
 
 
 _request_decoder = msgspec.json.Decoder(AnyRequest)
+
+
+def action_of(request: Request) -> str:
+    """The request's ``action``: the tag its class sets."""
+    return cast(str, request.__struct_config__.tag)
 
 
 def decode_request(data: bytes | str) -> Request:

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Install everything the tests need (apt: redis-server, chromium for the console's
 # browser tests, prometheus for promtool, a Java runtime for Spark; pip: the project with its test extra) and
-# run the whole suite: lint, then unit, protocol, end-to-end, console and browser
-# tests. Extra arguments go to pytest.
+# run the whole suite: lint, the type check (scripts/typecheck.py), then unit, protocol,
+# end-to-end, console and browser tests. Extra arguments go to pytest.
 source "$(dirname "$0")/bootstrap.sh"
 apt_install redis-server chromium prometheus default-jre-headless
 ensure_venv test
 cd "$ROOT"
 "$VENV/bin/ruff" check .
+"$VENV/bin/python" scripts/typecheck.py
 exec "$VENV/bin/python" -m pytest "$@"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from gateway.amqp import properties as props
 from gateway.amqp import spec
@@ -436,8 +436,8 @@ class Channel:
                 encode_properties(props.to_properties(message.headers, message.persistent, message.priority)))
         connection = self.connection
         # sub.tag: the consumer's part of basic.deliver, encoded at basic.consume
-        connection.write_soon(encode_delivery(self.number, sub.tag, tag, message.redelivered, encoded[0], encoded[1],
-                                              message.body, connection.frame_max))
+        connection.write_soon(encode_delivery(self.number, sub.tag, tag, message.redelivered, encoded[0],
+                                              encoded[1], message.body, connection.frame_max))
 
     def method_basic_get(self, args, command: Command) -> None:
         queue = self._existing_queue(args.queue, command)
@@ -560,10 +560,11 @@ class Channel:
         # Consumers get the properties as they came, encoded once (expiration included, as in RabbitMQ).
         raw = command.raw_properties
         encoded = None if raw is None else {"amqp": (args.route, raw)}
+        body = cast(bytes, command.body)  # the reader gives every method with content its body
         if self.transactional:
-            self._tx.append((exchange, routing_key, headers, command.body, publish, args.mandatory, encoded))
+            self._tx.append((exchange, routing_key, headers, body, publish, args.mandatory, encoded))
             return
-        self._publish(exchange, routing_key, headers, command.body, publish, args.mandatory, encoded)
+        self._publish(exchange, routing_key, headers, body, publish, args.mandatory, encoded)
 
     def _publish(self, exchange: str, routing_key: str, headers: dict, body: bytes, publish, mandatory: bool,
                  encoded: dict | None = None) -> None:
@@ -617,7 +618,7 @@ class Channel:
         self._confirm_waiters += 1
         upto = self._published
         self.broker.store.when_durable(told_of_failed_writes=True).addCallbacks(
-            self._durable, self._durable, (upto, True), None, (upto, False))
+            self._durable, self._durable, callbackArgs=(upto, True), errbackArgs=(upto, False))
 
     def _durable(self, _: object, upto: int, ok: bool) -> None:
         self._confirm_waiters -= 1

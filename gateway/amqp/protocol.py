@@ -35,8 +35,10 @@ from gateway.amqp.codec import (
 )
 from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.broker import Broker
+from gateway.broker.queue import Subscription
 from gateway.broker.session import ConnectionInfo, Session
 from gateway.hostile_log import PeerLog, quote
+from gateway.transport import Transport
 from model.events import USER_LIMIT, AuthenticationFailed
 from model.mesh import Connection
 
@@ -67,6 +69,7 @@ class AmqpSettings:
 @implementer(interfaces.IPushProducer)
 class AmqpProtocol(Protocol):
     factory: AmqpFactory
+    transport: Transport  # type: ignore[assignment]  # Twisted's is ITransport | None: see gateway.transport
 
     def __init__(self) -> None:
         self.reader = FrameReader()
@@ -115,7 +118,7 @@ class AmqpProtocol(Protocol):
             return
         self._timers.append(self.clock.callLater(HANDSHAKE_TIMEOUT, self._handshake_timeout))
 
-    def connectionLost(self, reason: Failure = None) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
         self.state = "closed"
         self.factory.connections.discard(self)
         for timer in self._timers:
@@ -232,7 +235,11 @@ class AmqpProtocol(Protocol):
         d = threads.deferToThreadPool(self.clock, self.factory.threadpool, authenticator.authenticate, login,
                                       password)
         d.addCallback(self._authenticated, login)
-        d.addErrback(lambda failure: self.internal_error(failure.value))
+        d.addErrback(self._authenticator_failed)
+
+    def _authenticator_failed(self, failure: Failure) -> None:
+        assert failure.value is not None  # Twisted's type allows None; a Failure made from an exception holds it
+        self.internal_error(failure.value)
 
     def _authenticated(self, principal: Principal | None, login: str | None) -> None:
         if self.state != "authenticating":
@@ -470,7 +477,7 @@ class _NoDeliveries:
 _NO_DELIVERIES = _NoDeliveries()
 
 
-class AmqpFactory(ServerFactory):
+class AmqpFactory(ServerFactory[AmqpProtocol]):
     protocol = AmqpProtocol
 
     def __init__(self, broker: Broker, settings: AmqpSettings, authenticator, authorizer, clock,
@@ -486,18 +493,18 @@ class AmqpFactory(ServerFactory):
         self.connection_ids = itertools.count(1)
         self.peer_log = PeerLog(log, clock.seconds)
         self.exclusive: dict[str, AmqpProtocol] = {}  # queue -> the connection it belongs to
-        self.exclusive_consumers: dict[str, object] = {}  # queue -> its exclusive consumer (a Subscription)
+        self.exclusive_consumers: dict[str, Subscription] = {}  # queue -> its exclusive consumer
         self.auto_delete: set[str] = set()  # queues deleted once their last consumer goes
         self._expiring: dict[str, tuple[int, float]] = {}  # queue -> (x-expires ms, unused since)
-        self._sweep = None
+        self._sweep: task.LoopingCall | None = None
 
     def expire_unused(self, queue: str, expires_ms: int) -> None:
         """x-expires: the queue goes once it has had no consumer for that long."""
         self._expiring[queue] = (expires_ms, self.clock.seconds())
         if self._sweep is None:
-            self._sweep = task.LoopingCall(self._expire)
-            self._sweep.clock = self.clock
-            self._sweep.start(1.0, now=False)
+            self._sweep = sweep = task.LoopingCall(self._expire)
+            sweep.clock = self.clock
+            sweep.start(1.0, now=False)
 
     def _expire(self) -> None:
         now = self.clock.seconds()
@@ -512,8 +519,8 @@ class AmqpFactory(ServerFactory):
                 self.delete_queue(name)
 
     def consumer_gone(self, queue: str) -> None:
-        held = self.exclusive_consumers.get(queue)
-        if held is not None and held not in held.queue.consumers:
+        exclusive = self.exclusive_consumers.get(queue)
+        if exclusive is not None and exclusive not in exclusive.queue.consumers:
             del self.exclusive_consumers[queue]
         if queue in self.auto_delete:
             held = self.broker.queues.get(queue)

@@ -6,6 +6,9 @@ The argument types are the specification's domains reduced to their wire types:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from types import SimpleNamespace
+
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
@@ -110,7 +113,8 @@ class MethodSpec:
         self.handler = "method_" + name.replace(".", "_")  # what a protocol class defines to take it
         self.fields = fields  # [(argument, wire type)]
         self.has_content = name in ("basic.publish", "basic.return", "basic.deliver", "basic.get_ok")
-        self.fast_decoder = None  # set by the codec for the busiest methods
+        # Set by the codec for the busiest methods: their arguments and where they end.
+        self.fast_decoder: Callable[[bytes], tuple[SimpleNamespace, int]] | None = None
 
 
 def _parse(table: str) -> dict[tuple[int, int], MethodSpec]:

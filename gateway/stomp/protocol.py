@@ -19,10 +19,13 @@ from gateway import __version__
 from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.broker import Broker
 from gateway.broker.errors import BrokerError
+from gateway.broker.message import Message
+from gateway.broker.queue import Subscription
 from gateway.broker.session import ConnectionInfo
 from gateway.hostile_log import PeerLog
 from gateway.stomp.codec import HEARTBEAT, Frame, FrameError, FrameParser, encode_frame
 from gateway.stomp.versions import SUPPORTED, VERSIONS, Stomp10, StompError
+from gateway.transport import Transport
 from model.events import USER_LIMIT, AuthenticationFailed
 from model.names import quoted
 
@@ -47,9 +50,10 @@ class StompSettings:
 @implementer(interfaces.IPushProducer)
 class StompProtocol(Protocol):
     factory: StompFactory
+    transport: Transport  # type: ignore[assignment]  # Twisted's is ITransport | None: see gateway.transport
+    parser: FrameParser  # made in connectionMade, before any byte is read
 
     def __init__(self) -> None:
-        self.parser: FrameParser | None = None
         self.handler: Stomp10 | None = None
         self.closing = False
         self.sent_since_beat = False
@@ -83,7 +87,7 @@ class StompProtocol(Protocol):
             return
         self._timers.append(self.clock.callLater(CONNECT_TIMEOUT, self._connect_timeout))
 
-    def connectionLost(self, reason: Failure = None) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
         self.closing = True
         for timer in self._timers:
             if timer.active():
@@ -327,7 +331,7 @@ class StompProtocol(Protocol):
         if self._stream is None:
             self._stream = deque()
         self._stream.extend((head, memoryview(body), b"\0"))
-        self.handler.session.writable = False
+        self.handler.session.writable = False  # type: ignore[union-attr]  # the handler's deliver calls this
         self._pump()
 
     def _pump(self) -> None:
@@ -351,8 +355,9 @@ class StompProtocol(Protocol):
             elif not self._socket_full and self.handler is not None and not self.closing:
                 self.handler.session.set_writable(True)
 
-    def deliver(self, subscription, message) -> None:
-        self.handler.deliver(subscription, message)
+    def deliver(self, subscription: Subscription, message: Message) -> None:
+        # Only the session CONNECT opened delivers here, so the handler is set.
+        self.handler.deliver(subscription, message)  # type: ignore[union-attr]
 
     def receipt(self, receipt_id: str, needs_sync: bool) -> None:
         """Receipts go out in the order their frames came, each once its effects are durable."""
@@ -364,7 +369,7 @@ class StompProtocol(Protocol):
         self._receipts.append(entry)
         if needs_sync:
             durable = self.factory.broker.store.when_durable(told_of_failed_writes=True)
-            durable.addCallbacks(self._durable, self._not_durable, (entry,), None, (entry,))
+            durable.addCallbacks(self._durable, self._not_durable, callbackArgs=(entry,), errbackArgs=(entry,))
         else:
             self._drain_receipts()
 
@@ -403,7 +408,7 @@ class StompProtocol(Protocol):
             headers["receipt-id"] = receipt
         if extra:
             headers.update(extra)
-        version = self.parser.version if self.parser is not None else "1.0"
+        version = self.parser.version
         error = encode_frame("ERROR", headers, message.encode(), version=version)
         if self._receipts:
             if self.factory.broker.store.failure is not None:
@@ -459,7 +464,7 @@ class StompProtocol(Protocol):
         pass
 
 
-class StompFactory(ServerFactory):
+class StompFactory(ServerFactory[StompProtocol]):
     protocol = StompProtocol
 
     def __init__(self, broker: Broker, settings: StompSettings, authenticator, authorizer, clock,

@@ -24,9 +24,11 @@ HANDSHAKE_TIMEOUT, as STOMP's CONNECT must."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
+from twisted.internet.base import DelayedCall
+from twisted.internet.interfaces import IAddress
 from twisted.internet.protocol import Protocol, ServerFactory
 from twisted.python.failure import Failure
 from wsproto import ConnectionState, ConnectionType, WSConnection
@@ -44,6 +46,8 @@ from wsproto.events import (
 from wsproto.utilities import RemoteProtocolError
 
 from gateway.hostile_log import PeerLog, quote
+from gateway.stomp.protocol import StompFactory, StompProtocol
+from gateway.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +67,16 @@ class WebSocketSettings:
 class WebSocketStompProtocol(Protocol):
     """One WebSocket connection carrying one STOMP connection."""
 
-    def __init__(self, stomp_factory: ServerFactory, settings: WebSocketSettings) -> None:
+    factory: WebSocketStompFactory
+    transport: Transport  # type: ignore[assignment]  # Twisted's is ITransport | None: see gateway.transport
+
+    def __init__(self, stomp_factory: StompFactory, settings: WebSocketSettings) -> None:
         self.stomp_factory = stomp_factory
         self.settings = settings
         self.ws = WSConnection(ConnectionType.SERVER)
-        self.stomp: Protocol | None = None
+        self.stomp: StompProtocol | None = None
         self.subprotocol: str | None = None
-        self._timeout = None
+        self._timeout: DelayedCall | None = None
 
     def connectionMade(self) -> None:
         self._timeout = self.stomp_factory.clock.callLater(HANDSHAKE_TIMEOUT, self._handshake_timeout)
@@ -100,7 +107,7 @@ class WebSocketStompProtocol(Protocol):
 
     def event_Request(self, request: Request) -> None:
         origin = _header(request.extra_headers, b"origin")
-        if not self.settings.allows(origin):
+        if origin is not None and not self.settings.allows(origin):
             self._reject(403, f"origin {origin[:100]} is not in stomp.websocket.allowed_origins")
             return
         if request.subprotocols:
@@ -112,8 +119,9 @@ class WebSocketStompProtocol(Protocol):
             self.subprotocol = chosen
         self.transport.write(self.ws.send(AcceptConnection(subprotocol=self.subprotocol)))
         self._cancel_timeout()
-        self.stomp = self.stomp_factory.buildProtocol(self.transport.getPeer())
-        self.stomp.makeConnection(_MessageTransport(self))
+        self.stomp = stomp = self.stomp_factory.buildProtocol(self.transport.getPeer())
+        assert stomp is not None, "a StompFactory builds a protocol for every connection"
+        stomp.makeConnection(_MessageTransport(self))
 
     def event_TextMessage(self, message: TextMessage) -> None:
         if self.stomp is not None:
@@ -132,7 +140,7 @@ class WebSocketStompProtocol(Protocol):
             self.transport.write(self.ws.send(close.response()))
         self._lose_connection()
 
-    def connectionLost(self, reason: Failure = None) -> None:
+    def connectionLost(self, reason: Failure | None = None) -> None:
         self._cancel_timeout()
         stomp, self.stomp = self.stomp, None
         if stomp is not None:
@@ -210,7 +218,7 @@ class _MessageTransport:
     def write(self, data: bytes) -> None:
         self.websocket.send_message(data)
 
-    def writeSequence(self, data: list[bytes]) -> None:
+    def writeSequence(self, data: Iterable[bytes]) -> None:
         self.write(b"".join(data))
 
     def loseConnection(self) -> None:
@@ -219,21 +227,21 @@ class _MessageTransport:
     def abortConnection(self) -> None:
         self.tcp.abortConnection()
 
-    def getPeer(self) -> Any:
+    def getPeer(self) -> IAddress:
         return self.tcp.getPeer()
 
-    def getHost(self) -> Any:
+    def getHost(self) -> IAddress:
         return self.tcp.getHost()
 
-    def registerProducer(self, producer: Any, streaming: bool) -> None:
+    def registerProducer(self, producer: object, streaming: bool) -> None:
         self.tcp.registerProducer(producer, streaming)
 
     def unregisterProducer(self) -> None:
         self.tcp.unregisterProducer()
 
     @property
-    def producer(self) -> Any:
-        return self.tcp.producer
+    def producer(self) -> object:
+        return getattr(self.tcp, "producer", None)
 
     def pauseProducing(self) -> None:
         self.tcp.pauseProducing()
@@ -242,19 +250,19 @@ class _MessageTransport:
         self.tcp.resumeProducing()
 
 
-class WebSocketStompFactory(ServerFactory):
-    def __init__(self, stomp_factory: ServerFactory, settings: WebSocketSettings) -> None:
+class WebSocketStompFactory(ServerFactory[WebSocketStompProtocol]):
+    def __init__(self, stomp_factory: StompFactory, settings: WebSocketSettings) -> None:
         self.stomp_factory = stomp_factory
         self.settings = settings
         self.peer_log = PeerLog(log, stomp_factory.clock.seconds)
 
-    def buildProtocol(self, addr: Any) -> WebSocketStompProtocol:
+    def buildProtocol(self, addr: IAddress | None) -> WebSocketStompProtocol:
         protocol = WebSocketStompProtocol(self.stomp_factory, self.settings)
         protocol.factory = self
         return protocol
 
 
-def _header(headers: Any, name: bytes) -> str | None:
+def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
     for key, value in headers:
         if key.lower() == name:
             return value.decode("latin-1")
