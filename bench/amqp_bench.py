@@ -23,8 +23,6 @@ Scenarios:
 from __future__ import annotations
 
 import argparse
-import os
-import select
 import socket
 import struct
 import sys
@@ -32,20 +30,15 @@ import time
 import uuid
 from array import array
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-# Shared with the STOMP load generator beside this file (the script's directory is on sys.path).
-from stomp_bench import Children, ScenarioFailed, cpu_seconds, fmt, percentiles_ms
+# Shared with the STOMP load generator (the script's directory is on sys.path).
+import common
 
-RECV_SIZE = 1 << 20
-# ~256 KiB per sendall: big enough to amortise syscalls, small enough that the
-# per-batch timestamp is accurate to well under a millisecond.
-BATCH_BYTES = 256 * 1024
 CONFIRM_WINDOW = 1000
 PREFETCH = 1000
 ACK_EVERY = 100
-# Other processes using more than this much CPU during a scenario flag it NOISY.
-NOISY_PCT = 30.0
 DEFAULT_FRAME_MAX = 131072
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -324,41 +317,18 @@ class ConnParams:
     io_timeout: float = 30.0
 
 
-class AmqpConn:
+class AmqpConn(common.FramedSocket[tuple[int, int, bytes]]):
     """A blocking AMQP 0-9-1 connection with one channel (1) and a frame buffer."""
 
     CHANNEL = 1
 
     def __init__(self, sock: socket.socket, io_timeout: float) -> None:
-        self.sock = sock
+        super().__init__(sock, split_frames)
         self.io_timeout = io_timeout
-        self.buf = b""
-        self.pending: list[tuple[int, int, bytes]] = []
         self.frame_max = DEFAULT_FRAME_MAX
         self.server: str = "?"
 
     # -- frame I/O -----------------------------------------------------------
-
-    def pull(self) -> list[tuple[int, int, bytes]]:
-        """Frames already buffered, else block for one recv and split it."""
-        if self.pending:
-            frames, self.pending = self.pending, []
-            return frames
-        data = self.sock.recv(RECV_SIZE)
-        if not data:
-            raise ConnectionError("broker closed the TCP connection without connection.close")
-        self.buf = self.buf + data if self.buf else data
-        frames, pos = split_frames(self.buf)
-        self.buf = self.buf[pos:]
-        return frames
-
-    def poll(self) -> list[tuple[int, int, bytes]]:
-        """Like pull() but returns [] instead of waiting."""
-        if self.pending:
-            return self.pull()
-        # A socket with a timeout polls before recv, so ask select first.
-        readable, _, _ = select.select([self.sock], [], [], 0)
-        return self.pull() if readable else []
 
     def check(self, ftype: int, payload: bytes) -> tuple[int, int] | None:
         """Method id of a frame; raises on the broker closing the connection or channel."""
@@ -380,7 +350,7 @@ class AmqpConn:
 
     def expect(self, want: tuple[int, int], channel: int | None = None) -> Reader:
         """Block until method `want` arrives; other frames read meanwhile are kept."""
-        kept = []
+        kept: list[tuple[int, int, bytes]] = []
         while True:
             frames = self.pull()
             for i, (ftype, chan, payload) in enumerate(frames):
@@ -463,8 +433,7 @@ def client_properties() -> dict[str, Any]:
 
 def connect(params: ConnParams) -> AmqpConn:
     """Open a connection (PLAIN auth, heartbeats off) and channel 1."""
-    sock = socket.create_connection((params.host, params.port), timeout=params.io_timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock = common.open_socket(params.host, params.port, params.io_timeout)
     conn = AmqpConn(sock, params.io_timeout)
     try:
         sock.sendall(PROTOCOL_HEADER)
@@ -526,10 +495,6 @@ class PubSpec:
     confirms: bool
 
 
-def payload_tail(size: int) -> bytes:
-    return (b"meshgate-bench-" * (size // 15 + 1))[: size - STAMP.size]
-
-
 def message_parts(conn: AmqpConn, spec: PubSpec) -> tuple[bytes, bytes]:
     """Frames of one message split around its 16-byte stamp: (before, after)."""
     ch = conn.CHANNEL
@@ -540,14 +505,14 @@ def message_parts(conn: AmqpConn, spec: PubSpec) -> tuple[bytes, bytes]:
     # The body frame is last: its 7-byte frame header precedes the stamp.
     body_at = len(dummy) - (7 + spec.size + 1)
     before = publish + dummy[: body_at + 7]
-    after = payload_tail(spec.size) + b"\xce"
+    after = common.filler(spec.size - STAMP.size) + b"\xce"
     return before, after
 
 
 def publish(conn: AmqpConn, spec: PubSpec) -> dict[str, Any]:
     """Fire-and-forget basic.publish in ~BATCH_BYTES writes; one timestamp per batch."""
     before, after = message_parts(conn, spec)
-    per_batch = max(1, BATCH_BYTES // (len(before) + len(after) + STAMP.size))
+    per_batch = max(1, common.BATCH_BYTES // (len(before) + len(after) + STAMP.size))
     pack = STAMP.pack
     sent = 0
     first = time.time_ns()
@@ -605,7 +570,7 @@ def publish_with_confirms(conn: AmqpConn, spec: PubSpec) -> dict[str, Any]:
     """confirm.select, then publishes with up to CONFIRM_WINDOW unconfirmed (pipelined)."""
     conn.confirm_select()
     before, after = message_parts(conn, spec)
-    chunk = max(1, min(CONFIRM_WINDOW // 4, BATCH_BYTES // (len(before) + len(after) + STAMP.size)))
+    chunk = max(1, min(CONFIRM_WINDOW // 4, common.BATCH_BYTES // (len(before) + len(after) + STAMP.size)))
     conf = Confirms(spec.count)
     first = time.time_ns()
     try:
@@ -661,18 +626,10 @@ def stalled(conn: AmqpConn, sent: int, confirmed: int | None) -> BrokerError:
     )
 
 
-def producer_main(params: ConnParams, spec: PubSpec, out: Any, go: Any, wait_s: float) -> None:
-    try:
-        conn = connect(params)
-        out.put(("ready", "producer", None))
-        if not go.wait(wait_s):
-            raise TimeoutError("never told to start")
-        result = publish_with_confirms(conn, spec) if spec.confirms else publish(conn, spec)
-        conn.close()
-        result["cpu"] = cpu_seconds()
-        out.put(("result", "producer", result))
-    except Exception as exc:  # noqa: BLE001 - every failure must reach the parent
-        out.put(("error", "producer", f"{type(exc).__name__}: {exc}"))
+def producer(params: ConnParams, spec: PubSpec) -> tuple[Any, Any, Any]:
+    """What common.producer_main connects, publishes and closes with."""
+    send = publish_with_confirms if spec.confirms else publish
+    return partial(connect, params), partial(send, spec=spec), AmqpConn.close
 
 
 # --------------------------------------------------------------------------
@@ -722,7 +679,7 @@ def consume(conn: AmqpConn, tally: Tally, idle_s: float, record_latency: bool) -
     while tally.received < expected:
         if not fresh:
             try:
-                data = sock.recv(RECV_SIZE)
+                data = sock.recv(common.RECV_SIZE)
             except TimeoutError:
                 break  # the broker went quiet: report what arrived
             if not data:
@@ -818,7 +775,7 @@ def consumer_main(
                     "first_recv": tally.first_recv,
                     "last_recv": tally.last_recv,
                     "lat": tally.latencies.tobytes(),
-                    "cpu": cpu_seconds(),
+                    "cpu": common.cpu_seconds(),
                 },
             )
         )
@@ -827,90 +784,6 @@ def consumer_main(
     finally:
         if conn is not None:
             conn.abort()
-
-
-# --------------------------------------------------------------------------
-# Broker and machine CPU, from /proc
-
-
-def _proc_stat(pid: int) -> tuple[int, int] | None:
-    """(ppid, CPU ticks incl. reaped children) of one process, None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    # comm may contain spaces and parentheses: fields start after the last ')'.
-    fields = raw[raw.rindex(b")") + 2 :].split()
-    # fields[1] ppid; [11] utime, [12] stime, [13] cutime, [14] cstime
-    return int(fields[1]), sum(int(x) for x in fields[11:15])
-
-
-def broker_cpu_seconds(pid: int | None) -> float | None:
-    """CPU seconds of pid and all its descendants.
-
-    RabbitMQ's recorded PID is the rabbitmq-server shell, whose child beam.smp
-    does the work, so the whole tree is summed; reaped children (e.g. the disk
-    monitor's df) are in their parent's cutime/cstime.
-    """
-    if pid is None:
-        return None
-    parent_of: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _proc_stat(int(entry))
-            if st is not None:
-                parent_of[int(entry)], ticks[int(entry)] = st
-    if pid not in ticks:
-        return None
-    tree = {pid}
-    grew = True
-    while grew:
-        grew = False
-        for child, parent in parent_of.items():
-            if parent in tree and child not in tree:
-                tree.add(child)
-                grew = True
-    return sum(ticks[p] for p in tree) / os.sysconf("SC_CLK_TCK")
-
-
-def system_busy() -> float | None:
-    """CPU seconds the whole machine spent busy (all cores), to spot other load."""
-    try:
-        with open("/proc/stat", "rb") as f:
-            cpu = f.readline().split()
-    except OSError:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in cpu[1:8])
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
-
-
-@dataclass(frozen=True)
-class CpuSample:
-    broker: float | None
-    system: float | None
-
-    @classmethod
-    def take(cls, pid: int | None) -> CpuSample:
-        return cls(broker_cpu_seconds(pid), system_busy())
-
-
-def wait_quiet(pid: int | None, max_wait: float) -> None:
-    """Wait until other processes leave the machine idle for 3 s in a row, or max_wait passes."""
-    if max_wait <= 0:
-        return
-    deadline = time.monotonic() + max_wait
-    quiet_for = 0
-    while quiet_for < 3 and time.monotonic() < deadline:
-        before = CpuSample.take(pid)
-        time.sleep(1)
-        after = CpuSample.take(pid)
-        busy = (after.system or 0.0) - (before.system or 0.0)
-        broker = (after.broker or 0.0) - (before.broker or 0.0)
-        quiet_for = quiet_for + 1 if 100 * (busy - broker) < NOISY_PCT / 2 else 0
-    if quiet_for < 3:
-        print(f"(machine still busy after {max_wait:.0f} s; running anyway)", flush=True)
 
 
 # --------------------------------------------------------------------------
@@ -937,29 +810,9 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 @dataclass
-class Result:
-    scenario: str
-    ok: bool
-    reason: str = ""
-    messages: int = 0
-    msgs_per_s: float | None = None
-    mb_per_s: float | None = None
-    latency_ms: tuple[float, float, float] | None = None
-    broker_cpu_s: float | None = None
-    broker_cpu_pct: float | None = None
-    client_cpu_pct: float | None = None
-    other_cpu_pct: float | None = None
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def noisy(self) -> bool:
-        return self.other_cpu_pct is not None and self.other_cpu_pct > NOISY_PCT
-
-
-@dataclass
 class RunContext:
     params: ConnParams
-    broker_pid: int | None
+    broker_pid: common.BrokerPids
     count: int
     timeout_s: float
     idle_s: float
@@ -967,7 +820,7 @@ class RunContext:
     wait_quiet_s: float = 0.0
 
 
-def run_messaging(sc: Scenario, rc: RunContext, count: int) -> Result:
+def run_messaging(sc: Scenario, rc: RunContext, count: int) -> common.Result:
     """Declare a fresh queue, run the scenario on it, verify and delete it."""
     qname = f"bench-{sc.name}-{rc.run_id}-{uuid.uuid4().hex[:6]}"
     control = connect(rc.params)
@@ -977,7 +830,7 @@ def run_messaging(sc: Scenario, rc: RunContext, count: int) -> Result:
         control.declare_queue(qname, durable=sc.persistent)
         res = (run_live if sc.kind == "live" else run_preload)(sc, rc, qname, count, control)
     except Exception as exc:
-        failure = ScenarioFailed(str(exc)) if isinstance(exc, BrokerError) else exc
+        failure = common.ScenarioFailed(str(exc)) if isinstance(exc, BrokerError) else exc
         note = cleanup(rc.params, control, qname)
         if note:
             failure.add_note(note)
@@ -1007,51 +860,51 @@ def cleanup(params: ConnParams, control: AmqpConn, qname: str) -> str:
         return f"could not delete {qname}: {type(exc).__name__}: {exc}"
 
 
-def run_live(sc: Scenario, rc: RunContext, qname: str, count: int, control: AmqpConn) -> Result:
+def run_live(sc: Scenario, rc: RunContext, qname: str, count: int, control: AmqpConn) -> common.Result:
     spec = PubSpec(qname, count, sc.size, sc.persistent, sc.confirms)
     deadline = time.monotonic() + rc.timeout_s
-    kids = Children()
+    kids = common.Children()
     try:
         kids.start("consumer", consumer_main, rc.params, qname, count, kids.events, None, rc.idle_s, True)
         kids.await_all("ready", ["consumer"], deadline)
         go = kids.ctx.Event()
-        kids.start("producer", producer_main, rc.params, spec, kids.events, go, rc.timeout_s)
+        kids.start("producer", common.producer_main, *producer(rc.params, spec), kids.events, go, rc.timeout_s)
         kids.await_all("ready", ["producer"], deadline)
-        cpu0 = CpuSample.take(rc.broker_pid)
+        cpu0 = common.CpuSample.take(rc.broker_pid)
         go.set()
         results = kids.await_all("result", ["producer", "consumer"], deadline)
-        cpu1 = CpuSample.take(rc.broker_pid)
+        cpu1 = common.CpuSample.take(rc.broker_pid)
     finally:
         kids.stop()
     prod, cons = results["producer"], results["consumer"]
     start = prod["first_send"]
     end = max(cons["last_recv"], prod.get("last_confirm", 0))
     res = summarise(sc, count, start, end, [prod, cons], cpu0, cpu1)
-    res.latency_ms = percentiles_ms([cons["lat"]])
+    res.latency_ms = common.percentiles_ms([cons["lat"]])
     verify(res, count, prod["sent"], cons)
     if sc.confirms:
         confirm_notes(res, prod, count)
     return res
 
 
-def run_preload(sc: Scenario, rc: RunContext, qname: str, count: int, control: AmqpConn) -> Result:
+def run_preload(sc: Scenario, rc: RunContext, qname: str, count: int, control: AmqpConn) -> common.Result:
     spec = PubSpec(qname, count, sc.size, sc.persistent, sc.confirms)
     deadline = time.monotonic() + rc.timeout_s
-    kids = Children()
+    kids = common.Children()
     try:
         go = kids.ctx.Event()
         go.set()
-        kids.start("producer", producer_main, rc.params, spec, kids.events, go, rc.timeout_s)
+        kids.start("producer", common.producer_main, *producer(rc.params, spec), kids.events, go, rc.timeout_s)
         prod = kids.await_all("result", ["producer"], deadline)["producer"]
         loaded_s = (prod["last_send"] - prod["first_send"]) / 1e9
         depth = control.declare_queue(qname, sc.persistent, passive=True)
         consume_go = kids.ctx.Event()
         kids.start("consumer", consumer_main, rc.params, qname, count, kids.events, consume_go, rc.idle_s, False)
         kids.await_all("ready", ["consumer"], deadline)
-        cpu0 = CpuSample.take(rc.broker_pid)
+        cpu0 = common.CpuSample.take(rc.broker_pid)
         consume_go.set()
         cons = kids.await_all("result", ["consumer"], deadline)["consumer"]
-        cpu1 = CpuSample.take(rc.broker_pid)
+        cpu1 = common.CpuSample.take(rc.broker_pid)
     finally:
         kids.stop()
     res = summarise(sc, count, cons["started"], cons["last_recv"], [cons], cpu0, cpu1)
@@ -1065,27 +918,23 @@ def run_preload(sc: Scenario, rc: RunContext, qname: str, count: int, control: A
 
 
 def summarise(
-    sc: Scenario, count: int, start_ns: int, end_ns: int, procs: list[dict[str, Any]], cpu0: CpuSample, cpu1: CpuSample
-) -> Result:
+    sc: Scenario,
+    count: int,
+    start_ns: int,
+    end_ns: int,
+    procs: list[dict[str, Any]],
+    cpu0: common.CpuSample,
+    cpu1: common.CpuSample,
+) -> common.Result:
     if end_ns <= start_ns:
-        raise ScenarioFailed("no message was delivered")
+        raise common.ScenarioFailed("no message was delivered")
     elapsed = (end_ns - start_ns) / 1e9
-    res = Result(sc.name, ok=True, messages=count)
-    res.msgs_per_s = count / elapsed
-    res.mb_per_s = count * sc.size / elapsed / 1e6
-    client_cpu = [p["cpu"] for p in procs]
-    res.client_cpu_pct = 100 * max(client_cpu) / elapsed
-    if cpu0.broker is not None and cpu1.broker is not None:
-        res.broker_cpu_s = cpu1.broker - cpu0.broker
-        res.broker_cpu_pct = 100 * res.broker_cpu_s / elapsed
-        if cpu0.system is not None and cpu1.system is not None:
-            # Client CPU includes connection setup outside the window, so clamp.
-            other = (cpu1.system - cpu0.system) - res.broker_cpu_s - sum(client_cpu)
-            res.other_cpu_pct = max(0.0, 100 * other / elapsed)
+    res = common.throughput(sc.name, count, sc.size, elapsed)
+    common.measure_cpu(res, elapsed, [p["cpu"] for p in procs], cpu0, cpu1)
     return res
 
 
-def verify(res: Result, count: int, sent: int, cons: dict[str, Any]) -> None:
+def verify(res: common.Result, count: int, sent: int, cons: dict[str, Any]) -> None:
     """Exactly the messages sent, each once: else the figure is not valid."""
     problems = []
     if sent != count:
@@ -1106,143 +955,32 @@ def verify(res: Result, count: int, sent: int, cons: dict[str, Any]) -> None:
         res.notes.insert(0, f"verified {count}/{count} exactly once")
 
 
-def confirm_notes(res: Result, prod: dict[str, Any], count: int, latency: bool = True) -> None:
+def confirm_notes(res: common.Result, prod: dict[str, Any], count: int, latency: bool = True) -> None:
     if prod["nacked"] or prod["acked"] != count or prod["repeated"]:
-        res.ok = False
-        why = f"confirms: {prod['acked']} acked, {prod['nacked']} nacked, {prod['repeated']} repeated, of {count}"
-        res.reason = f"{res.reason}; {why}" if res.reason else why
+        res.fail(f"confirms: {prod['acked']} acked, {prod['nacked']} nacked, {prod['repeated']} repeated, of {count}")
     elif latency:
-        rec = percentiles_ms([prod["confirm_lat"]])
-        if rec:
-            res.notes.append("confirm p50/p99/max {:.1f}/{:.1f}/{:.1f} ms".format(*rec))
-
-
-def run_scenario(sc: Scenario, rc: RunContext, count: int | None = None) -> Result:
-    try:
-        res = run_messaging(sc, rc, count or rc.count)
-    except Exception as exc:  # noqa: BLE001 - one failed scenario must not stop the run
-        notes = getattr(exc, "__notes__", [])
-        reason = str(exc) if isinstance(exc, ScenarioFailed) else f"{type(exc).__name__}: {exc}"
-        return Result(sc.name, ok=False, reason="; ".join([reason, *notes]))
-    if res.broker_cpu_s is not None and res.messages:
-        res.notes.append(f"{1e6 * res.broker_cpu_s / res.messages:.1f} µs broker CPU/msg")
-    if res.noisy:
-        res.notes.append(f"NOISY: other processes used {res.other_cpu_pct:.0f}% CPU")
-    return res
-
-
-def pick_median(runs: list[Result]) -> Result:
-    """Median run by throughput, preferring runs not flagged NOISY.
-
-    Other load on a shared machine only ever slows a broker down, so noisy runs
-    are dropped when there are quiet ones. A failed run fails the scenario.
-    """
-    failed = [r for r in runs if not r.ok]
-    if failed:
-        return failed[-1]
-    pool = sorted([r for r in runs if not r.noisy] or runs, key=lambda r: r.msgs_per_s or 0.0)
-    chosen = pool[(len(pool) - 1) // 2]
-    if len(runs) > 1:
-        note = f"median of {len(pool)}/{len(runs)} runs, {pool[0].msgs_per_s:.0f}..{pool[-1].msgs_per_s:.0f} msgs/s"
-        if len(pool) < len(runs):
-            note += " (noisy runs dropped)"
-        chosen.notes.append(note)
-    return chosen
-
-
-def run_repeated(sc: Scenario, rc: RunContext, repeat: int) -> Result:
-    runs = []
-    for i in range(repeat):
-        wait_quiet(rc.broker_pid, rc.wait_quiet_s)
-        res = run_scenario(sc, rc)
-        suffix = f" [run {i + 1}/{repeat}]" if repeat > 1 else ""
-        print(report_line(res) + suffix, flush=True)
-        runs.append(res)
-    return pick_median(runs)
-
-
-# --------------------------------------------------------------------------
-# Reporting
-
-
-def report_line(res: Result) -> str:
-    if not res.ok and res.msgs_per_s is None:
-        return f"{res.scenario}: FAILED ({res.reason})"
-    parts = [f"{res.scenario}:"]
-    if res.msgs_per_s is not None:
-        parts.append(f"{res.messages} msgs, {res.msgs_per_s:,.0f} msgs/s, {res.mb_per_s:.1f} MB/s")
-    if res.latency_ms:
-        parts.append("latency p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms".format(*res.latency_ms))
-    if res.broker_cpu_s is not None:
-        parts.append(f"broker CPU {res.broker_cpu_s:.1f} s ({res.broker_cpu_pct:.0f}%)")
-    if res.client_cpu_pct is not None:
-        parts.append(f"busiest client proc {res.client_cpu_pct:.0f}%")
-    if res.other_cpu_pct is not None:
-        parts.append(f"other load {res.other_cpu_pct:.0f}%")
-    parts.extend(res.notes)
-    line = parts[0] + " " + ", ".join(parts[1:])
-    return line if res.ok else f"{line} -- FAILED ({res.reason})"
-
-
-def markdown_table(label: str, results: list[Result]) -> str:
-    rows = [
-        "| broker | scenario | messages | msgs/s | MB/s | p50 ms | p99 ms | max ms "
-        "| broker CPU s | broker CPU | notes |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for res in results:
-        p50, p99, pmax = res.latency_ms or (None, None, None)
-        notes = "; ".join(res.notes)
-        if not res.ok:
-            notes = f"FAILED: {res.reason}" + (f"; {notes}" if notes else "")
-        cpu = "-" if res.broker_cpu_pct is None else f"{res.broker_cpu_pct:.0f}%"
-        rows.append(
-            f"| {label} | {res.scenario} | {res.messages or '-'} | {fmt(res.msgs_per_s)} | "
-            f"{fmt(res.mb_per_s, '.1f')} | {fmt(p50, '.1f')} | {fmt(p99, '.1f')} | "
-            f"{fmt(pmax, '.1f')} | {fmt(res.broker_cpu_s, '.1f')} | {cpu} | {notes.replace('|', '/')} |"
-        )
-    return "\n".join(rows)
+        note = common.latency_note("confirm", prod["confirm_lat"])
+        if note:
+            res.notes.append(note)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=5672)
+    ap = common.argument_parser(
+        __doc__,
+        5672,
+        list(SCENARIOS),
+        10_000,
+        "unreported publish-256 messages sent first, so queue and connection code paths are warm",
+    )
     ap.add_argument("--user", default="guest")
     ap.add_argument("--password", default="guest")
     ap.add_argument("--vhost", default="/", help="connection.open virtual host")
-    ap.add_argument(
-        "--broker-pid",
-        type=int,
-        metavar="PID",
-        help="broker PID: its CPU seconds (with all its descendants, from /proc/PID/stat) per scenario",
-    )
-    ap.add_argument("--scenario", nargs="+", choices=list(SCENARIOS), help="default: all")
-    ap.add_argument("--label", default="broker", help="first column of each table row")
     ap.add_argument("--count", type=int, default=100_000, help="messages per scenario")
-    ap.add_argument("--repeat", type=int, default=1, help="runs per scenario; the table shows the median")
-    ap.add_argument(
-        "--warmup",
-        type=int,
-        default=10_000,
-        help="unreported publish-256 messages sent first, so queue and connection code paths are warm; 0 = none",
-    )
-    ap.add_argument("--timeout", type=float, default=300.0, help="per-scenario timeout, seconds")
-    ap.add_argument("--idle-timeout", type=float, default=30.0, help="consumer gives up after this much silence")
-    ap.add_argument(
-        "--wait-quiet",
-        type=float,
-        default=0.0,
-        metavar="SECONDS",
-        help="before each run, wait up to this long for other processes to leave the CPUs idle",
-    )
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.broker_pid is not None and broker_cpu_seconds(args.broker_pid) is None:
-        print(f"warning: no process {args.broker_pid}; broker CPU not measured", file=sys.stderr)
     params = ConnParams(args.host, args.port, args.user, args.password, args.vhost, io_timeout=args.idle_timeout)
     try:
         probe = connect(params)
@@ -1254,20 +992,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"({args.label}: {server} at {args.host}:{args.port}, {args.count} msgs per scenario)", flush=True)
     rc = RunContext(
         params=params,
-        broker_pid=args.broker_pid,
+        broker_pid=common.broker_pids(args),
         count=args.count,
         timeout_s=args.timeout,
         idle_s=args.idle_timeout,
         run_id=uuid.uuid4().hex[:8],
         wait_quiet_s=args.wait_quiet,
     )
-    if args.warmup > 0:
-        res = run_scenario(SCENARIOS["publish-256"], rc, args.warmup)
-        print(f"(warm-up: {report_line(res)})", flush=True)
-    results = [run_repeated(SCENARIOS[name], rc, max(1, args.repeat)) for name in args.scenario or list(SCENARIOS)]
-    print()
-    print(markdown_table(args.label, results))
-    return 0 if all(r.ok for r in results) else 1
+    warm_up = partial(run_messaging, SCENARIOS["publish-256"], rc, args.warmup)
+    return common.run_all(args, rc.broker_pid, lambda name: run_messaging(SCENARIOS[name], rc, rc.count), warm_up)
 
 
 if __name__ == "__main__":

@@ -9,13 +9,11 @@
 # broker` (e.g. "--set broker.memory_limit=1GiB": with the default 256 MiB,
 # consume-prefetch's pre-load of more than ~400k x 256 B waits for room forever).
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-PY="$ROOT/.venv/bin/python"
+source "$(dirname "$0")/common.sh"
 REPEAT="${1:-3}"
 COUNT="${2:-100000}"
 WORK="$(mktemp -d /tmp/meshgate-amqp-bench.XXXXXX)"
 SCENARIOS=(publish-256 publish-256-confirms consume-prefetch)
-MG_PID=""
 RMQ_STARTED=""
 
 bench() {  # label port pid [extra...]
@@ -24,14 +22,9 @@ bench() {  # label port pid [extra...]
         --user "${AMQP_USER:-guest}" --password "${AMQP_PASSWORD:-guest}" \
         --count "$COUNT" --repeat "$REPEAT" --wait-quiet 60 --scenario "${SCENARIOS[@]}" "$@"
 }
-free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
 cleanup() {
     # Only what this script started, by PID.
-    if [ -n "$MG_PID" ] && kill -0 "$MG_PID" 2>/dev/null; then
-        kill "$MG_PID"; wait "$MG_PID" || true
-    fi
+    stop_started
     if [ -n "$RMQ_STARTED" ]; then
         "$ROOT/bench/rabbitmq.sh" stop "$WORK/rmq" || true
     fi
@@ -39,28 +32,17 @@ cleanup() {
 trap cleanup EXIT
 
 meshgate() {  # a fresh node: no state left over from earlier runs
-    local stomp_port amqp_port
+    local stomp_port
     stomp_port=$(free_port)
-    amqp_port=$(free_port)
+    MG_AMQP_PORT=$(free_port)
     rm -rf "$WORK/mg"
-    "$ROOT/.venv/bin/meshgate" broker --name bench --stomp "127.0.0.1:$stomp_port" --amqp "127.0.0.1:$amqp_port" \
-        --data "$WORK/mg" --log-level WARNING ${MESHGATE_ARGS:-} > "$WORK/meshgate.log" 2>&1 &
-    MG_PID=$!
-    local deadline=$((SECONDS + 60))
-    # "listening on" may be logged for STOMP before AMQP is up: wait for the port too.
-    until grep -q "listening on" "$WORK/meshgate.log" && port_open "$amqp_port"; do
-        if ! kill -0 "$MG_PID" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
-            echo "meshgate did not open AMQP 127.0.0.1:$amqp_port; see $WORK/meshgate.log" >&2
-            tail -n 20 "$WORK/meshgate.log" >&2 || true
-            return 1
-        fi
-        sleep 0.1
-    done
-    MG_AMQP_PORT=$amqp_port
+    # shellcheck disable=SC2086 # MESHGATE_ARGS is a list of options
+    start_meshgate "$WORK/meshgate.log" "$MG_AMQP_PORT" --name bench --stomp "127.0.0.1:$stomp_port" \
+        --amqp "127.0.0.1:$MG_AMQP_PORT" --data "$WORK/mg" --log-level WARNING ${MESHGATE_ARGS:-}
 }
 
 status=0
-if "$ROOT/.venv/bin/meshgate" broker --help | grep -q -- --amqp; then
+if "$MESHGATE" broker --help | grep -q -- --amqp; then
     # A node that fails to start still leaves the RabbitMQ figures to take.
     if meshgate; then
         bench meshgate "$MG_AMQP_PORT" "$MG_PID" | tee "$WORK/meshgate.txt" || status=1
@@ -68,10 +50,7 @@ if "$ROOT/.venv/bin/meshgate" broker --help | grep -q -- --amqp; then
         echo "note: meshgate failed to start; measuring RabbitMQ only" | tee "$WORK/meshgate.txt"
         status=1
     fi
-    if kill -0 "$MG_PID" 2>/dev/null; then
-        kill "$MG_PID"; wait "$MG_PID" || true
-    fi
-    MG_PID=""
+    stop_started
 else
     echo "note: 'meshgate broker' has no --amqp option yet (no AMQP listener); measuring RabbitMQ only" \
         | tee "$WORK/meshgate.txt"

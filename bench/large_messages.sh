@@ -4,25 +4,21 @@
 # queue, one producer and one consumer. Prints both tables (for docs/performance.md).
 #   bench/large_messages.sh [REPEAT] [COUNT]
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-PY="$ROOT/.venv/bin/python"
+source "$(dirname "$0")/common.sh"
 REPEAT="${1:-3}"
 COUNT="${2:-1}"
 WORK="$(mktemp -d /tmp/meshgate-large.XXXXXX)"
 SCENARIOS=(queue-1m queue-16m)
-free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+trap stop_started EXIT
 bench() {  # label port pid
     "$PY" "$ROOT/bench/stomp_bench.py" --port "$2" --broker-pid "$3" --label "$1" --count "$COUNT" \
         --warmup 0 --wait-quiet 60 --repeat "$REPEAT" --scenario "${SCENARIOS[@]}"
 }
 
 port=$(free_port)
-"$ROOT/.venv/bin/meshgate" broker --name bench --stomp "127.0.0.1:$port" --data "$WORK/mg" \
-    --log-level WARNING > "$WORK/meshgate.log" 2>&1 &
-pid=$!
-until grep -qs "listening on" "$WORK/meshgate.log"; do sleep 0.1; done
-bench meshgate "$port" "$pid" | tee "$WORK/meshgate.txt"
-kill "$pid"; wait "$pid" || true
+start_meshgate "$WORK/meshgate.log" "$port" --name bench --stomp "127.0.0.1:$port" --data "$WORK/mg" --log-level WARNING
+bench meshgate "$port" "$MG_PID" | tee "$WORK/meshgate.txt"
+stop_started
 
 port=$(free_port)
 "$ROOT/bench/activemq.sh" start "$WORK/amq" "$port" >/dev/null

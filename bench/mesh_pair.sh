@@ -19,9 +19,7 @@
 # with py-spy attached to both nodes; raw (collapsed-stack) profiles are written
 # to WORK/profile-{a,b}-SCENARIO.txt. Not part of the measured figures.
 set -euo pipefail
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-PY="$ROOT/.venv/bin/python"
-MESHGATE="$ROOT/.venv/bin/meshgate"
+source "$(dirname "$0")/common.sh"
 PYSPY="$ROOT/.venv/bin/py-spy"
 COUNT=1
 REPEAT=3
@@ -41,49 +39,23 @@ while [ $# -gt 0 ]; do
 done
 SCENARIOS=(queue-256 queue-256-persistent)
 WORK="$(mktemp -d /tmp/meshgate-pair.XXXXXX)"
-STARTED=()     # PIDs of the Meshgate nodes this script started
 AMQ_DIRS=()    # ActiveMQ data dirs this script started brokers in
 FAILED=0
 
 cleanup() {
-    local pid dir
-    for pid in "${STARTED[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
+    local dir
+    stop_started
     for dir in "${AMQ_DIRS[@]}"; do
         "$ROOT/bench/activemq.sh" stop "$dir" >/dev/null 2>&1 || true
     done
 }
 trap cleanup EXIT
 
-free_port() { "$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-
-wait_for() {  # file pattern pid what: wait up to 30 s for pattern in file while pid lives
-    local file=$1 pattern=$2 pid=$3 what=$4 deadline=$((SECONDS + 30))
-    until grep -q "$pattern" "$file" 2>/dev/null; do
-        if ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
-            echo "$what: gave up waiting for '$pattern' in $file:" >&2
-            tail -n 20 "$file" >&2 || true
-            exit 1
-        fi
-        sleep 0.1
-    done
-}
-
-start_meshgate() {  # name config_file_or_empty stomp_port -> sets MG_PID
+mesh_node() {  # name config_file_or_empty stomp_port -> sets MG_PID
     local name=$1 config=$2 port=$3 args=()
     [ -n "$config" ] && args=(--config "$config")
-    (ulimit -n "$(ulimit -Hn)"
-     exec "$MESHGATE" broker --name "$name" --stomp "127.0.0.1:$port" --data "$WORK/data-$name" \
-        "${args[@]}" >"$WORK/$name.log" 2>&1 </dev/null) &
-    MG_PID=$!
-    STARTED+=("$MG_PID")
-    wait_for "$WORK/$name.log" "listening on" "$MG_PID" "meshgate $name"
-}
-
-stop_meshgate() {  # pid
-    kill "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
+    start_meshgate "$WORK/$name.log" "$port" --name "$name" --stomp "127.0.0.1:$port" --data "$WORK/data-$name" \
+        "${args[@]}"
 }
 
 bench() {  # output_file label produce_port consume_port pids... -- extra args
@@ -122,8 +94,8 @@ static = ["127.0.0.1:$MG_B_LINK"]
 cluster_password = "$PASSWORD"
 EOF
 umask 022
-start_meshgate mg-b "$WORK/mg-b.toml" "$MG_B_STOMP"; MG_B_PID=$MG_PID
-start_meshgate mg-a "$WORK/mg-a.toml" "$MG_A_STOMP"; MG_A_PID=$MG_PID
+mesh_node mg-b "$WORK/mg-b.toml" "$MG_B_STOMP"; MG_B_PID=$MG_PID
+mesh_node mg-a "$WORK/mg-a.toml" "$MG_A_STOMP"; MG_A_PID=$MG_PID
 wait_for "$WORK/mg-a.log" "mesh: linked with mg-b" "$MG_A_PID" "meshgate mg-a"
 wait_for "$WORK/mg-b.log" "mesh: linked with mg-a" "$MG_B_PID" "meshgate mg-b"
 bench "$WORK/meshgate-pair.txt" meshgate-pair "$MG_A_STOMP" "$MG_B_STOMP" "$MG_A_PID" "$MG_B_PID" -- \
@@ -142,14 +114,14 @@ if [ "$PROFILE" = 1 ]; then
     done
 fi
 grep -h "mesh:" "$WORK/mg-a.log" "$WORK/mg-b.log" | grep -v "linked with" | sed 's/^/  (node log) /' || true
-stop_meshgate "$MG_A_PID"; stop_meshgate "$MG_B_PID"
+stop_pid "$MG_A_PID"; stop_pid "$MG_B_PID"
 
 # -------------------------------------------------------------- Meshgate single
 MG_PORT=$(free_port)
-start_meshgate mg-single "" "$MG_PORT"; MG_SINGLE_PID=$MG_PID
+mesh_node mg-single "" "$MG_PORT"; MG_SINGLE_PID=$MG_PID
 bench "$WORK/meshgate-single.txt" meshgate-single "$MG_PORT" "$MG_PORT" "$MG_SINGLE_PID" -- \
     --repeat "$REPEAT" --scenario "${SCENARIOS[@]}"
-stop_meshgate "$MG_SINGLE_PID"
+stop_pid "$MG_SINGLE_PID"
 
 # ---------------------------------------------------------------------- ActiveMQ
 if [ "$ACTIVEMQ" = 1 ]; then
@@ -188,7 +160,7 @@ rate = {}  # (label, scenario) -> msgs/s of the median run
 for path in work.glob("*.txt"):
     for line in path.read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 10 and cells[3] not in ("msgs/s", "---:", "-") and not cells[9].startswith("FAILED"):
+        if len(cells) == 11 and cells[3] not in ("msgs/s", "---:", "-") and not cells[-1].startswith("FAILED"):
             rate[cells[0], cells[1]] = float(cells[3])
 
 

@@ -62,7 +62,7 @@ done
 default_python() { if [ -x "$1/.venv/bin/python" ]; then echo "$1/.venv/bin/python"; else echo "$ROOT/.venv/bin/python"; fi; }
 PY="${PY:-$(default_python "$CHECKOUT")}"
 BASE_PY="${BASE_PY:-$(if [ -n "$BASE" ]; then default_python "$BASE"; fi)}"
-BENCH_PY="$PY"  # stomp_bench.py needs psutil only
+BENCH_PY="$PY"  # stomp_bench.py needs the standard library only
 WORK="${WORK:-$(mktemp -d /tmp/metrics-overhead.XXXXXX)}"
 mkdir -p "$WORK"
 STARTED=()  # every PID this script started, killed on exit

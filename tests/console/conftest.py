@@ -18,7 +18,7 @@ E2E = Path(__file__).resolve().parent.parent / "e2e"
 sys.path.insert(0, str(E2E))
 
 from amqp_support import AMQP_ON  # noqa: E402
-from mesh_support import MeshFactory  # noqa: E402
+from mesh_support import MeshFactory, send_many  # noqa: E402
 
 SNAPSHOT_INTERVAL_MS = 200
 
@@ -36,6 +36,14 @@ class Mesh:
 
     def client(self, node):
         return node.client()
+
+    def send(self, node, queue: str, bodies: list[str]) -> None:
+        """``bodies`` sent to ``/queue/<queue>`` on ``node`` (receipted), by a client closed after."""
+        sender = node.client()
+        try:
+            send_many(sender, f"/queue/{queue}", bodies)
+        finally:
+            sender.disconnect()
 
     def wait(self, predicate, what: str, timeout: float = 15.0):
         deadline = time.monotonic() + timeout

@@ -9,15 +9,13 @@ import pytest
 from amqp_support import Pika, await_deliveries
 from e2e_support import unique
 
-from tests.console.api_support import expect_error
+from tests.console.api_support import expect_error, expect_ok
 
 pytestmark = pytest.mark.django_db
 
 
 def _connections(client, **params) -> dict:
-    response = client.get("/api/v1/connections", params)
-    assert response.status_code == 200, (response.status_code, response.content[:500])
-    return response.json()
+    return expect_ok(client.get("/api/v1/connections", params))
 
 
 def _row(client, connection_id: str) -> dict | None:

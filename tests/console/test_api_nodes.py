@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from e2e_support import unique
-from mesh_support import send_many
 
 from tests.console.api_support import expect_error, expect_ok
 
@@ -55,11 +54,7 @@ def test_node_list_answers_404_for_a_page_out_of_range(mesh, viewer):
 
 def test_node_detail_by_name_and_id_holds_its_links_and_queues(mesh, viewer):
     queue = unique("nd")
-    sender = mesh.b.client()
-    try:
-        send_many(sender, f"/queue/{queue}", ["one", "two", "three"])
-    finally:
-        sender.disconnect()
+    mesh.send(mesh.b, queue, ["one", "two", "three"])
 
     def with_queue():
         detail = expect_ok(viewer.get("/api/v1/nodes/B"))

@@ -75,11 +75,7 @@ def test_queue_totals_are_the_sums_of_what_was_sent_on_each_node(mesh, viewer):
 
 def test_queue_totals_follow_a_consumer_that_holds_then_acks(mesh, viewer):
     queue = unique("qc")
-    sender = mesh.a.client()
-    try:
-        send_many(sender, f"/queue/{queue}", [f"m{i}" for i in range(4)])
-    finally:
-        sender.disconnect()
+    mesh.send(mesh.a, queue, [f"m{i}" for i in range(4)])
     mesh.wait(lambda: (r := _detail(viewer, queue)) and r["depth"] == 4, "4 messages waiting on A")
     consumer = mesh.c.client()
     try:

@@ -7,15 +7,13 @@ import pytest
 from e2e_support import unique
 from mesh_support import send_many
 
-from tests.console.api_support import expect_error
+from tests.console.api_support import expect_error, expect_ok
 
 pytestmark = pytest.mark.django_db
 
 
 def _queues(client, **params) -> dict:
-    response = client.get("/api/v1/queues", params)
-    assert response.status_code == 200, (response.status_code, response.content[:500])
-    return response.json()
+    return expect_ok(client.get("/api/v1/queues", params))
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import jsonschema
 import pytest
 import yaml
 from e2e_support import unique
-from mesh_support import send_many
 
 pytestmark = pytest.mark.django_db
 
@@ -103,11 +102,7 @@ def test_the_schema_is_valid_for_the_openapi_version_it_declares(document):
 
 def test_what_the_api_answers_matches_the_schema(mesh, viewer, document):
     queue = unique("sc")
-    sender = mesh.b.client()
-    try:
-        send_many(sender, f"/queue/{queue}", ["one", "two"])
-    finally:
-        sender.disconnect()
+    mesh.send(mesh.b, queue, ["one", "two"])
     row = mesh.wait(lambda: (r := viewer.get(f"{P}queues/{queue}")).status_code == 200 and r.json(),
                     "the queue in the view")
     _valid(document, "QueueRow", row)
@@ -126,11 +121,7 @@ def test_a_node_detail_matches_the_schema(mesh, viewer, document):
 
 def test_a_page_of_queues_matches_the_schema(mesh, viewer, document):
     queue = unique("sc")
-    sender = mesh.b.client()
-    try:
-        send_many(sender, f"/queue/{queue}", ["one"])
-    finally:
-        sender.disconnect()
+    mesh.send(mesh.b, queue, ["one"])
     page = mesh.wait(lambda: (p := viewer.get(P + "queues", {"name": queue}).json())["items"] and p,
                      "the queue in the list")
     _valid(document, "QueueRow", page, many=True)

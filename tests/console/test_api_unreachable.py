@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from e2e_support import unique
-from mesh_support import free_port, send_many
+from mesh_support import free_port
 
 from tests.console.api_support import expect_error
 
@@ -30,11 +30,7 @@ def nowhere(mesh, settings):
 def queue(mesh):
     """A queue with two messages waiting on B."""
     name = unique("un")
-    sender = mesh.b.client()
-    try:
-        send_many(sender, f"/queue/{name}", ["one", "two"])
-    finally:
-        sender.disconnect()
+    mesh.send(mesh.b, name, ["one", "two"])
     return name
 
 

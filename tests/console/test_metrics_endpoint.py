@@ -109,11 +109,7 @@ def test_counters_end_in_total_and_every_family_has_help_and_type(mesh, client):
 
 def test_queue_depth_is_what_was_sent_on_that_node(mesh, client):
     queue = unique("pm")
-    sender = mesh.b.client()
-    try:
-        send_many(sender, f"/queue/{queue}", [f"m{i}" for i in range(7)])
-    finally:
-        sender.disconnect()
+    mesh.send(mesh.b, queue, [f"m{i}" for i in range(7)])
     text = mesh.wait(lambda: (t := _scrape(client)) and _value(t, "meshgate_queue_messages", node="B", queue=queue)
                      == 7 and t, "the depth of the queue on B")
     assert f'meshgate_queue_messages{{node="B",queue="{queue}"}} 7\n' in text

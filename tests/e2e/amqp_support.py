@@ -5,24 +5,24 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import pika
-from e2e_support import HOST, BrokerProcess
+from e2e_support import HOST, BrokerProcess, module_broker
 
 AMQP_ON = "amqp.bind=127.0.0.1:0"  # a --set that gives a node an AMQP listener on a free port
 
 
-@contextmanager
-def amqp_broker(tmp_path_factory, name: str) -> Iterator[BrokerProcess]:
+def amqp_broker(tmp_path_factory, name: str) -> AbstractContextManager[BrokerProcess]:
     """A started broker with an AMQP listener (for a module-scoped fixture), cleaned up after."""
-    broker = BrokerProcess(tmp_path_factory.mktemp(name), name=name, sets=[AMQP_ON])
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.cleanup()
+    return module_broker(tmp_path_factory, name, sets=[AMQP_ON])
+
+
+def declare_dead_lettered(channel, queue: str, dead: str, arguments: dict[str, object]) -> None:
+    """Declare ``dead``, then ``queue`` with ``arguments`` and its dead letters routed to ``dead``."""
+    channel.queue_declare(dead)
+    dead_letters = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": dead}
+    channel.queue_declare(queue, arguments={**arguments, **dead_letters})
 
 
 def amqp_port(process, timeout: float = 10.0) -> int:

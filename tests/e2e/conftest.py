@@ -34,17 +34,6 @@ def amqp():
 
 
 @pytest.fixture
-def redis_server(tmp_path):
-    """A redis-server of the test's own on a free loopback port (``.url``, ``.kill()``,
-    ``.start()`` again on the same port), stopped at teardown."""
-    from meshgate.redis_server import RedisServer
-
-    server = RedisServer(tmp_path / "redis").start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def broker_factory(tmp_path):
     """``broker_factory(config=None, sets=(), name=None, tls=False, start=True)`` starts a
     ``meshgate broker`` on a free port with its data dir in ``tmp_path``."""
@@ -65,8 +54,11 @@ def broker_factory(tmp_path):
 
 
 @pytest.fixture
-def broker(broker_factory) -> BrokerProcess:
-    """A broker with the default configuration (anonymous)."""
+def broker(request, broker_factory) -> BrokerProcess:
+    """A broker with the default configuration (anonymous): its own, or in a module marked
+    ``shared_broker`` the module's shared one (tests there use destinations of their own)."""
+    if request.node.get_closest_marker("shared_broker"):
+        return request.getfixturevalue("shared")
     return broker_factory()
 
 

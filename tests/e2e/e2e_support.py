@@ -10,6 +10,7 @@ closing) and fails with a description of what did arrive when it times out.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import re
 import shutil
@@ -20,8 +21,10 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
+from typing import NoReturn
 
 import stomp
 from stomp.exception import ConnectFailedException
@@ -47,6 +50,30 @@ MESHGATE = _meshgate()
 
 def unique(prefix: str = "d") -> str:
     return f"{prefix}.{uuid.uuid4().hex[:10]}"
+
+
+def security_config(hashes: Mapping[str, str], users: Mapping[str, list[str]],
+                    rules: Iterable[Mapping[str, object]] = ()) -> str:
+    """The [security] TOML of ``users`` (name -> groups; password hashes from the ``hashes``
+    fixture) and authorization entries (``destination``, and who may ``read``/``write``/``admin``)."""
+    lines = []
+    for user, groups in users.items():
+        lines.append(f"[security.users.{user}]")
+        lines += [f"password = {json.dumps(hashes[user])}", f"groups = {json.dumps(groups)}"]
+    for rule in rules:
+        lines.append("[[security.authorization]]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in rule.items()]
+    return "\n".join(lines) + "\n"
+
+
+def queue() -> str:
+    """A queue no other test uses."""
+    return "/queue/" + unique("q")
+
+
+def topic() -> str:
+    """A topic no other test uses."""
+    return "/topic/" + unique("t")
 
 
 def now_ms() -> int:
@@ -295,6 +322,17 @@ class BrokerProcess:
 # ---------------------------------------------------------------------------------------
 
 
+@contextmanager
+def module_broker(tmp_path_factory, name: str, config: str | None = None, sets=()) -> Iterator[BrokerProcess]:
+    """A started broker for a module-scoped fixture, cleaned up after."""
+    broker = BrokerProcess(tmp_path_factory.mktemp(name), name=name, config=config, sets=sets)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.cleanup()
+
+
 class ConnectRefused(AssertionError):
     def __init__(self, frame) -> None:
         super().__init__(f"connection refused: {frame.headers if frame is not None else 'socket closed'}")
@@ -441,6 +479,17 @@ class Client:
         self.conn.subscribe(destination, id=sub_id, ack=ack, headers=h)
         self._wait(rid, True)
         return sub_id
+
+    def receive(self, destination: str, count: int) -> list:
+        """Subscribe to ``destination`` and wait for ``count`` messages."""
+        self.subscribe(destination)
+        return self.listener.wait_for(count)
+
+    def fenced(self, destination: str, ack: str = "auto") -> list:
+        """Subscribe to ``destination`` and send it a fence: the messages it held, then the fence."""
+        self.subscribe(destination, ack=ack)
+        self.send(destination, "fence")
+        return self.listener.wait_for_body("fence")
 
     def unsubscribe(self, id: str, destination: str | None = None, *, receipt=True,
                     headers: Mapping[str, str] | None = None) -> None:
@@ -615,6 +664,12 @@ class RawClient:
                    body: bytes | str = b"") -> None:
         self.sendall(encode(command, headers, body))
 
+    def closed_after(self, command: str, headers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+                     body: bytes | str = b"") -> list[RawFrame]:
+        """Send a frame the broker must refuse: the frames read until it closes the connection."""
+        self.send_frame(command, headers, body)
+        return self.wait_closed()
+
     def connect(self, version: str | None = "1.2", headers: Mapping[str, str] | None = None,
                 command: str = "CONNECT") -> RawFrame:
         h = {}
@@ -702,36 +757,34 @@ class RawClient:
         deadline = time.monotonic() + timeout
         return [self.read_frame(max(0.001, deadline - time.monotonic())) for _ in range(n)]
 
-    def poll(self, duration: float) -> list[RawFrame]:
-        """Read whatever arrives during ``duration`` seconds (heart-beats are recorded)."""
-        deadline = time.monotonic() + duration
-        frames = []
+    def _read_into(self, frames: list[RawFrame], deadline: float) -> NoReturn:
+        """Append the frames that arrive to ``frames`` until reading raises: TimeoutError at
+        ``deadline``, ConnectionClosed when the broker closes the connection."""
         while True:
             frame = self._take_frame()
             if frame is not None:
                 frames.append(frame)
-                continue
-            try:
+            else:
                 self._fill(deadline)
-            except TimeoutError:
-                return frames
+
+    def poll(self, duration: float) -> list[RawFrame]:
+        """Read whatever arrives during ``duration`` seconds (heart-beats are recorded)."""
+        frames: list[RawFrame] = []
+        try:
+            self._read_into(frames, time.monotonic() + duration)
+        except TimeoutError:
+            return frames
 
     def wait_closed(self, timeout: float = TIMEOUT) -> list[RawFrame]:
         """Read until the broker closes the connection; return the frames read meanwhile.
         Fails if the connection is still open after ``timeout``."""
-        deadline = time.monotonic() + timeout
-        frames = []
-        while True:
-            frame = self._take_frame()
-            if frame is not None:
-                frames.append(frame)
-                continue
-            try:
-                self._fill(deadline)
-            except ConnectionClosed:
-                return frames
-            except TimeoutError:
-                raise AssertionError(f"connection still open after {timeout}s; frames read: {frames}") from None
+        frames: list[RawFrame] = []
+        try:
+            self._read_into(frames, time.monotonic() + timeout)
+        except ConnectionClosed:
+            return frames
+        except TimeoutError:
+            raise AssertionError(f"connection still open after {timeout}s; frames read: {frames}") from None
 
     def close(self) -> None:
         try:

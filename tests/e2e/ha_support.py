@@ -83,6 +83,46 @@ class Witness:
         self.output.join()
 
 
+def mesh_table(password: str, bind: int, peers: list[int], *, max_retry_interval_ms: int = 1000,
+               check_period_ms: int = 500, connection_ttl_ms: int = 2000) -> str:
+    """A [mesh] table on loopback: ``bind``, the ``peers`` to dial, quick retries and liveness checks."""
+    static = ", ".join(f'"{HOST}:{port}"' for port in peers)
+    return (f'[mesh]\nbind = "{HOST}:{bind}"\nstatic = [{static}]\ncluster_password = "{password}"\n'
+            f"retry_interval_ms = 200\nmax_retry_interval_ms = {max_retry_interval_ms}\n"
+            f"check_period_ms = {check_period_ms}\nconnection_ttl_ms = {connection_ttl_ms}\n")
+
+
+def ha_table(role: str, bind: int, peer: int, witness: int | None = None, extra: str = "", *,
+             password: str | None = None) -> str:
+    """The [ha] table of a replicated member (quick heartbeats and takeover), then ``extra``."""
+    text = (f'[ha]\nmode = "replicated"\nrole = "{role}"\nreplication_bind = "{HOST}:{bind}"\n'
+            f'peer = "{HOST}:{peer}"\nheartbeat_ms = 200\ntakeover_after_ms = 1000\n')
+    if password is not None:
+        text += f'password = "{password}"\n'
+    if witness is not None:
+        text += f'witness = "{HOST}:{witness}"\n'
+    return text + extra
+
+
+class Producing:
+    """Persistent sends of ``bodies`` to ``queue`` on a thread of their own, each returning
+    once receipted; what was receipted, and what the thread raised, are kept."""
+
+    def __init__(self, producer, queue: str, bodies: list[str]) -> None:
+        self.receipted: list[str] = []
+        self.errors: list[BaseException] = []
+        self.thread = threading.Thread(target=self._send, args=(producer, queue, bodies), daemon=True)
+        self.thread.start()
+
+    def _send(self, producer, queue: str, bodies: list[str]) -> None:
+        try:
+            for body in bodies:
+                producer.send(queue, body, {"persistent": "true"}, timeout=30)  # returns once receipted
+                self.receipted.append(body)
+        except BaseException as problem:  # noqa: BLE001 -- the test reports it
+            self.errors.append(problem)
+
+
 def listening(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(1.0)

@@ -165,6 +165,20 @@ class MeshMember:
         self.owner.clients.append(client)
         return client
 
+    def fence(self, destination: str, consumer: Client, prefix: str = "fence") -> str:
+        """Send a unique body to ``destination`` on this node and wait until ``consumer`` has it:
+        what was sent before it has been delivered. Returns the body."""
+        fence = unique(prefix)
+        self.client().send(destination, fence, receipt=True)
+        consumer.listener.wait_for_body(fence)
+        return fence
+
+    def subscriber(self, destination: str, **subscribe) -> Client:
+        """A new client of this node, subscribed to ``destination`` (its receipt awaited)."""
+        client = self.client()
+        client.subscribe(destination, **subscribe)
+        return client
+
     def __repr__(self) -> str:
         return f"<node {self.name} stomp={self.stomp} link={self.link} pid={self.proc.pid}>"
 

@@ -15,7 +15,7 @@ from collections import Counter
 import pika
 import pika.exceptions
 import pytest
-from amqp_support import amqp_broker, amqp_port, await_deliveries, drain, expect_no_more
+from amqp_support import amqp_broker, amqp_port, await_deliveries, declare_dead_lettered, drain, expect_no_more
 from e2e_support import HOST, manage_result, unique
 
 from model.mesh import ChannelSummary
@@ -74,9 +74,7 @@ def test_nack_requeues_marked_redelivered_and_reject_dead_letters_through_the_dl
 def test_queue_ttl_expires_into_the_dead_letter_exchange(node, amqp):
     channel = amqp(node).channel()
     queue, expired = unique("short"), unique("expired")
-    channel.queue_declare(expired)
-    channel.queue_declare(queue, arguments={"x-message-ttl": 200, "x-dead-letter-exchange": "",
-                                            "x-dead-letter-routing-key": expired})
+    declare_dead_lettered(channel, queue, expired, {"x-message-ttl": 200})
     channel.basic_publish("", queue, b"stale")
     channel.basic_publish("", queue, b"per message", pika.BasicProperties(expiration="60000"))
     deadline = time.monotonic() + 10
@@ -300,9 +298,7 @@ def test_deliveries_can_be_acked_or_nacked_after_their_consumer_is_cancelled(nod
 def test_a_max_length_queue_drops_its_oldest_into_the_dead_letter_exchange(node, amqp):
     channel = amqp(node).channel()
     queue, dropped = unique("bounded"), unique("dropped")
-    channel.queue_declare(dropped)
-    channel.queue_declare(queue, arguments={"x-max-length": 3, "x-dead-letter-exchange": "",
-                                            "x-dead-letter-routing-key": dropped})
+    declare_dead_lettered(channel, queue, dropped, {"x-max-length": 3})
     for i in range(5):
         channel.basic_publish("", queue, b"%d" % i)
     assert [channel.basic_get(queue, auto_ack=True)[2] for _ in range(3)] == [b"2", b"3", b"4"]

@@ -11,7 +11,7 @@ import pika
 import pika.exceptions
 import pytest
 from amqp_support import AMQP_ON, drain
-from e2e_support import unique
+from e2e_support import security_config, unique
 from kombu import Connection, Exchange, Queue
 
 
@@ -52,24 +52,12 @@ def test_no_confirmed_message_is_lost_when_the_node_is_killed(broker_factory, am
     assert set(confirmed) <= bodies
 
 
-USERS = """
-[security.users.alice]
-password = "{alice}"
-groups = ["apps"]
-
-[security.users.bob]
-password = "{bob}"
-groups = ["readers"]
-
-[[security.authorization]]
-destination = "/queue/jobs.>"
-read = ["apps", "readers"]
-write = ["apps"]
-"""
+USERS = {"alice": ["apps"], "bob": ["readers"]}
+RULES = [{"destination": "/queue/jobs.>", "read": ["apps", "readers"], "write": ["apps"]}]
 
 
 def test_logins_and_the_authorization_map(broker_factory, amqp, hashes):
-    node = broker_factory(config=USERS.format(alice=hashes["alice"], bob=hashes["bob"]), sets=[AMQP_ON])
+    node = broker_factory(config=security_config(hashes, USERS, RULES), sets=[AMQP_ON])
     with pytest.raises(pika.exceptions.ProbableAuthenticationError):
         amqp(node, "alice", "wrong")
     alice = amqp(node, "alice", "alice-secret").channel()

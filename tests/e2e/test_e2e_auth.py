@@ -9,52 +9,19 @@ import pika
 import pika.exceptions
 import pytest
 from amqp_support import AMQP_ON, amqp_port
-from e2e_support import ConnectRefused, manage, unique
+from e2e_support import ConnectRefused, manage, module_broker, security_config, unique
 
 from model.events import USER_LIMIT
 from model.requests import Events
 
-CONFIG = """
-[security.users.alice]
-password = "{alice}"
-groups = ["admins"]
-
-[security.users.bob]
-password = "{bob}"
-groups = ["readers"]
-
-[security.users.carol]
-password = "{carol}"
-groups = ["admins"]
-
-[security.users.dave]
-password = "{dave}"
-groups = ["operators"]
-
-[[security.authorization]]
-destination = ">"
-read = ["admins"]
-write = ["admins"]
-admin = ["admins"]
-
-[[security.authorization]]
-destination = "/queue/public.>"
-read = ["readers"]
-
-[[security.authorization]]
-destination = "/topic/news.>"
-read = ["readers"]
-write = ["bob"]
-
-[[security.authorization]]
-destination = "/queue/meshgate.management"
-write = ["operators"]
-
-[[security.authorization]]
-destination = "/temp-queue/>"
-read = ["operators"]
-write = ["operators"]
-"""
+USERS = {"alice": ["admins"], "bob": ["readers"], "carol": ["admins"], "dave": ["operators"]}
+RULES = [
+    {"destination": ">", "read": ["admins"], "write": ["admins"], "admin": ["admins"]},
+    {"destination": "/queue/public.>", "read": ["readers"]},
+    {"destination": "/topic/news.>", "read": ["readers"], "write": ["bob"]},
+    {"destination": "/queue/meshgate.management", "write": ["operators"]},
+    {"destination": "/temp-queue/>", "read": ["operators"], "write": ["operators"]},
+]
 
 ALICE = {"login": "alice", "passcode": "alice-secret"}
 BOB = {"login": "bob", "passcode": "bob-secret"}
@@ -62,13 +29,8 @@ BOB = {"login": "bob", "passcode": "bob-secret"}
 
 @pytest.fixture(scope="module")
 def secure_broker(tmp_path_factory, hashes):
-    from e2e_support import BrokerProcess
-
-    broker = BrokerProcess(tmp_path_factory.mktemp("auth"), name="secure", config=CONFIG.format(**hashes),
-                           sets=[AMQP_ON])
-    broker.start()
-    yield broker
-    broker.cleanup()
+    with module_broker(tmp_path_factory, "secure", security_config(hashes, USERS, RULES), sets=[AMQP_ON]) as broker:
+        yield broker
 
 
 def _warning_lines(broker) -> list[str]:
@@ -93,8 +55,7 @@ def test_wrong_credentials_get_error_then_close(secure_broker, raw, version, log
         headers["login"] = login
     if passcode is not None:
         headers["passcode"] = passcode
-    client.send_frame("CONNECT", headers)
-    frames = client.wait_closed()
+    frames = client.closed_after("CONNECT", headers)
     assert [f.command for f in frames] == ["ERROR"], frames
     assert frames[0].headers.get("message")
 
@@ -147,8 +108,7 @@ def test_send_without_write_permission_is_an_error(secure_broker, connect, raw):
     watcher.subscribe(destination)
     client = raw(secure_broker)
     client.connect("1.2", {"login": "bob", "passcode": "bob-secret"})
-    client.send_frame("SEND", {"destination": destination, "receipt": "denied"}, "sneaky")
-    frames = client.wait_closed()
+    frames = client.closed_after("SEND", {"destination": destination, "receipt": "denied"}, "sneaky")
     assert [f.command for f in frames] == ["ERROR"], frames
     assert frames[0].headers.get("receipt-id") == "denied"
     watcher.send(destination, "fence")

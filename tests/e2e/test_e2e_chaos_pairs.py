@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from chaos_support import CHAOS_SECONDS, chaos_rng, queue_depths
 from e2e_support import HOST, BrokerProcess, manage, unique
-from ha_support import Member, Witness, listening
+from ha_support import Member, Witness, ha_table, listening, mesh_table
 from mesh_support import free_port, wait_until
 
 from meshgate.client import FailoverConnection, FailoverError
@@ -36,19 +36,6 @@ PASSWORD = "e2e-" + unique("pairs")
 TAKEOVER_TIMEOUT = 15.0  # kill -9 of the serving member to its backup listening (normally ~2 s)
 HEAL_TIMEOUT = 30.0  # a restarted member back in sync (normally well under a second after it starts)
 CLIENT_OPTIONS = "initialReconnectDelay=50&maxReconnectDelay=250&connectionTimeout=2000"
-
-
-def mesh_table(bind: int, peers: list[int]) -> str:
-    return (f'[mesh]\nbind = "{HOST}:{bind}"\n'
-            f'static = [{", ".join(f"{chr(34)}{HOST}:{p}{chr(34)}" for p in peers)}]\n'
-            f'cluster_password = "{PASSWORD}"\nretry_interval_ms = 200\nmax_retry_interval_ms = 1000\n'
-            'check_period_ms = 500\nconnection_ttl_ms = 2000\n\n')
-
-
-def ha_table(role: str, bind: int, peer: int, witness: int) -> str:
-    return (f'[ha]\nmode = "replicated"\nrole = "{role}"\nreplication_bind = "{HOST}:{bind}"\n'
-            f'peer = "{HOST}:{peer}"\nwitness = "{HOST}:{witness}"\npassword = "{PASSWORD}"\n'
-            'heartbeat_ms = 200\ntakeover_after_ms = 1000\n')
 
 
 def summary(port: int):
@@ -75,7 +62,8 @@ class Pair:
 
     def configure(self, witness: Witness, peers: list[int]) -> None:
         for i, role in enumerate(("primary", "backup")):
-            config = mesh_table(self.links[i], peers) + ha_table(role, self.repl[i], self.repl[1 - i], witness.port)
+            config = mesh_table(PASSWORD, self.links[i], peers) + ha_table(
+                role, self.repl[i], self.repl[1 - i], witness.port, password=PASSWORD)
             self.members.append(Member(self.workdir, f"{self.name}{i + 1}", config, node=self.name))
 
     @property
@@ -144,7 +132,7 @@ class PairsMesh:
         r_link = free_port()
         p.configure(self.witness, q.links + [r_link])
         q.configure(self.witness, p.links + [r_link])
-        self.plain = BrokerProcess(self.workdir, name="R", config=mesh_table(r_link, p.links + q.links))
+        self.plain = BrokerProcess(self.workdir, name="R", config=mesh_table(PASSWORD, r_link, p.links + q.links))
         for pair in self.pairs:
             pair.members[0].launch(pair.stomps[0])
         self.plain.start(port=free_port())

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 from dns_support import DnsServer
-from e2e_support import HOST, unique
+from e2e_support import HOST, security_config, unique
 from mesh_support import free_port, mesh_fixture, wait_until  # noqa: F401
 
 from meshgate.client import (
@@ -371,29 +371,15 @@ def test_a_send_while_no_broker_is_up_times_out_then_the_client_gives_up(broker_
         connection.send("/queue/x", "after giving up")
 
 
-AUTH = """
-[security.users.alice]
-password = "{alice}"
-groups = ["writers"]
-
-[security.users.bob]
-password = "{bob}"
-groups = ["readers"]
-
-[[security.authorization]]
-destination = ">"
-read = ["writers"]
-write = ["writers"]
-admin = ["writers"]
-
-[[security.authorization]]
-destination = "/queue/public.>"
-read = ["readers"]
-"""
+USERS = {"alice": ["writers"], "bob": ["readers"]}
+RULES = [
+    {"destination": ">", "read": ["writers"], "write": ["writers"], "admin": ["writers"]},
+    {"destination": "/queue/public.>", "read": ["readers"]},
+]
 
 
 def test_refusals_are_not_retried_resent_or_resubscribed(broker_factory, clients, hashes):
-    broker = broker_factory(config=AUTH.format(**hashes))
+    broker = broker_factory(config=security_config(hashes, USERS, RULES))
     url = failover(broker.port)
     with pytest.raises(ConnectRefused):
         clients(url, login="alice", passcode="wrong").connect()

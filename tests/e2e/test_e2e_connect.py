@@ -8,11 +8,7 @@ import time
 import pytest
 from e2e_support import encode, unique
 
-
-@pytest.fixture
-def broker(shared):
-    """These tests need nothing but a default broker: share one per module."""
-    return shared
+pytestmark = pytest.mark.shared_broker
 
 
 @pytest.mark.parametrize(
@@ -54,8 +50,7 @@ def test_sessions_are_distinct(broker, raw):
 @pytest.mark.parametrize("accept", ["2.0", "0.9,3.1", "1.3"])
 def test_no_common_version_is_an_error_with_version_header(broker, raw, accept):
     client = raw(broker)
-    client.send_frame("CONNECT", {"accept-version": accept, "host": "localhost"})
-    frames = client.wait_closed()
+    frames = client.closed_after("CONNECT", {"accept-version": accept, "host": "localhost"})
     assert [f.command for f in frames] == ["ERROR"], frames
     supported = frames[0].headers.get("version", "")
     assert {v.strip() for v in supported.split(",")} >= {"1.2"}, frames[0].headers
@@ -71,8 +66,7 @@ def test_any_host_header_is_accepted(broker, raw, host):
 
 def test_first_frame_must_be_connect(broker, raw):
     client = raw(broker)
-    client.send_frame("SEND", {"destination": "/queue/x", "receipt": "r1"}, b"hi")
-    frames = client.wait_closed()
+    frames = client.closed_after("SEND", {"destination": "/queue/x", "receipt": "r1"}, b"hi")
     assert [f.command for f in frames] == ["ERROR"], frames
     assert frames[0].headers.get("message")
 
@@ -80,8 +74,7 @@ def test_first_frame_must_be_connect(broker, raw):
 def test_connect_twice_is_an_error(broker, raw):
     client = raw(broker)
     client.connect("1.2")
-    client.send_frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})
-    frames = client.wait_closed()
+    frames = client.closed_after("CONNECT", {"accept-version": "1.2", "host": "localhost"})
     assert [f.command for f in frames] == ["ERROR"], frames
 
 
@@ -97,8 +90,7 @@ def test_stomp_py_connects_with_every_version(broker, connect, version):
 def test_disconnect_with_receipt_then_closed(broker, raw, version):
     client = raw(broker)
     client.connect(version)
-    client.send_frame("DISCONNECT", {"receipt": "bye-77"})
-    frames = client.wait_closed()
+    frames = client.closed_after("DISCONNECT", {"receipt": "bye-77"})
     assert [(f.command, f.headers.get("receipt-id")) for f in frames] == [("RECEIPT", "bye-77")]
 
 
@@ -226,8 +218,7 @@ def test_heartbeat_header_ignored_for_stomp_10(broker_factory, raw):
 
 def test_malformed_heartbeat_header_is_an_error(broker, raw):
     client = raw(broker)
-    client.send_frame("CONNECT", {"accept-version": "1.2", "host": "x", "heart-beat": "soon"})
-    frames = client.wait_closed()
+    frames = client.closed_after("CONNECT", {"accept-version": "1.2", "host": "x", "heart-beat": "soon"})
     assert [f.command for f in frames] == ["ERROR"], frames
 
 

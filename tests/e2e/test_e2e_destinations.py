@@ -6,11 +6,7 @@ from __future__ import annotations
 import pytest
 from e2e_support import unique
 
-
-@pytest.fixture
-def broker(shared):
-    """Destinations and client ids are unique per test: one broker per module will do."""
-    return shared
+pytestmark = pytest.mark.shared_broker
 
 
 def test_queue_consumers_compete(broker, connect, version):

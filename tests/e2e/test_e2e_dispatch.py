@@ -6,16 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e_support import now_ms, unique
+from e2e_support import now_ms, queue, unique
 
-
-@pytest.fixture
-def broker(shared):
-    return shared
-
-
-def queue() -> str:
-    return "/queue/" + unique("q")
+pytestmark = pytest.mark.shared_broker
 
 
 # -- prefetch -------------------------------------------------------------------------------
@@ -143,8 +136,7 @@ def test_nacked_message_goes_to_dlq_after_max_delivery_attempts(dlq_broker, conn
     consumer.send(destination, "fence")
     assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["poison", "poison", "fence"]
     dlq = connect(dlq_broker)
-    dlq.subscribe("/queue/DLQ")
-    [dead] = dlq.listener.wait_for(1)
+    [dead] = dlq.receive("/queue/DLQ", 1)
     assert dead.body == "poison"
     assert dead.headers.get("original-destination") == destination, dead.headers
     assert dead.headers.get("x-keep") == "me"
@@ -162,12 +154,9 @@ def test_message_left_unacked_twice_goes_to_dlq(dlq_broker, connect):
         assert message.body == "crashes consumers"
         consumer.drop()
     survivor = connect(dlq_broker)
-    survivor.subscribe(destination)
-    survivor.send(destination, "fence")
-    assert [m.body for m in survivor.listener.wait_for_body("fence")] == ["fence"]
+    assert [m.body for m in survivor.fenced(destination)] == ["fence"]
     dlq = connect(dlq_broker)
-    dlq.subscribe("/queue/DLQ")
-    [dead] = dlq.listener.wait_for(1)
+    [dead] = dlq.receive("/queue/DLQ", 1)
     assert dead.body == "crashes consumers"
     assert dead.headers.get("original-destination") == destination
 
@@ -210,9 +199,7 @@ def test_message_expiring_while_queued_is_not_delivered(broker, connect):
     producer.send(destination, "long-lived", receipt=True, expires=str(now_ms() + 60_000))
     time.sleep(0.5)  # let the first one's expiry time pass (not synchronisation)
     consumer = connect(broker)
-    consumer.subscribe(destination)
-    consumer.send(destination, "fence")
-    assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["long-lived", "fence"]
+    assert [m.body for m in consumer.fenced(destination)] == ["long-lived", "fence"]
 
 
 def test_expired_message_is_not_dead_lettered_by_default(broker_factory, connect):
@@ -221,9 +208,7 @@ def test_expired_message_is_not_dead_lettered_by_default(broker_factory, connect
     producer = connect(broker)
     producer.send(destination, "stale", receipt=True, expires=str(now_ms() - 1000))
     dlq = connect(broker)
-    dlq.subscribe("/queue/DLQ")
-    dlq.send("/queue/DLQ", "fence")
-    assert [m.body for m in dlq.listener.wait_for_body("fence")] == ["fence"]
+    assert [m.body for m in dlq.fenced("/queue/DLQ")] == ["fence"]
 
 
 # -- priority -------------------------------------------------------------------------------
@@ -365,8 +350,7 @@ def test_configured_dead_letter_queue_name(broker_factory, connect):
     consumer.send(destination, "once only")
     consumer.nack(consumer.listener.wait_for(1)[0], receipt=True)
     graveyard = connect(broker)
-    graveyard.subscribe("/queue/graveyard")
-    [dead] = graveyard.listener.wait_for(1)
+    [dead] = graveyard.receive("/queue/graveyard", 1)
     assert dead.body == "once only" and dead.headers.get("original-destination") == destination
 
 
@@ -377,12 +361,9 @@ def test_expiry_queue_receives_expired_messages(broker_factory, connect):
     producer.send(destination, "will expire", receipt=True, expires=str(now_ms() + 300), x="y")
     time.sleep(0.5)  # let it expire while queued (not synchronisation)
     consumer = connect(broker)
-    consumer.subscribe(destination)
-    consumer.send(destination, "fence")
-    assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["fence"]
+    assert [m.body for m in consumer.fenced(destination)] == ["fence"]
     expired = connect(broker)
-    expired.subscribe("/queue/expired")
-    [message] = expired.listener.wait_for(1)
+    [message] = expired.receive("/queue/expired", 1)
     assert message.body == "will expire"
     assert message.headers.get("original-destination") == destination
     assert message.headers.get("x") == "y"

@@ -6,16 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e_support import encode, unique
+from e2e_support import encode, queue, unique
 
-
-@pytest.fixture
-def broker(shared):
-    return shared
-
-
-def queue() -> str:
-    return "/queue/" + unique("f")
+pytestmark = pytest.mark.shared_broker
 
 
 def raw_consumer(raw, broker, destination: str, version: str = "1.2"):

@@ -14,29 +14,20 @@ Every wait is for a log line or a state, bounded; processes are stopped by pid."
 from __future__ import annotations
 
 import re
+from functools import partial
 from pathlib import Path
 
 import pytest
-from e2e_support import HOST, manage_result, open_client, unique
-from ha_support import Member, Proxy, listening
+from e2e_support import manage_result, open_client, unique
+from ha_support import Member, Proxy, ha_table, listening, mesh_table
 from mesh_support import free_port, wait_until
 
 from model.requests import Summary
 
 PASSWORD = "e2e-" + unique("quorum")
 TAKEOVER_DEADLINE = 15.0
-
-
-def mesh_table(bind: int, peers: list[int]) -> str:
-    static = ", ".join(f'"{HOST}:{p}"' for p in peers)
-    return (f'[mesh]\nbind = "{HOST}:{bind}"\nstatic = [{static}]\ncluster_password = "{PASSWORD}"\n'
-            "retry_interval_ms = 200\nmax_retry_interval_ms = 500\ncheck_period_ms = 300\n"
-            "connection_ttl_ms = 1500\n")
-
-
-def ha_table(role: str, bind: int, peer: int) -> str:
-    return (f'[ha]\nmode = "replicated"\nrole = "{role}"\nreplication_bind = "{HOST}:{bind}"\n'
-            f'peer = "{HOST}:{peer}"\nheartbeat_ms = 200\ntakeover_after_ms = 1000\n')
+# Quicker retries and liveness checks than the other HA tests' meshes.
+mesh_config = partial(mesh_table, PASSWORD, max_retry_interval_ms=500, check_period_ms=300, connection_ttl_ms=1500)
 
 
 class QuorumMesh:
@@ -51,19 +42,19 @@ class QuorumMesh:
     def start(self, *, cut_able: bool = False) -> None:
         a_mesh, b_mesh, c_mesh, d_mesh = (free_port() for _ in range(4))
         a_repl, b_repl = free_port(), free_port()
-        self.c = self._process("C", "C", mesh_table(c_mesh, [a_mesh, b_mesh, d_mesh])).start()
-        self.d = self._process("D", "D", mesh_table(d_mesh, [a_mesh, b_mesh])).start()
+        self.c = self._process("C", "C", mesh_config(c_mesh, [a_mesh, b_mesh, d_mesh])).start()
+        self.d = self._process("D", "D", mesh_config(d_mesh, [a_mesh, b_mesh])).start()
         self.c.wait_log(r"mesh: linked with D$")
         peer = a_repl
         if cut_able:
             self.link_proxy = Proxy(a_repl).start()  # backup -> the primary's replication listener
             self.proxies.append(self.link_proxy)
             peer = self.link_proxy.port
-        self.primary = self._process("primary", "A", mesh_table(a_mesh, [c_mesh, d_mesh])
+        self.primary = self._process("primary", "A", mesh_config(a_mesh, [c_mesh, d_mesh])
                                      + ha_table("primary", a_repl, b_repl)).start()
         for other in (self.c, self.d):
             other.wait_log(r"mesh: linked with A$")
-        self.backup = self._process("backup", "A", mesh_table(b_mesh, [c_mesh, d_mesh])
+        self.backup = self._process("backup", "A", mesh_config(b_mesh, [c_mesh, d_mesh])
                                     + ha_table("backup", b_repl, peer)).launch(free_port())
         self.backup.wait_log(r"replication: caught up with the primary")
         wait_until(lambda: manage_result(self.primary.port, Summary()).node.replication_state == "in-sync",

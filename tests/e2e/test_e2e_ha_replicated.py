@@ -19,11 +19,12 @@ import re
 import signal
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 from e2e_support import HOST, manage_result, open_client, unique
-from ha_support import Member, Proxy, Witness, listening
+from ha_support import Member, Producing, Proxy, Witness, ha_table, listening
 from mesh_support import free_port, wait_until
 
 from meshgate.client import FailoverConnection
@@ -33,17 +34,10 @@ from model.requests import Summary
 PASSWORD = "e2e-" + unique("repl")
 TAKEOVER_DEADLINE = 8.0  # seconds from kill -9 to the backup listening
 N = 300
+member_config = partial(ha_table, password=PASSWORD)
 
 
 # -- processes and a proxy ------------------------------------------------------------------------
-
-
-def ha_table(role: str, bind: int, peer: int, witness: int | None, extra: str = "") -> str:
-    text = (f'[ha]\nmode = "replicated"\nrole = "{role}"\nreplication_bind = "{HOST}:{bind}"\n'
-            f'peer = "{HOST}:{peer}"\npassword = "{PASSWORD}"\nheartbeat_ms = 200\ntakeover_after_ms = 1000\n')
-    if witness is not None:
-        text += f'witness = "{HOST}:{witness}"\n'
-    return text + extra
 
 
 class Pair:
@@ -97,9 +91,9 @@ def start_pair(pair: Pair, *, witness: Witness | None, backup_peer: int | None =
     the primary's replication port, the backup's)."""
     a_repl, b_repl = free_port(), free_port()
     w = witness.port if witness is not None else None
-    primary = pair.member("primary", ha_table("primary", a_repl, b_repl,
+    primary = pair.member("primary", member_config("primary", a_repl, b_repl,
                                              primary_witness if primary_witness is not None else w, extra)).start()
-    backup = pair.member("backup", ha_table("backup", b_repl, backup_peer or a_repl, w, extra)).launch(free_port())
+    backup = pair.member("backup", member_config("backup", b_repl, backup_peer or a_repl, w, extra)).launch(free_port())
     backup.wait_log(r"replication: caught up with the primary")
     wait_until(lambda: manage_result(primary.port, Summary()).node.replication_state == "in-sync",
                "the primary to see its backup in sync")
@@ -132,17 +126,9 @@ def test_the_backup_takes_over_a_killed_primary_with_every_receipted_message(pai
 
     consumer.subscribe(q, ack="client-individual", callback=handle)
     producer = FailoverConnection(url).connect()
-    receipted: list[str] = []
     killed_at: list[float] = []
-
-    def produce() -> None:
-        for i in range(N):
-            body = f"m{i:03d}"
-            producer.send(q, body, {"persistent": "true"}, timeout=30)  # returns once receipted
-            receipted.append(body)
-
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
+    sending = Producing(producer, q, [f"m{i:03d}" for i in range(N)])
+    receipted, thread = sending.receipted, sending.thread
     wait_until(lambda: len(receipted) >= N // 3, "a third of the sends receipted", timeout=30)
     primary.kill9()
     killed_at.append(time.monotonic())
@@ -176,8 +162,8 @@ def test_a_cut_replication_link_makes_no_second_primary_and_exactly_one_with_quo
     link_proxy = pair.proxy(a_repl)  # backup -> primary's replication listener
     witness_proxy = pair.proxy(witness.port)  # primary -> witness
     b_repl = free_port()
-    primary = pair.member("primary", ha_table("primary", a_repl, b_repl, witness_proxy.port)).start()
-    backup = pair.member("backup", ha_table("backup", b_repl, link_proxy.port, witness.port)).launch(free_port())
+    primary = pair.member("primary", member_config("primary", a_repl, b_repl, witness_proxy.port)).start()
+    backup = pair.member("backup", member_config("backup", b_repl, link_proxy.port, witness.port)).launch(free_port())
     backup.wait_log(r"replication: caught up with the primary")
     q = "/queue/" + unique("cut")
     client = open_client(primary)
@@ -284,20 +270,8 @@ def test_failback_on_request_switches_the_roles_under_load_without_losing_a_rece
            "&initialReconnectDelay=50&maxReconnectDelay=200&connectionTimeout=2000")
     q = "/queue/" + unique("failback")
     producer = FailoverConnection(url).connect()
-    receipted: list[str] = []
-    errors: list[BaseException] = []
-
-    def produce() -> None:
-        try:
-            for i in range(N):
-                body = f"f{i:03d}"
-                producer.send(q, body, {"persistent": "true"}, timeout=30)  # returns once receipted
-                receipted.append(body)
-        except BaseException as problem:  # noqa: BLE001 -- reported below
-            errors.append(problem)
-
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
+    sending = Producing(producer, q, [f"f{i:03d}" for i in range(N)])
+    receipted, errors, thread = sending.receipted, sending.errors, sending.thread
     wait_until(lambda: len(receipted) >= N // 3, "a third of the sends receipted", timeout=30)
     done = run_meshgate("ha", "failback", "--stomp", f"{HOST}:{primary.port}")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -343,7 +317,7 @@ def test_failback_on_request_switches_the_roles_under_load_without_losing_a_rece
 def test_a_failback_without_a_backup_in_sync_is_refused(pair):
     witness = pair.witness()
     a_repl, b_repl = free_port(), free_port()
-    primary = pair.member("primary", ha_table("primary", a_repl, b_repl, witness.port)).start()
+    primary = pair.member("primary", member_config("primary", a_repl, b_repl, witness.port)).start()
     refused = run_meshgate("ha", "failback", "--stomp", f"{HOST}:{primary.port}")
     assert refused.returncode == 1, refused.stdout + refused.stderr
     assert "no backup in sync: replication is no-backup, lag 0 bytes" in refused.stderr, refused.stderr
@@ -367,7 +341,7 @@ def log_time(match: re.Match) -> float:
 def test_a_large_catch_up_does_not_stall_the_primary(pair):
     witness = pair.witness()
     a_repl, b_repl = free_port(), free_port()
-    primary = pair.member("primary", ha_table("primary", a_repl, b_repl, witness.port)).start()
+    primary = pair.member("primary", member_config("primary", a_repl, b_repl, witness.port)).start()
     q = "/queue/" + unique("big")
     loader = open_client(primary)
     body = "x" * (100 * 1024)
@@ -377,7 +351,7 @@ def test_a_large_catch_up_does_not_stall_the_primary(pair):
     loader.send(q, "last", headers={"persistent": "true"}, receipt=True)
     loader.drop()
 
-    backup = pair.member("backup", ha_table("backup", b_repl, a_repl, witness.port)).launch(free_port())
+    backup = pair.member("backup", member_config("backup", b_repl, a_repl, witness.port)).launch(free_port())
     probe = open_client(primary)
     pq = "/queue/" + unique("probe")
     times: list[float] = []
@@ -452,17 +426,9 @@ def test_a_tls_pair_replicates_and_the_backup_takes_over_a_killed_primary(pair, 
            "&initialReconnectDelay=50&maxReconnectDelay=200&connectionTimeout=2000")
     q = "/queue/" + unique("repl-tls")
     producer = FailoverConnection(url).connect()
-    receipted: list[str] = []
     count = 90
-
-    def produce() -> None:
-        for i in range(count):
-            body = f"t{i:03d}"
-            producer.send(q, body, {"persistent": "true"}, timeout=30)  # returns once receipted
-            receipted.append(body)
-
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
+    sending = Producing(producer, q, [f"t{i:03d}" for i in range(count)])
+    receipted, thread = sending.receipted, sending.thread
     wait_until(lambda: len(receipted) >= count // 3, "a third of the sends receipted", timeout=30)
     primary.kill9()
     backup.wait_listening(timeout=TAKEOVER_DEADLINE)
@@ -484,9 +450,9 @@ def test_a_member_without_tls_cannot_follow_a_tls_member_and_both_say_why(pair, 
     witness = pair.witness()
     a_repl, b_repl = free_port(), free_port()
     tls = tls_table(tmp_path, "member")
-    primary = pair.member("primary", ha_table("primary", a_repl, b_repl, witness.port,
+    primary = pair.member("primary", member_config("primary", a_repl, b_repl, witness.port,
                                               "" if plain == "primary" else tls)).start()
-    backup = pair.member("backup", ha_table("backup", b_repl, a_repl, witness.port,
+    backup = pair.member("backup", member_config("backup", b_repl, a_repl, witness.port,
                                             "" if plain == "backup" else tls)).launch(free_port())
     if plain == "backup":
         backup.wait_log(r"accepted the connection but sent nothing \(no CHALLENGE\): it probably expects TLS "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from e2e_support import HOST, manage_result, open_client, unique
-from ha_support import Member, listening
+from ha_support import Member, listening, mesh_table
 from mesh_support import free_port, send_many, wait_until
 
 from meshgate.datadir import read_epoch, write_epoch
@@ -28,13 +28,6 @@ N = 200
 
 def ha_config(mesh: str = "") -> str:
     return '[ha]\nmode = "shared-store"\n' + mesh
-
-
-def mesh_table(bind: int, static: list[int]) -> str:
-    peers = ", ".join(f'"{HOST}:{port}"' for port in static)
-    return (f'[mesh]\nbind = "{HOST}:{bind}"\nstatic = [{peers}]\ncluster_password = "{PASSWORD}"\n'
-            "retry_interval_ms = 200\nmax_retry_interval_ms = 1000\ncheck_period_ms = 500\n"
-            "connection_ttl_ms = 2000\n")
 
 
 @pytest.fixture
@@ -144,10 +137,10 @@ def test_without_shared_store_a_second_process_still_refuses_to_start(members, t
 
 def test_after_a_takeover_the_peer_links_with_the_new_process_and_messages_route(members, tmp_path):
     peer_link, primary_link, standby_link = free_port(), free_port(), free_port()
-    peer = members("peer", tmp_path / "peer", mesh_table(peer_link, []), node_name="P").start()
+    peer = members("peer", tmp_path / "peer", mesh_table(PASSWORD, peer_link, []), node_name="P").start()
     data = tmp_path / "shared"
-    primary, standby = start_pair(members, data, ha_config(mesh_table(primary_link, [peer_link])),
-                                  ha_config(mesh_table(standby_link, [peer_link])))
+    primary, standby = start_pair(members, data, ha_config(mesh_table(PASSWORD, primary_link, [peer_link])),
+                                  ha_config(mesh_table(PASSWORD, standby_link, [peer_link])))
     peer.wait_log(r"mesh: linked with A$")
     assert not listening(standby_link), "the standby listens for mesh links"
     epoch = read_epoch(data)
@@ -187,15 +180,15 @@ def test_after_a_takeover_the_peer_links_with_the_new_process_and_messages_route
 
 def test_a_peer_refuses_an_old_copy_of_a_node_and_the_old_copy_stops(members, tmp_path):
     peer_link, a_link = free_port(), free_port()
-    peer = members("peer", tmp_path / "peer", mesh_table(peer_link, []), node_name="P").start()
+    peer = members("peer", tmp_path / "peer", mesh_table(PASSWORD, peer_link, []), node_name="P").start()
     data = tmp_path / "shared"
-    first = members("first", data, ha_config(mesh_table(a_link, [peer_link]))).start()
+    first = members("first", data, ha_config(mesh_table(PASSWORD, a_link, [peer_link]))).start()
     peer.wait_log(r"mesh: linked with A$")
     first.stop()
     old_copy = tmp_path / "old-copy"
     shutil.copytree(data, old_copy)  # the data dir as an old process left it, at this epoch
     stale_epoch = read_epoch(old_copy)
-    second = members("second", data, ha_config(mesh_table(a_link, [peer_link]))).start()
+    second = members("second", data, ha_config(mesh_table(PASSWORD, a_link, [peer_link]))).start()
     wait_until(lambda: peer.stderr().count("mesh: linked with A") >= 2, "the peer to link with epoch 2",
                describe=peer.describe)
     second.stop()
@@ -203,7 +196,7 @@ def test_a_peer_refuses_an_old_copy_of_a_node_and_the_old_copy_stops(members, tm
     peer.restart()  # the epoch it saw is in its store, not only in memory
 
     # The old process comes back on its old data (without shared-store: it keeps its epoch).
-    stale = members("stale", old_copy, mesh_table(a_link, [peer_link])).launch(free_port())
+    stale = members("stale", old_copy, mesh_table(PASSWORD, a_link, [peer_link])).launch(free_port())
     assert stale.wait_exit(15) == 1
     peer.wait_log(rf"mesh link A refused: node id \S+ presented epoch {stale_epoch}, but this node has seen "
                   rf"epoch {stale_epoch + 1} of it")

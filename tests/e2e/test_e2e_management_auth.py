@@ -7,34 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e_support import BrokerProcess, RawClient, manage, run_meshgate, unique
+from e2e_support import RawClient, manage, module_broker, run_meshgate, security_config, unique
 
 from model.requests import ADMIN_ACTIONS, Browse, Events, Nodes, Purge, Queues, Send
 
-CONFIG = """
-[security.users.alice]
-password = "{alice}"
-groups = ["admins"]
-
-[security.users.dave]
-password = "{dave}"
-groups = ["operators"]
-
-[[security.authorization]]
-destination = ">"
-read = ["admins"]
-write = ["admins"]
-admin = ["admins"]
-
-[[security.authorization]]
-destination = "/queue/meshgate.management"
-write = ["operators"]
-
-[[security.authorization]]
-destination = "/temp-queue/>"
-read = ["operators"]
-write = ["operators"]
-"""
+USERS = {"alice": ["admins"], "dave": ["operators"]}
+RULES = [
+    {"destination": ">", "read": ["admins"], "write": ["admins"], "admin": ["admins"]},
+    {"destination": "/queue/meshgate.management", "write": ["operators"]},
+    {"destination": "/temp-queue/>", "read": ["operators"], "write": ["operators"]},
+]
 ALICE = ("alice", "alice-secret")
 DAVE = ("dave", "dave-secret")
 ADDRESS = "/queue/meshgate.management"
@@ -42,10 +24,8 @@ ADDRESS = "/queue/meshgate.management"
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory, hashes):
-    broker = BrokerProcess(tmp_path_factory.mktemp("mgmt-auth"), name="guarded", config=CONFIG.format(**hashes))
-    broker.start()
-    yield broker
-    broker.cleanup()
+    with module_broker(tmp_path_factory, "guarded", security_config(hashes, USERS, RULES)) as broker:
+        yield broker
 
 
 def raw_as(node, user: tuple[str, str]) -> RawClient:
@@ -95,8 +75,7 @@ def test_a_reply_goes_only_where_the_requester_may_write(node):
     watcher.send_frame("SUBSCRIBE", {"id": "w", "destination": "/queue/" + victim, "receipt": "w"})
     watcher.expect("RECEIPT")
     raw = raw_as(node, DAVE)
-    raw.send_frame("SEND", {"destination": ADDRESS, "reply-to": "/queue/" + victim}, '{"action": "nodes"}')
-    frames = raw.wait_closed()
+    frames = raw.closed_after("SEND", {"destination": ADDRESS, "reply-to": "/queue/" + victim}, '{"action": "nodes"}')
     assert [f.command for f in frames] == ["ERROR"], frames
     assert "reply-to /queue/" + victim in frames[0].headers["message"]
     assert watcher.poll(0.5) == []  # nothing was written there
@@ -108,8 +87,7 @@ def test_a_reply_goes_only_where_the_requester_may_write(node):
 
 def test_a_request_without_reply_to_is_an_error(node):
     raw = raw_as(node, ALICE)
-    raw.send_frame("SEND", {"destination": ADDRESS}, '{"action": "nodes"}')
-    frames = raw.wait_closed()
+    frames = raw.closed_after("SEND", {"destination": ADDRESS}, '{"action": "nodes"}')
     assert [f.command for f in frames] == ["ERROR"] and "needs a reply-to" in frames[0].headers["message"]
 
 
@@ -127,8 +105,7 @@ def test_a_malformed_request_gets_an_answer_naming_the_problem(node):
 
 def test_nobody_may_subscribe_to_the_management_address(node):
     raw = raw_as(node, ALICE)
-    raw.send_frame("SUBSCRIBE", {"id": "1", "destination": ADDRESS})
-    frames = raw.wait_closed()
+    frames = raw.closed_after("SUBSCRIBE", {"id": "1", "destination": ADDRESS})
     assert [f.command for f in frames] == ["ERROR"], frames
     assert "service address" in frames[0].headers["message"]
     assert manage(node.port, Nodes(), *ALICE).ok

@@ -35,8 +35,7 @@ def dupes(bodies) -> dict[str, int]:
 def test_two_nodes_static_forward_exactly_once(mesh, both_ways):
     a, b = mesh(2, both_ways=both_ways)
     q = "/queue/" + unique("two")
-    consumer = b.client()
-    consumer.subscribe(q)
+    consumer = b.subscriber(q)
     producer = a.client()
     sent = send_many(producer, q, [f"m{i:03d}" for i in range(200)], persistent=True)
     consumer.listener.wait_for(200, timeout=30)
@@ -65,8 +64,7 @@ def test_three_nodes_discovery_only(mesh):
     for node in (a, b, c):
         assert "static = []" in node.config
     q = "/queue/" + unique("disc")
-    consumer = c.client()
-    consumer.subscribe(q)
+    consumer = c.subscriber(q)
     sent = send_many(a.client(), q, [f"d{i}" for i in range(N)])
     got = bodies_of(consumer.listener.wait_for(N, timeout=20))
     assert sorted(got) == sorted(sent) and not dupes(got)
@@ -82,8 +80,7 @@ def test_three_nodes_discovery_only(mesh):
 def test_chain_max_hops_2_reaches_the_far_end(mesh):
     a, b, c = mesh(3, "chain", max_hops=2)
     q = "/queue/" + unique("chain2")
-    consumer = c.client()
-    consumer.subscribe(q)
+    consumer = c.subscriber(q)
     sent = send_many(a.client(), q, [f"c{i}" for i in range(N)])
     got = bodies_of(consumer.listener.wait_for(N, timeout=20))
     assert sorted(got) == sorted(sent) and not dupes(got), f"dupes {dupes(got)}"
@@ -94,12 +91,9 @@ def test_chain_max_hops_2_reaches_the_far_end(mesh):
 def test_chain_max_hops_1_does_not_reach_the_far_end(mesh):
     a, b, c = mesh(3, "chain", max_hops=1)
     q = "/queue/" + unique("chain1")
-    consumer = c.client()
-    consumer.subscribe(q)
+    consumer = c.subscriber(q)
     # Fence: C's demand has reached B (one hop), and B forwards to C.
-    fence = unique("fenceB")
-    b.client().send(q, fence, receipt=True)
-    consumer.listener.wait_for_body(fence)
+    fence = b.fence(q, consumer, "fenceB")
     sent = send_many(a.client(), q, [f"h{i}" for i in range(N)])
     time.sleep(QUIET)  # the negative check: nothing of A's may reach C (two hops)
     crossed = [body for body in consumer.listener.bodies() if body != fence]
@@ -120,8 +114,7 @@ def test_explicit_topologies_with_direct_connections_only_deliver_everything(mes
     }[layout]
     nodes = mesh(n, edges, max_hops=hops, extra="allow_direct_connections_only = true")
     q = "/queue/" + unique("direct-" + layout)
-    consumer = nodes[target].client()
-    consumer.subscribe(q)
+    consumer = nodes[target].subscriber(q)
     sent = send_many(nodes[source].client(), q, [f"d{i}" for i in range(51)])
     got = bodies_of(consumer.listener.wait_for(len(sent), timeout=20))
     assert sorted(got) == sorted(sent) and not dupes(got), f"dupes {dupes(got)}"
@@ -137,11 +130,7 @@ def test_explicit_topologies_with_direct_connections_only_deliver_everything(mes
 def test_ring_topic_one_copy_per_subscriber(mesh):
     nodes = mesh(4, "ring", max_hops=3)
     topic = "/topic/" + unique("ring")
-    subscribers = []
-    for node in nodes:
-        client = node.client()
-        client.subscribe(topic)
-        subscribers.append(client)
+    subscribers = [node.subscriber(topic) for node in nodes]
     publisher = nodes[0].client()
 
     # Warm-up until a message published on A reaches every subscriber (topic demand has
@@ -183,11 +172,7 @@ def test_ring_topic_one_copy_per_subscriber(mesh):
 def test_ring_queue_consumed_exactly_once(mesh):
     nodes = mesh(4, "ring", max_hops=3)
     q = "/queue/" + unique("ringq")
-    consumers = []
-    for node in nodes:
-        client = node.client()
-        client.subscribe(q)
-        consumers.append(client)
+    consumers = [node.subscriber(q) for node in nodes]
     sent = send_many(nodes[0].client(), q, [f"r{i:03d}" for i in range(100)])
 
     def total():
@@ -210,8 +195,7 @@ def test_ring_queue_consumed_exactly_once(mesh):
 def test_consumer_moves_and_the_rest_follows(mesh):
     a, b, c = mesh(3)
     q = "/queue/" + unique("move")
-    first = b.client()
-    first.subscribe(q, ack="client-individual", headers={"activemq.prefetchSize": "5"})
+    first = b.subscriber(q, ack="client-individual", headers={"activemq.prefetchSize": "5"})
     sent = send_many(a.client(), q, [f"v{i:03d}" for i in range(100)])
     acked = []
     for i in range(30):  # ack as they come: only 5 may be unacknowledged at a time
@@ -220,8 +204,7 @@ def test_consumer_moves_and_the_rest_follows(mesh):
         acked.append(message.body)
     first.disconnect()  # what B still holds (queued or unacked) must now move on to C
 
-    second = c.client()
-    second.subscribe(q)
+    second = c.subscriber(q)
     rest = len(sent) - len(acked)
     second.listener.wait_for(rest, timeout=20)
     time.sleep(QUIET)
@@ -241,11 +224,8 @@ def test_consumer_moves_and_the_rest_follows(mesh):
 def test_load_balancing_off_keeps_messages_where_sent(mesh):
     a, b = mesh(2, load_balancing="OFF")
     q = "/queue/" + unique("off")
-    consumer = b.client()
-    consumer.subscribe(q)
-    fence = unique("fenceB")
-    b.client().send(q, fence, receipt=True)
-    consumer.listener.wait_for_body(fence)
+    consumer = b.subscriber(q)
+    fence = b.fence(q, consumer, "fenceB")
     sent = send_many(a.client(), q, [f"o{i}" for i in range(20)])
     time.sleep(QUIET)
     crossed = [body for body in consumer.listener.bodies() if body != fence]
@@ -257,8 +237,7 @@ def test_load_balancing_off_keeps_messages_where_sent(mesh):
 def test_load_balancing_on_demand_forwards_to_the_consumer(mesh):
     a, b = mesh(2, load_balancing="ON_DEMAND")
     q = "/queue/" + unique("ondemand")
-    consumer = b.client()
-    consumer.subscribe(q)
+    consumer = b.subscriber(q)
     sent = send_many(a.client(), q, [f"n{i}" for i in range(20)])
     got = bodies_of(consumer.listener.wait_for(20))
     assert got == sent
@@ -270,14 +249,12 @@ def test_load_balancing_on_demand_prefers_local_consumers(mesh):
     """docs: "local consumers with capacity (free prefetch) are preferred"."""
     a, b = mesh(2, load_balancing="ON_DEMAND")
     q = "/queue/" + unique("local")
-    remote = b.client()
-    remote.subscribe(q)
+    remote = b.subscriber(q)
     producer = a.client()
     probe = unique("probe")
     producer.send(q, probe, receipt=True)
     remote.listener.wait_for_body(probe)  # A knows B's demand and forwards to it
-    local = a.client()
-    local.subscribe(q)
+    local = a.subscriber(q)
     sent = send_many(producer, q, [f"l{i}" for i in range(20)])
     local.listener.wait_for(20)
     time.sleep(QUIET)
@@ -294,11 +271,8 @@ def test_load_balancing_strict_round_robins_to_nodes_with_the_queue(mesh):
     q = "/queue/" + unique("strict")
     seed = unique("seed")
     b.client().send(q, seed, receipt=True, headers={"persistent": "true"})
-    local = a.client()
-    local.subscribe(q)
-    fence = unique("fenceA")
-    a.client().send(q, fence, receipt=True)
-    local.listener.wait_for_body(fence)
+    local = a.subscriber(q)
+    fence = a.fence(q, local, "fenceA")
     sent = send_many(a.client(), q, [f"s{i:02d}" for i in range(20)])
     time.sleep(QUIET)
     at_a = [body for body in local.listener.bodies() if body not in (fence, seed)]
@@ -315,11 +289,8 @@ def test_load_balancing_off_with_redistribution_does_not_forward_on_send(mesh):
     redistribution delay)". With a 3 s delay: nothing moves at first, then everything does."""
     a, b = mesh(2, load_balancing="OFF_WITH_REDISTRIBUTION", extra="redistribution_delay_ms = 3000")
     q = "/queue/" + unique("owr")
-    consumer = b.client()
-    consumer.subscribe(q)
-    fence = unique("fenceB")
-    b.client().send(q, fence, receipt=True)
-    consumer.listener.wait_for_body(fence)
+    consumer = b.subscriber(q)
+    fence = b.fence(q, consumer, "fenceB")
     started = time.monotonic()
     sent = send_many(a.client(), q, [f"w{i}" for i in range(20)])
     time.sleep(1.0)
@@ -340,13 +311,9 @@ def test_load_balancing_off_with_redistribution_backlog_follows_after_the_delay(
     after redistribution_delay_ms (3 s), not before."""
     a, b = mesh(2, load_balancing="OFF_WITH_REDISTRIBUTION", extra="redistribution_delay_ms = 3000")
     q = "/queue/" + unique("owr2")
-    remote = b.client()
-    remote.subscribe(q)
-    fence = unique("fenceB")
-    b.client().send(q, fence, receipt=True)
-    remote.listener.wait_for_body(fence)
-    local = a.client()
-    local.subscribe(q, ack="client-individual", headers={"activemq.prefetchSize": "1"})
+    remote = b.subscriber(q)
+    fence = b.fence(q, remote, "fenceB")
+    local = a.subscriber(q, ack="client-individual", headers={"activemq.prefetchSize": "1"})
     time.sleep(0.5)  # B's demand reaches A in milliseconds; proven below when the backlog moves
     sent = send_many(a.client(), q, [f"x{i}" for i in range(20)])
     local.listener.wait_for(1)
@@ -375,8 +342,7 @@ def test_load_balancing_off_with_redistribution_backlog_follows_after_the_delay(
 def test_selector_demand_only_matching_messages_cross(mesh):
     a, b = mesh(2)
     q = "/queue/" + unique("sel")
-    consumer = b.client()
-    consumer.subscribe(q, headers={"selector": "color = 'red'"})
+    consumer = b.subscriber(q, headers={"selector": "color = 'red'"})
     producer = a.client()
     reds, blues = [], []
     for i in range(20):

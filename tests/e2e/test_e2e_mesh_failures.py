@@ -117,8 +117,7 @@ def test_wrong_cluster_password_is_refused(mesh):
     b.wait_log(refused)  # B's listener got A's proof of another password
     a.wait_log(refused)  # and A hears why, or refuses B's proof itself
     q = "/queue/" + unique("pw")
-    consumer = b.client()
-    consumer.subscribe(q)
+    consumer = b.subscriber(q)
     sent = send_many(a.client(), q, [f"p{i}" for i in range(20)])
     time.sleep(QUIET)
     assert consumer.listener.bodies() == [], "messages crossed a link with the wrong password"
@@ -158,8 +157,7 @@ def test_copied_data_dir_newcomer_exits(mesh, dialler):
     assert "copied" in copy.stderr(), f"the copy's stderr does not say the data dir was copied:\n{copy.stderr()}"
     assert a.running, f"the original node stopped\n{a.proc.describe()}"
     q = "/queue/" + unique("alive")
-    client = a.client()
-    client.subscribe(q)
+    client = a.subscriber(q)
     client.send(q, "still here", receipt=True)
     assert [m.body for m in client.listener.wait_for(1)] == ["still here"]
 
@@ -184,8 +182,7 @@ def test_a_crashed_node_forgotten_with_the_cli_is_not_waited_for(mesh):
     def in_doubt_on_a() -> int:
         return sum(queue.in_doubt for queue in manage_result(a.stomp, Queues(name=q[len("/queue/"):])))
 
-    consumer = b.client()
-    consumer.subscribe(q)
+    consumer = b.subscriber(q)
     def b_hears_of_c() -> bool:
         return any(s.node.id == c_id and s.node.state != "down" for s in manage_result(b.stomp, Nodes()).nodes)
 

@@ -4,21 +4,9 @@ and header escaping, with stomp.py clients (and a raw socket where bytes matter)
 from __future__ import annotations
 
 import pytest
-from e2e_support import encode, unique
+from e2e_support import encode, queue, topic, unique
 
-
-@pytest.fixture
-def broker(shared):
-    """Every test uses its own destinations, so one broker per module will do."""
-    return shared
-
-
-def queue() -> str:
-    return "/queue/" + unique("q")
-
-
-def topic() -> str:
-    return "/topic/" + unique("t")
+pytestmark = pytest.mark.shared_broker
 
 
 # -- SEND / SUBSCRIBE / MESSAGE -----------------------------------------------------------
@@ -108,16 +96,14 @@ def test_unsubscribe_from_topic_stops_delivery(broker, connect, version):
 def test_unsubscribe_unknown_id_is_an_error(broker, raw):
     client = raw(broker)
     client.connect("1.2")
-    client.send_frame("UNSUBSCRIBE", {"id": "never-subscribed", "receipt": "u"})
-    frames = client.wait_closed()
+    frames = client.closed_after("UNSUBSCRIBE", {"id": "never-subscribed", "receipt": "u"})
     assert [f.command for f in frames] == ["ERROR"], frames
 
 
 def test_send_without_destination_is_an_error(broker, raw, version):
     client = raw(broker)
     client.connect(version)
-    client.send_frame("SEND", {"receipt": "r-no-dest"}, "x")
-    frames = client.wait_closed()
+    frames = client.closed_after("SEND", {"receipt": "r-no-dest"}, "x")
     assert [f.command for f in frames] == ["ERROR"], frames
     assert frames[0].headers.get("receipt-id") == "r-no-dest"
 
@@ -134,9 +120,7 @@ def test_auto_ack_messages_are_not_redelivered(broker, connect, version):
     consumer.listener.wait_for(3)
     consumer.disconnect()
     other = connect(broker, version)
-    other.subscribe(destination)
-    other.send(destination, "fence")
-    assert [m.body for m in other.listener.wait_for_body("fence")] == ["fence"]
+    assert [m.body for m in other.fenced(destination)] == ["fence"]
 
 
 @pytest.mark.parametrize("leave", ["disconnect", "drop"])
@@ -151,9 +135,7 @@ def test_client_ack_is_cumulative(broker, connect, version, leave):
     consumer.ack(messages[2], receipt=True)  # the 3rd: acknowledges m1..m3
     getattr(consumer, leave)()
     other = connect(broker, version)
-    other.subscribe(destination, ack="client")
-    other.send(destination, "fence")
-    received = other.listener.wait_for_body("fence")
+    received = other.fenced(destination, ack="client")
     assert [m.body for m in received] == ["m4", "m5", "fence"]
     assert [m.headers.get("redelivered") for m in received[:2]] == ["true", "true"]
 
@@ -168,9 +150,7 @@ def test_client_individual_ack_acknowledges_one(broker, connect, version11):
     consumer.ack(messages[1], receipt=True)  # m2 only
     consumer.disconnect()
     other = connect(broker, version11)
-    other.subscribe(destination)
-    other.send(destination, "fence")
-    received = other.listener.wait_for_body("fence")
+    received = other.fenced(destination)
     assert [m.body for m in received] == ["m1", "m3", "fence"]
     assert all(m.headers.get("redelivered") == "true" for m in received[:2])
 
@@ -186,9 +166,7 @@ def test_acked_message_is_gone_and_unacked_comes_back(broker, connect, version):
     consumer.listener.wait_for(2)
     consumer.drop()
     other = connect(broker, version)
-    other.subscribe(destination)
-    other.send(destination, "fence")
-    assert [m.body for m in other.listener.wait_for_body("fence")] == ["two", "fence"]
+    assert [m.body for m in other.fenced(destination)] == ["two", "fence"]
 
 
 @pytest.mark.parametrize("ack", ["client", "client-individual"])
@@ -207,16 +185,13 @@ def test_nack_redelivers_marked_redelivered(broker, connect, version11, ack):
     consumer.ack(second, receipt=True)
     consumer.disconnect()
     other = connect(broker, version11)
-    other.subscribe(destination)
-    other.send(destination, "fence")
-    assert [m.body for m in other.listener.wait_for_body("fence")] == ["fence"]
+    assert [m.body for m in other.fenced(destination)] == ["fence"]
 
 
 def test_nack_does_not_exist_in_stomp_10(broker, raw):
     client = raw(broker)
     client.connect(None)
-    client.send_frame("NACK", {"message-id": "whatever", "receipt": "n"})
-    frames = client.wait_closed()
+    frames = client.closed_after("NACK", {"message-id": "whatever", "receipt": "n"})
     assert [f.command for f in frames] == ["ERROR"], frames
 
 
@@ -298,9 +273,7 @@ def test_open_transaction_is_aborted_on_disconnect(broker, connect, version):
     producer.send(destination, "never", transaction="tx-open", receipt=True)
     producer.disconnect()
     consumer = connect(broker, version)
-    consumer.subscribe(destination)
-    consumer.send(destination, "fence")
-    assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["fence"]
+    assert [m.body for m in consumer.fenced(destination)] == ["fence"]
 
 
 def test_transactional_ack_takes_effect_on_commit(broker, connect, version):
@@ -314,9 +287,7 @@ def test_transactional_ack_takes_effect_on_commit(broker, connect, version):
     consumer.commit("tx-ack")
     consumer.disconnect()
     other = connect(broker, version)
-    other.subscribe(destination)
-    other.send(destination, "fence")
-    assert [m.body for m in other.listener.wait_for_body("fence")] == ["fence"]
+    assert [m.body for m in other.fenced(destination)] == ["fence"]
 
 
 @pytest.mark.parametrize("end", ["abort", "disconnect"])
@@ -332,9 +303,7 @@ def test_transactional_ack_undone_by_abort_or_disconnect(broker, connect, versio
         consumer.abort("tx-ack")
     consumer.disconnect()
     other = connect(broker, version)
-    other.subscribe(destination)
-    other.send(destination, "fence")
-    received = other.listener.wait_for_body("fence")
+    received = other.fenced(destination)
     assert [m.body for m in received] == ["m", "fence"]
     assert received[0].headers.get("redelivered") == "true"
 
@@ -342,16 +311,14 @@ def test_transactional_ack_undone_by_abort_or_disconnect(broker, connect, versio
 def test_unknown_transaction_is_an_error(broker, raw, version):
     client = raw(broker)
     client.connect(version)
-    client.send_frame("COMMIT", {"transaction": "no-such-tx", "receipt": "c"})
-    frames = client.wait_closed()
+    frames = client.closed_after("COMMIT", {"transaction": "no-such-tx", "receipt": "c"})
     assert [f.command for f in frames] == ["ERROR"], frames
 
 
 def test_send_in_unknown_transaction_is_an_error(broker, raw):
     client = raw(broker)
     client.connect("1.2")
-    client.send_frame("SEND", {"destination": queue(), "transaction": "nope", "receipt": "s"}, "x")
-    frames = client.wait_closed()
+    frames = client.closed_after("SEND", {"destination": queue(), "transaction": "nope", "receipt": "s"}, "x")
     assert [f.command for f in frames] == ["ERROR"], frames
 
 
@@ -571,9 +538,7 @@ def test_client_ack_is_cumulative_per_subscription_only(broker, connect, version
     consumer.drop()
     other = connect(broker, version11)
     other.subscribe(qb)
-    other.subscribe(qa)
-    other.send(qa, "fence")
-    bodies = [m.body for m in other.listener.wait_for_body("fence")]
+    bodies = [m.body for m in other.fenced(qa)]
     assert sorted(bodies) == ["b1", "fence"], bodies
 
 
@@ -582,16 +547,14 @@ def test_duplicate_subscription_id_is_an_error(broker, raw):
     client.connect("1.2")
     client.send_frame("SUBSCRIBE", {"destination": queue(), "id": "same", "receipt": "1"})
     assert client.expect("RECEIPT").headers["receipt-id"] == "1"
-    client.send_frame("SUBSCRIBE", {"destination": queue(), "id": "same", "receipt": "2"})
-    frames = client.wait_closed()
+    frames = client.closed_after("SUBSCRIBE", {"destination": queue(), "id": "same", "receipt": "2"})
     assert [f.command for f in frames] == ["ERROR"], frames
 
 
 def test_unknown_ack_mode_is_an_error(broker, raw):
     client = raw(broker)
     client.connect("1.2")
-    client.send_frame("SUBSCRIBE", {"destination": queue(), "id": "s", "ack": "sometimes", "receipt": "1"})
-    frames = client.wait_closed()
+    frames = client.closed_after("SUBSCRIBE", {"destination": queue(), "id": "s", "ack": "sometimes", "receipt": "1"})
     assert [f.command for f in frames] == ["ERROR"], frames
 
 

@@ -16,8 +16,7 @@ def test_graceful_stop_hands_every_message_over(mesh):
     assert a.proc.stop() == 0
     assert "every message handed to" in a.stderr()
     consumer = b.client()
-    consumer.subscribe(queue)
-    received = consumer.listener.wait_for(100)
+    received = consumer.receive(queue, 100)
     assert sorted(m.body for m in received) == sorted(persistent + volatile)
 
 

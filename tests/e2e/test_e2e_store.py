@@ -29,9 +29,7 @@ def test_receipted_persistent_messages_survive_restart(broker_factory, connect, 
     send_persistent(producer, destination, bodies)
     broker.restart(graceful=not kill)
     consumer = connect(broker)
-    consumer.subscribe(destination)
-    consumer.send(destination, "fence")
-    received = [m.body for m in consumer.listener.wait_for_body("fence")]
+    received = [m.body for m in consumer.fenced(destination)]
     assert received[:-1] == bodies  # all of them, once each, in order
     assert received[-1] == "fence"
 
@@ -45,8 +43,7 @@ def test_message_headers_survive_restart(broker_factory, connect):
     broker.kill9()
     broker.start(port=broker.port)
     consumer = connect(broker)
-    consumer.subscribe(destination)
-    [message] = consumer.listener.wait_for(1)
+    [message] = consumer.receive(destination, 1)
     assert message.body == "with headers"
     assert message.headers["content-type"] == "text/x-test"
     assert message.headers["x-colon"] == "a:b"
@@ -71,9 +68,7 @@ def test_receipted_ack_is_never_redelivered_after_kill9(broker_factory, connect,
     broker.kill9()
     broker.start(port=broker.port)
     after = connect(broker)
-    after.subscribe(destination)
-    after.send(destination, "fence")
-    assert [m.body for m in after.listener.wait_for_body("fence")] == [f"m{i}" for i in range(5, 10)] + ["fence"]
+    assert [m.body for m in after.fenced(destination)] == [f"m{i}" for i in range(5, 10)] + ["fence"]
 
 
 def test_committed_transaction_survives_kill9(broker_factory, connect):
@@ -89,9 +84,7 @@ def test_committed_transaction_survives_kill9(broker_factory, connect):
     broker.kill9()
     broker.start(port=broker.port)
     consumer = connect(broker)
-    consumer.subscribe(destination)
-    consumer.send(destination, "fence")
-    assert [m.body for m in consumer.listener.wait_for_body("fence")] == [f"t{i}" for i in range(5)] + ["fence"]
+    assert [m.body for m in consumer.fenced(destination)] == [f"t{i}" for i in range(5)] + ["fence"]
 
 
 def test_non_persistent_messages_do_not_survive_restart(broker_factory, connect):
@@ -104,9 +97,7 @@ def test_non_persistent_messages_do_not_survive_restart(broker_factory, connect)
     producer.disconnect()
     broker.restart()
     consumer = connect(broker)
-    consumer.subscribe(destination)
-    consumer.send(destination, "fence")
-    assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["kept", "fence"]
+    assert [m.body for m in consumer.fenced(destination)] == ["kept", "fence"]
 
 
 @pytest.mark.parametrize("kill", [True, False], ids=["kill9", "sigterm"])
@@ -210,9 +201,7 @@ def test_consumed_persistent_messages_stay_consumed_across_several_restarts(brok
         consumer.drop()
     broker.restart(graceful=False)
     consumer = connect(broker)
-    consumer.subscribe(destination)
-    consumer.send(destination, "fence")
-    assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["fence"]
+    assert [m.body for m in consumer.fenced(destination)] == ["fence"]
 
 
 def test_kill9_while_producing_keeps_every_receipted_message(broker_factory, connect):
@@ -235,9 +224,7 @@ def test_kill9_while_producing_keeps_every_receipted_message(broker_factory, con
     assert len(receipted) >= 200
     broker.start(port=broker.port)
     consumer = connect(broker)
-    consumer.subscribe(destination)
-    consumer.send(destination, "fence")
-    received = [m.body for m in consumer.listener.wait_for_body("fence")][:-1]
+    received = [m.body for m in consumer.fenced(destination)][:-1]
     assert len(received) == len(set(received)), "a message came back twice"
     assert set(received) <= set(sent)
     missing = sorted(receipted - set(received))
@@ -263,9 +250,7 @@ def test_small_journal_files_roll_over_and_recover(broker_factory, connect):
     broker.kill9()
     broker.start(port=broker.port)
     after = connect(broker)
-    after.subscribe(destination)
-    after.send(destination, "fence")
-    numbers = [int(m.body[:5]) for m in after.listener.wait_for_body("fence")[:-1]]
+    numbers = [int(m.body[:5]) for m in after.fenced(destination)[:-1]]
     assert sorted(numbers) == list(range(1100, 1700)), "messages lost or duplicated"
     assert numbers == list(range(1100, 1700)), f"FIFO order lost after recovery: {numbers[:5]}...{numbers[-40:]}"
 
@@ -296,9 +281,7 @@ def test_expiry_survives_restart(broker_factory, connect):
     time.sleep(1.0)  # let "short" expire while the broker is down (not synchronisation)
     broker.start(port=broker.port)
     consumer = connect(broker)
-    consumer.subscribe(destination)
-    consumer.send(destination, "fence")
-    assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["long", "fence"]
+    assert [m.body for m in consumer.fenced(destination)] == ["long", "fence"]
 
 
 def test_wildcard_durable_subscription_with_selector_survives_restart(broker_factory, connect):
@@ -358,9 +341,7 @@ def test_fifo_order_survives_journal_compaction(broker_factory, connect):
     broker.kill9()
     broker.start(port=broker.port)
     after = connect(broker)
-    after.subscribe(destination)
-    after.send(destination, "fence")
-    numbers = [int(m.body[:5]) for m in after.listener.wait_for_body("fence")[:-1]]
+    numbers = [int(m.body[:5]) for m in after.fenced(destination)[:-1]]
     expected = list(range(0, 2000, 50)) + list(range(2000, 2600))
     assert sorted(numbers) == expected, "messages lost or duplicated"
     assert numbers == expected, f"FIFO order lost after recovery: {numbers[:45]}"

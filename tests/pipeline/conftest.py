@@ -20,12 +20,9 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture
-def redis_server(tmp_path):
-    from meshgate.redis_server import RedisServer
-
-    server = RedisServer(tmp_path / "redis", persistent=True).start()
-    yield server
-    server.stop()
+def redis_server(redis_servers):
+    """A persistent one: the pipeline's tests restart Redis and expect its streams back."""
+    return redis_servers(persistent=True)
 
 
 @pytest.fixture

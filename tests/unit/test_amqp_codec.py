@@ -1,4 +1,4 @@
-"""The AMQP 0-9-1 codec (gateway/amqp/codec.py) against pika's own encoder, byte by
+"""The AMQP 0-9-1 codec (gateway/amqp/codec.py and reader.py) against pika's own encoder, byte by
 byte and split anywhere; arbitrary bytes never raise anything but AmqpError (the
 field-table decoder nothing but DecodeError), hostile tables (deep, with timestamps
 no datetime holds) get the reply code the spec gives with a text for humans; and
@@ -18,22 +18,15 @@ from hypothesis import strategies as st
 
 from gateway.amqp import properties as props
 from gateway.amqp.codec import (
-    AmqpError,
-    Command,
-    ContentRefused,
-    DecodeError,
-    FrameReader,
-    ProtocolHeader,
-    decode_table,
     encode_consumer,
     encode_content,
     encode_delivery,
     encode_method,
     encode_properties,
     encode_route,
-    encode_table,
 )
-from gateway.amqp.fields import MAX_TABLE_DEPTH
+from gateway.amqp.fields import MAX_TABLE_DEPTH, DecodeError, decode_table, encode_table
+from gateway.amqp.reader import Command, ContentRefused, FrameReader, ProtocolHeader
 from gateway.amqp.spec import (
     CHANNEL_ERROR,
     COMMAND_INVALID,
@@ -41,6 +34,7 @@ from gateway.amqp.spec import (
     PROTOCOL_HEADER,
     SYNTAX_ERROR,
     UNEXPECTED_FRAME,
+    AmqpError,
 )
 from tests.amqp_inputs import (
     TIMESTAMP_2_64,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -13,32 +12,16 @@ from gateway.auth import hash_password
 from meshgate.config import (
     AuthorizationEntry,
     ConfigError,
-    NodeConfig,
     load_config,
     parse_address,
     parse_override,
     parse_size,
 )
+from tests.unit.config_support import error, load, stomp_tls, write
 
 MiB = 1024 * 1024
 # Few iterations: these tests are about config, not about PBKDF2's cost.
 HASH = hash_password("secret", iterations=1000)
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "node.toml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def load(tmp_path: Path, text: str, **overrides: object) -> NodeConfig:
-    return load_config(write(tmp_path, text), overrides or None)
-
-
-def error(tmp_path: Path, text: str, overrides: dict | None = None) -> str:
-    with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, text), overrides)
-    return str(info.value)
 
 
 # --- defaults --------------------------------------------------------------
@@ -171,16 +154,7 @@ def test_password_hash_stays_out_of_repr(tmp_path: Path) -> None:
 def test_tls_section(tmp_path: Path) -> None:
     for name in ("cert.pem", "key.pem", "ca.pem"):
         (tmp_path / name).write_text("-----BEGIN-----\n")
-    config = load(
-        tmp_path,
-        f"""
-        [stomp.tls]
-        bind = "[::]:61612"
-        certificate = "{tmp_path / "cert.pem"}"
-        private_key = "{tmp_path / "key.pem"}"
-        ca_certificate = "{tmp_path / "ca.pem"}"
-        """,
-    )
+    config = load(tmp_path, stomp_tls(tmp_path, "[::]:61612", "cert.pem", "key.pem", "ca.pem"))
     tls = config.stomp.tls
     assert tls is not None
     assert tls.bind == ("::", 61612)
@@ -191,15 +165,7 @@ def test_tls_section(tmp_path: Path) -> None:
 
 def test_tls_ca_certificate_is_optional(tmp_path: Path) -> None:
     (tmp_path / "cert.pem").write_text("x")
-    config = load(
-        tmp_path,
-        f"""
-        [stomp.tls]
-        bind = "127.0.0.1:61612"
-        certificate = "{tmp_path / "cert.pem"}"
-        private_key = "{tmp_path / "cert.pem"}"
-        """,
-    )
+    config = load(tmp_path, stomp_tls(tmp_path, "127.0.0.1:61612", "cert.pem", "cert.pem"))
     assert config.stomp.tls is not None
     assert config.stomp.tls.ca_certificate is None
 
@@ -338,15 +304,7 @@ def test_impossible_value(tmp_path: Path, text: str, key: str, hint: str) -> Non
 
 def test_tls_certificate_must_exist(tmp_path: Path) -> None:
     (tmp_path / "key.pem").write_text("x")
-    message = error(
-        tmp_path,
-        f"""
-        [stomp.tls]
-        bind = "127.0.0.1:61612"
-        certificate = "{tmp_path / "missing.pem"}"
-        private_key = "{tmp_path / "key.pem"}"
-        """,
-    )
+    message = error(tmp_path, stomp_tls(tmp_path, "127.0.0.1:61612", "missing.pem", "key.pem"))
     assert message.startswith("stomp.tls.certificate: ")
     assert "missing.pem" in message and "does not exist" in message
 
@@ -358,17 +316,8 @@ def test_tls_required_keys(tmp_path: Path) -> None:
 
 def test_tls_bind_must_differ_from_plain_bind(tmp_path: Path) -> None:
     (tmp_path / "c.pem").write_text("x")
-    message = error(
-        tmp_path,
-        f"""
-        [stomp]
-        bind = "127.0.0.1:61613"
-        [stomp.tls]
-        bind = "127.0.0.1:61613"
-        certificate = "{tmp_path / "c.pem"}"
-        private_key = "{tmp_path / "c.pem"}"
-        """,
-    )
+    tls = stomp_tls(tmp_path, "127.0.0.1:61613", "c.pem", "c.pem")
+    message = error(tmp_path, '[stomp]\nbind = "127.0.0.1:61613"\n' + tls)
     assert message.startswith("stomp.tls.bind: same address")
 
 

@@ -12,23 +12,13 @@ from meshgate.config import (
     ConfigError,
     DiscoveryConfig,
     MeshConfig,
-    NodeConfig,
     RedistributionOverride,
     load_config,
     parse_override,
 )
+from tests.unit.config_support import load, refusal
 
 SECRET = 'cluster_password = "a-long-random-secret"\n'
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "node.toml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def load(tmp_path: Path, text: str, overrides: dict | None = None) -> NodeConfig:
-    return load_config(write(tmp_path, text), overrides)
 
 
 def mesh(tmp_path: Path, body: str = "", overrides: dict | None = None) -> MeshConfig:
@@ -38,14 +28,8 @@ def mesh(tmp_path: Path, body: str = "", overrides: dict | None = None) -> MeshC
     return config.mesh
 
 
-def error(tmp_path: Path, text: str, overrides: dict | None = None) -> ConfigError:
-    with pytest.raises(ConfigError) as info:
-        load(tmp_path, text, overrides)
-    return info.value
-
-
 def mesh_error(tmp_path: Path, body: str, overrides: dict | None = None) -> ConfigError:
-    return error(tmp_path, "[mesh]\n" + SECRET + textwrap.dedent(body), overrides)
+    return refusal(tmp_path, "[mesh]\n" + SECRET + textwrap.dedent(body), overrides)
 
 
 # --- presence and defaults -------------------------------------------------
@@ -206,7 +190,7 @@ def test_bad_values_name_the_key(tmp_path: Path, line: str, key: str, words: str
 
 
 def test_mesh_must_be_a_table(tmp_path: Path) -> None:
-    exc = error(tmp_path, 'mesh = "on"\n')
+    exc = refusal(tmp_path, 'mesh = "on"\n')
     assert exc.key == "mesh"
     assert "table" in exc.problem
 
@@ -353,14 +337,14 @@ def test_load_balancing_bad_value(tmp_path: Path, value: str) -> None:
 
 @pytest.mark.parametrize("password", ["", "change-me", "CHANGE-ME", "  change-me ", "   "])
 def test_weak_cluster_password_refused(tmp_path: Path, password: str) -> None:
-    exc = error(tmp_path, f'[mesh]\ncluster_password = "{password}"\n')
+    exc = refusal(tmp_path, f'[mesh]\ncluster_password = "{password}"\n')
     assert exc.key == "mesh.cluster_password"
     assert "insecure_cluster = true" in exc.problem
     assert "secret" in exc.problem
 
 
 def test_missing_cluster_password_refused(tmp_path: Path) -> None:
-    exc = error(tmp_path, '[mesh]\nbind = "127.0.0.1:0"\n')
+    exc = refusal(tmp_path, '[mesh]\nbind = "127.0.0.1:0"\n')
     assert exc.key == "mesh.cluster_password"
     # An empty [mesh] table from the command line alone is refused too.
     with pytest.raises(ConfigError) as info:
@@ -377,7 +361,7 @@ def test_insecure_cluster_overrides_refusal(tmp_path: Path, password: str) -> No
 
 
 def test_cluster_password_must_be_a_string(tmp_path: Path) -> None:
-    exc = error(tmp_path, "[mesh]\ncluster_password = 1234\n")
+    exc = refusal(tmp_path, "[mesh]\ncluster_password = 1234\n")
     assert exc.key == "mesh.cluster_password"
     assert "string" in exc.problem
 
@@ -423,7 +407,7 @@ def test_multiplier_accepts_exactly_one(tmp_path: Path) -> None:
 
 
 def test_mesh_bind_must_differ_from_stomp_bind(tmp_path: Path) -> None:
-    exc = error(tmp_path, '[stomp]\nbind = "127.0.0.1:7000"\n[mesh]\n' + SECRET + 'bind = "127.0.0.1:7000"\n')
+    exc = refusal(tmp_path, '[stomp]\nbind = "127.0.0.1:7000"\n[mesh]\n' + SECRET + 'bind = "127.0.0.1:7000"\n')
     assert exc.key == "mesh.bind"
     assert "stomp.bind" in exc.problem
 
@@ -433,14 +417,14 @@ def test_mesh_bind_must_differ_from_stomp_bind(tmp_path: Path) -> None:
     [("0.0.0.0:7000", "127.0.0.1:7000"), ("127.0.0.1:7000", "0.0.0.0:7000"), ("[::1]:7000", "[::]:7000")],
 )
 def test_mesh_bind_clash_with_all_interfaces(tmp_path: Path, stomp: str, mesh_bind: str) -> None:
-    exc = error(tmp_path, f'[stomp]\nbind = "{stomp}"\n[mesh]\n' + SECRET + f'bind = "{mesh_bind}"\n')
+    exc = refusal(tmp_path, f'[stomp]\nbind = "{stomp}"\n[mesh]\n' + SECRET + f'bind = "{mesh_bind}"\n')
     assert exc.key == "mesh.bind"
 
 
 def test_mesh_bind_must_differ_from_tls_bind(tmp_path: Path) -> None:
     cert = tmp_path / "server.pem"
     cert.write_text("not checked here")
-    exc = error(
+    exc = refusal(
         tmp_path,
         f"""
         [stomp.tls]

@@ -2,28 +2,12 @@
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from meshgate.config import ConfigError, MetricsConfig, NodeConfig, load_config
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "node.toml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def load(tmp_path: Path, text: str, **overrides: object) -> NodeConfig:
-    return load_config(write(tmp_path, text), overrides or None)
-
-
-def error(tmp_path: Path, text: str, overrides: dict | None = None) -> str:
-    with pytest.raises(ConfigError) as info:
-        load_config(write(tmp_path, text), overrides)
-    return str(info.value)
+from meshgate.config import MetricsConfig, load_config
+from tests.unit.config_support import error, load
 
 
 def test_defaults_leave_metrics_off() -> None:
@@ -73,7 +57,7 @@ def test_minimums_are_accepted(tmp_path: Path) -> None:
 
 
 def test_overrides_set_metrics_keys(tmp_path: Path) -> None:
-    config = load(tmp_path, "[metrics]\ninterval_ms = 500\n", **{
+    config = load(tmp_path, "[metrics]\ninterval_ms = 500\n", {
         "metrics.redis_url": "redis://127.0.0.1:7000/0", "metrics.interval_ms": 2000})
     assert config.metrics.redis_url == "redis://127.0.0.1:7000/0"
     assert config.metrics.interval_ms == 2000

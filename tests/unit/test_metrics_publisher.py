@@ -27,26 +27,6 @@ def wait_for(predicate, timeout: float = 10.0, what: str = "condition") -> None:
 
 
 @pytest.fixture
-def redis_servers(tmp_path):
-    """Start redis-servers (optionally on a given port); every one is stopped at the end."""
-    started: list[RedisServer] = []
-
-    def start(port: int | None = None) -> RedisServer:
-        server = RedisServer(tmp_path / "redis", port=port)
-        started.append(server)
-        return server.start()
-
-    yield start
-    for server in started:
-        server.stop()
-
-
-@pytest.fixture
-def redis_server(redis_servers):
-    return redis_servers()
-
-
-@pytest.fixture
 def publishers():
     """Make publishers; every one is stopped at the end (briefly: Redis may be gone by then)."""
     made: list[StreamPublisher] = []

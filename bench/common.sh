@@ -1,0 +1,50 @@
+# Sourced by the bench scripts: where the checkout is, free loopback ports, and
+# starting and stopping the brokers under test (only the ones the script started,
+# by PID). The load generators' own shared code is common.py.
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="$ROOT/.venv/bin/python"
+MESHGATE="${MESHGATE:-$ROOT/.venv/bin/meshgate}"  # another build to measure: set it
+STARTED=()  # PIDs of the nodes started by start_meshgate, for stop_started
+
+free_port() {
+    # Bind to port 0 and let the kernel choose; bash cannot bind a socket by itself.
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+port_open() {  # PORT
+    # bash's /dev/tcp avoids depending on nc/ss being installed.
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+wait_for() {  # FILE PATTERN PID WHAT: up to 60 s for an extended regex in FILE while PID lives
+    local file=$1 pattern=$2 pid=$3 what=$4 deadline=$((SECONDS + 60))
+    until grep -qE "$pattern" "$file" 2>/dev/null; do
+        if ! kill -0 "$pid" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+            echo "$what: gave up waiting for '$pattern' in $file:" >&2
+            tail -n 20 "$file" >&2 || true
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+start_meshgate() {  # LOG PORT BROKER_ARGS...: a `meshgate broker` in the background; MG_PID once PORT listens
+    local log=$1 port=$2
+    shift 2
+    # The node holds one descriptor per connection (idle-connections opens 10,000).
+    (ulimit -n "$(ulimit -Hn)"; exec "$MESHGATE" broker "$@" >"$log" 2>&1 </dev/null) &
+    MG_PID=$!
+    STARTED+=("$MG_PID")
+    wait_for "$log" "listening on .*:$port\$" "$MG_PID" "meshgate (log $log)"
+}
+
+stop_pid() {  # PID: SIGTERM and wait for it
+    kill "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
+stop_started() {
+    local pid
+    for pid in "${STARTED[@]}"; do stop_pid "$pid"; done
+    STARTED=()
+}
