@@ -61,7 +61,7 @@ def forwarded(count: int, persistent: bool) -> float:
     clock = MemoryReactorClock()
     broker_a, mesh_a = _node(clock, "a")
     broker_b, mesh_b = _node(clock, "b")
-    server, client = LinkProtocol(mesh_b, dialled=False), LinkProtocol(mesh_a, dialled=True)
+    server, client = LinkProtocol(mesh_b.links, dialled=False), LinkProtocol(mesh_a.links, dialled=True)
     pump = iosim.connect(server, iosim.FakeTransport(server, True), client, iosim.FakeTransport(client, False),
                          clock=clock)
     consumer = Counter()

@@ -70,8 +70,9 @@ class LocalActions:
         if queue.consumers:
             raise ManagementError("conflict", f"queue {name!r} has {len(queue.consumers)} consumer(s) on this node; "
                                               "close them first", self.node_id)
-        if queue.in_doubt:
-            raise ManagementError("conflict", f"{queue.in_doubt} message(s) of queue {name!r} are in doubt on this "
+        in_doubt = queue.mesh.in_doubt
+        if in_doubt:
+            raise ManagementError("conflict", f"{in_doubt} message(s) of queue {name!r} are in doubt on this "
                                               "node; try again once the peers have answered for them", self.node_id)
         count = len(queue)
         self.broker.delete_queue(queue)
@@ -105,7 +106,7 @@ class LocalActions:
                 raise ManagementError("conflict", f"durable subscription {name!r} has its subscriber connected (to "
                                                   f"node {where}); it must unsubscribe first", where)
             self.broker.remove_durable(name)
-            record = self.broker.definitions.get(kind, name)
+            record = self.broker.definitions.get(kind, name) or record
             target = "durable subscription " + name
         return self._done("delete_definition", target, detail=f"version {record.version}, for every node")
 
@@ -117,6 +118,7 @@ class LocalActions:
         queue = self._queue(name)
         if to_node is not None:
             return self._move_to_node(name, to_node, count)
+        assert to_queue is not None  # one of the two, as checked above
         _check_queue_name(to_queue)
         if to_queue in self.broker.services:
             raise ManagementError("bad_request", f"{quoted(to_queue)} is a service address, not a queue")

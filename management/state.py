@@ -3,7 +3,7 @@ mesh: what management replies, the gossip and the metrics snapshots carry."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Literal
 
 from gateway import __version__
 from gateway.broker.broker import Broker
@@ -61,7 +61,7 @@ class LocalState:
                              if session.connection is not None}),
             memory_used=broker.memory_used, memory_limit=broker.memory_limit, store_bytes=store.disk_bytes(),
             store_limit=store.limit, disk_free=store.disk_free(), store_blocked=store.failure or store.blocked,
-            in_doubt=sum(queue.in_doubt for queue in broker.queues.values()), metrics=self.metrics(),
+            in_doubt=sum(queue.mesh.in_doubt for queue in broker.queues.values()), metrics=self.metrics(),
             **self.ha(),
         )
 
@@ -70,7 +70,7 @@ class LocalState:
             summary = self.mesh.topology.refresh_own()
             return NodeSummary(node=summary.node, links=summary.links, queues=summary.queues, answered=True,
                                seq=summary.seq)
-        queues = [QueueSummary(name, len(q), len(q.consumers), q.inflight, q.in_doubt)
+        queues = [QueueSummary(name, len(q), len(q.consumers), q.inflight, q.mesh.in_doubt)
                   for name, q in self.broker.queues.items()]
         return NodeSummary(node=self.node(), queues=queues, answered=True)
 
@@ -86,17 +86,17 @@ class LocalState:
         result = []
         for queue_name, queue in selected:
             oldest = queue.oldest_created()
-            consumers, remotes = queue.consumers, queue.remotes
+            consumers, remotes, counters = queue.consumers, queue.remotes, queue.mesh
             result.append(PartialQueue(
                 node=self.node_id, name=queue_name, depth=len(queue),
                 in_flight=sum([len(sub.inflight) for sub in consumers]) if consumers else 0,
                 forwarding=sum([len(sub.inflight) for sub in remotes]) if remotes else 0,
-                in_doubt=queue.in_doubt, consumers=len(queue.consumers),
+                in_doubt=counters.in_doubt, consumers=len(queue.consumers),
                 remote_demand=demand.get(queue_name, []),
                 oldest_age_ms=max(0, int((now - oldest) * 1000)) if oldest else None,
-                enqueued=queue.enqueued, acked=queue.acked, forwarded_out=queue.forwarded_out,
-                forwarded_in=queue.forwarded_in, redistributed_out=queue.redistributed_out,
-                redistributed_in=queue.redistributed_in, expired=queue.expired, dead_lettered=queue.dead_lettered,
+                enqueued=queue.enqueued, acked=queue.acked, forwarded_out=counters.forwarded_out,
+                forwarded_in=counters.forwarded_in, redistributed_out=counters.redistributed_out,
+                redistributed_in=counters.redistributed_in, expired=queue.expired, dead_lettered=queue.dead_lettered,
                 latency=trimmed(queue.latency), latency_sum_ms=queue.latency_sum / 1000.0,
                 window_depth_max=max(queue.depth_max, len(queue)),
             ))
@@ -108,10 +108,10 @@ class LocalState:
             return demand
         for peer_id, peer in self.mesh.peers.items():
             for record in peer.demand:
-                if record.get("kind") == QUEUE:
-                    path = record.get("path") or [peer_id]
-                    demand.setdefault(record["address"], []).append(RemoteDemand(
-                        node=path[0], via=peer_id, consumers=int(record.get("consumers", 0)), hops=len(path)))
+                if record.kind == QUEUE:
+                    path = record.path
+                    demand.setdefault(record.address, []).append(RemoteDemand(
+                        node=path[0], via=peer_id, consumers=record.consumers, hops=len(path)))
         return demand
 
     # -- links ------------------------------------------------------------------------------
@@ -120,18 +120,20 @@ class LocalState:
         mesh = self.mesh
         if mesh is None:
             return []
-        direction_of = (lambda dialled: "duplex") if mesh.config.duplex else \
-            (lambda dialled: "dialled" if dialled else "accepted")
-        bindings = self.broker.bindings
+        duplex = mesh.config.duplex
+
+        def direction_of(dialled: bool) -> Literal["dialled", "accepted", "duplex"]:
+            return "duplex" if duplex else "dialled" if dialled else "accepted"
+
+        topic_queues = self.broker.links
         links = []
         for peer_id, peer in sorted(mesh.peers.items()):
             link = peer.link
-            hello = link.peer or {}
             totals = mesh.link_totals.get(peer_id, (0, 0))
-            binding = bindings.get("link/" + peer_id)
+            binding = topic_queues.binding(peer_id)
             links.append(Link(
                 node=self.node_id, peer=peer_id, peer_name=link.peer_name, direction=direction_of(link.dialled),
-                dialled=link.dialled, state="up", since=peer.since, address=_address(hello.get("link")),
+                dialled=link.dialled, state="up", since=peer.since, address=_address(peer.hello.link),
                 in_flight=len(peer.forwarded), backlog=len(binding.queue) if binding is not None else 0,
                 in_doubt=mesh.custody.in_doubt_for(peer_id), forwarded_out=totals[0] + peer.forwarded_out,
                 forwarded_in=totals[1] + peer.forwarded_in,
@@ -143,7 +145,7 @@ class LocalState:
                 continue
             known = names.get(peer_id)
             totals = mesh.link_totals.get(peer_id, (0, 0))
-            binding = bindings.get("link/" + peer_id)
+            binding = topic_queues.binding(peer_id)
             links.append(Link(
                 node=self.node_id, peer=peer_id, peer_name=known.name if known else peer_id[:8],
                 direction=direction_of(False), dialled=False, state="down",

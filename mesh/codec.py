@@ -1,46 +1,17 @@
-"""Sans-I/O codec of the inter-broker link: length-prefixed frames, control
-frames as JSON, messages as a compact binary record."""
+"""Sans-I/O codec of the inter-broker link: length-prefixed frames, and messages
+as a compact binary record (control frame bodies: mesh.wire)."""
 
 from __future__ import annotations
 
 import json
 import math
 import struct
-from collections.abc import Callable
 from itertools import chain, repeat
-from typing import Any
 
 from gateway.broker.message import Message
+from mesh.wire import FrameType, LinkError, encode_body
 
-__all__ = ["LinkError", "LinkParser", "encode_control", "encode_frame", "encode_message", "decode_message",
-           "FrameType", "check_hello", "decode_checked"]
-
-
-class FrameType:
-    HELLO = 1      # who I am, and a nonce for the peer to prove the cluster password on
-    AUTH = 2       # proof: HMAC(password, peer's nonce + my node id)
-    REFUSE = 3     # why the link is refused; then close
-    PING = 4
-    PONG = 5
-    DEMAND = 6     # the full set of consumer demand this node advertises to the peer
-    TOPOLOGY = 7   # what this node knows of the mesh: nodes, links, partial queues
-    MESSAGE = 8    # a forwarded message (custody passes on STORED)
-    STORED = 9     # ids the receiver has durably stored (or already had)
-    RELEASED = 10  # ids the sender has durably forgotten: the receiver may drop its duplicate markers
-    MARKERS = 11   # on (re)connect: ids the receiver still remembers from this sender
-    DURABLE = 12   # scale-down: make this durable subscription here; its backlog follows
-    ASK = 13       # on reconnect: non-persistent messages in flight when the link went; which did you get?
-    HAVE = 14      # the asked ones the receiver got (its recent window)
-    LEAVING = 15   # scale-down finished: this node holds nothing of anyone's and goes for good
-    FORGET = 16    # an administrator says a crashed node is gone for good; passed on to every node
-    REQUEST = 17   # a management request on its way to a node (mesh.router)
-    REPLY = 18     # its answer on the way back
-    CHUNK = 19     # a piece of a large MESSAGE (mesh.large), to peers whose HELLO says "chunks"
-    BUSY = 20      # ids the receiver did not take: its store has no room; the sender keeps them, tries later
-    DEFINITIONS = 21  # mesh-wide definitions (model.definitions): all of them on link up, then each change
-    VOTE = 22      # instead of a HELLO: a backup asks whether the peer still hears its primary (mesh.quorum)
-    VOTED = 23     # the answer to a VOTE; then close (the connection never becomes a link)
-
+__all__ = ["LinkError", "LinkParser", "encode_control", "encode_frame", "encode_message", "decode_message"]
 
 _HEAD = struct.Struct(">IB")
 # text length, body length, kind, priority, expires, flags, accepted at (epoch s)
@@ -51,112 +22,19 @@ _KIND_NAMES = {v: k for k, v in _KINDS.items()}
 _FIELDS = 5  # id, origin, address, path, target; header names and values follow
 _PERSISTENT, _MAYBE_DELIVERED, _JSON_TEXT, _REDISTRIBUTED = 1, 2, 4, 8
 MAX_FRAME = 64 * 1024 * 1024
-
-
-class LinkError(Exception):
-    """The peer sent something that is not a valid link frame."""
+_MESSAGE_FRAME = int(FrameType.MESSAGE)  # an enum member costs an attribute lookup per message
 
 
 def encode_frame(kind: int, payload: bytes) -> bytes:
     return _HEAD.pack(len(payload), kind) + payload
 
 
-def encode_control(kind: int, body: Any = None) -> bytes:
-    return encode_frame(kind, b"" if body is None else json.dumps(body, separators=(",", ":")).encode())
-
-
-def decode_control(payload: bytes) -> Any:
-    if not payload:
-        return None
-    try:
-        return json.loads(payload)
-    except ValueError as error:
-        raise LinkError(f"malformed control frame: {error}") from None
-
-
-# -- what a peer's control frames must look like -----------------------------------------------------
-# A peer's JSON is checked for the types this node reads before any of it is used, so a
-# malformed frame is a LinkError (the link is refused, saying why), never a TypeError
-# deep in the mesh. Lists of ids are checked in C (map over isinstance): about 40 ns an id.
-
-MAX_NAME = 200  # characters of a node id, name, nonce, user or group in a HELLO: far above a uuid or a host name
-
-
-def _text(value: object) -> bool:
-    return isinstance(value, str) and len(value) <= MAX_NAME
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def encode_control(kind: int, body: object = None) -> bytes:
+    return encode_frame(kind, encode_body(body))
 
 
 def _strings(value: object) -> bool:
     return isinstance(value, list) and all(map(isinstance, value, repeat(str)))
-
-
-def _address(value: object) -> bool:
-    return isinstance(value, list) and len(value) == 2 and _text(value[0]) and isinstance(value[1], int)
-
-
-def check_hello(hello: object, version: int) -> dict:
-    """A peer's HELLO with the fields this node reads of the types it reads them as,
-    or LinkError."""
-    if not isinstance(hello, dict) or hello.get("version") != version:
-        raise LinkError("not a Meshgate link peer of this protocol version")
-    for key in ("node_id", "nonce"):
-        if not _text(hello.get(key)) or not hello[key]:
-            raise LinkError(f"a HELLO without a valid {key}")
-    for key, valid in (("name", _text), ("user", _text), ("group", _text), ("started", _number),
-                       ("link", _address), ("stomp", _address)):
-        if key in hello and not valid(hello[key]):
-            raise LinkError(f"a HELLO with an invalid {key}")
-    return hello
-
-
-def _demand(records: object) -> bool:
-    return isinstance(records, list) and all(
-        isinstance(r, dict) and isinstance(r.get("kind"), str) and isinstance(r.get("address"), str)
-        and _strings(r.get("path")) and bool(r["path"]) and isinstance(r.get("selector"), (str, type(None)))
-        and isinstance(r.get("consumers", 1), int) and not isinstance(r.get("consumers", 1), bool)
-        for r in records)
-
-
-def _durable(spec: object) -> bool:
-    if not isinstance(spec, dict):
-        return False
-    if "link" in spec:
-        return isinstance(spec["link"], str) and _strings(spec.get("patterns"))
-    return isinstance(spec.get("name"), str) and isinstance(spec.get("topic"), str) and \
-        isinstance(spec.get("selector"), (str, type(None)))
-
-
-def _forget(request: object) -> bool:
-    return isinstance(request, dict) and isinstance(request.get("node"), str) and isinstance(request.get("id"), str)
-
-
-def _routed(frame: object) -> bool:
-    return isinstance(frame, dict) and isinstance(frame.get("id"), str) and _strings(frame.get("route"))
-
-
-_SHAPES: dict[int, tuple[Callable[[object], bool], str]] = {
-    **{kind: (_strings, "a list of message ids") for kind in (
-        FrameType.STORED, FrameType.BUSY, FrameType.RELEASED, FrameType.MARKERS, FrameType.ASK, FrameType.HAVE)},
-    FrameType.DEMAND: (_demand, "a list of demand records (kind, address, path, selector, consumers)"),
-    FrameType.DURABLE: (_durable, "a durable subscription (name, topic, selector) or a link binding"),
-    FrameType.FORGET: (_forget, "a node and a request id"),
-    FrameType.REQUEST: (_routed, "a request id and a route"),
-    FrameType.REPLY: (_routed, "a request id and a route"),
-    FrameType.DEFINITIONS: (lambda body: isinstance(body, list), "a list of definitions"),
-}
-
-
-def decode_checked(kind: int, payload: bytes) -> Any:
-    """A control frame's JSON, checked against the shape its frame type has."""
-    body = decode_control(payload)
-    shape = _SHAPES.get(kind)
-    if shape is not None and not shape[0](body):
-        raise LinkError(f"malformed link frame of type {kind}: expected {shape[1]}")
-    return body
 
 
 def encode_message(message: Message, origin: str, path: tuple[str, ...], target: str = "",
@@ -182,7 +60,7 @@ def encode_message(message: Message, origin: str, path: tuple[str, ...], target:
         flags |= _JSON_TEXT
     block = text.encode()
     body = message.body
-    head = _FRAMED_MESSAGE.pack(_MESSAGE.size + len(block) + len(body), FrameType.MESSAGE, len(block), len(body),
+    head = _FRAMED_MESSAGE.pack(_MESSAGE.size + len(block) + len(body), _MESSAGE_FRAME, len(block), len(body),
                                 _KINDS[message.kind], message.priority, message.expires, flags, message.created)
     return b"".join((head, block, body))
 

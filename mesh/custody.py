@@ -20,24 +20,35 @@ once would duplicate it unmarked at the peer."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Iterable
+from typing import Any, Iterable, Protocol
 
+from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
+from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import Queue
-from mesh.codec import FrameType
-
-if TYPE_CHECKING:
-    from mesh.link import LinkProtocol
-    from mesh.node import MeshNode
-    from mesh.peer import Peer
+from mesh.peers import Peer, PeerTable
+from mesh.settings import Clock
+from mesh.wire import IDS, FrameTable, FrameType, LinkSender
 
 log = logging.getLogger(__name__)
 _RECENT_WINDOW = 100_000
 _TOPIC_MARKER_GRACE = 60.0  # seconds a released topic marker is kept for copies by other paths
 MARKER = "S:"
 PEER_RECORD = "P:"  # one record per node this node has linked with: who may hold its messages after a restart
+
+
+class MarkerStore(Protocol):
+    """What custody uses of the store: records, durability, and whether it holds a message."""
+
+    def add(self, queue_key: str, message: Message) -> None: ...
+
+    def remove(self, queue_key: str, message: Message) -> None: ...
+
+    def when_durable(self, told_of_failed_writes: bool = False) -> Deferred: ...
+
+    def holds(self, message_id: str) -> bool: ...
 
 
 class RecentWindow:
@@ -79,26 +90,37 @@ class _InDoubt:
 
 
 class Custody:
-    def __init__(self, mesh: MeshNode) -> None:
-        self.mesh = mesh
-        self.store = mesh.broker.store
+    def __init__(self, node_id: str, broker: Broker, peers: PeerTable, clock: Clock, in_doubt_timeout_ms: int,
+                 frames: FrameTable) -> None:
+        self.node_id = node_id
+        self.broker = broker
+        self.store: MarkerStore = broker.store
+        self.peers = peers
+        self.clock = clock
+        self.in_doubt_timeout_ms = in_doubt_timeout_ms
         # peer id -> {"origin/id": marker}: persistent messages received from it
         # and not yet released; they survive restarts in the store.
         self.markers: dict[str, dict[str, Message]] = {}
         self.recent = RecentWindow(_RECENT_WINDOW)  # every message received lately, in memory
         self.known_peers: dict[str, Message] = {}  # peer id -> its durable record under PEER_RECORD
         self._doubt: dict[str, _InDoubt] = {}  # entry (see entry_of) -> where it waits
-        self._doubt_timers: dict[str, object] = {}  # peer id -> when to stop waiting for it
+        self._doubt_timers: dict[str, Any] = {}  # peer id -> when to stop waiting for it
         self._releasing: set[tuple[str, str]] = set()  # (peer id, key) of topic markers with a release timer
-        mesh.broker.foreign_records[MARKER] = self._recover_marker
-        mesh.broker.foreign_records[PEER_RECORD] = self._recover_peer
+        broker.foreign_records[MARKER] = self._recover_marker
+        broker.foreign_records[PEER_RECORD] = self._recover_peer
+        frames.on(FrameType.MARKERS, IDS, self.markers_received)
+        frames.on(FrameType.ASK, IDS, self.ask_received)
+        frames.on(FrameType.HAVE, IDS, self.have_received)
+        frames.on(FrameType.RELEASED, IDS, self.released)
+        peers.watch(up=self.peer_up, down=self.peer_down)
+        peers.watch_epochs(self.remember_epoch)
 
     # -- receiving ------------------------------------------------------------------------
 
     def take(self, peer_id: str, message: Message, key: str) -> bool:
         """Whether a message received from ``peer_id`` is new here (not a copy or a
         resend); a new persistent one gets its duplicate marker."""
-        if self.mesh.node_id in message.path:
+        if self.node_id in message.path:
             # It left this node and comes back to follow consumers here: no copy of it
             # is here, whatever the recent window says; only this sender's resend is,
             # and it has as many hops as the marker (a later visit has more).
@@ -134,7 +156,7 @@ class Custody:
                 # a marker, however often the peer says it released it.
                 if (peer_id, key) not in self._releasing:
                     self._releasing.add((peer_id, key))
-                    self.mesh.reactor.callLater(_TOPIC_MARKER_GRACE, self._forget_marker, peer_id, key)
+                    self.clock.callLater(_TOPIC_MARKER_GRACE, self._forget_marker, peer_id, key)
             else:
                 self._forget_marker(peer_id, key)
 
@@ -144,7 +166,10 @@ class Custody:
         if marker is not None:
             self.store.remove(MARKER + peer_id, marker)
 
-    def markers_received(self, link: LinkProtocol, keys: list[str]) -> None:
+    def released(self, link: LinkSender, keys: list[str]) -> None:
+        self.release_markers(link.peer_id, keys)
+
+    def markers_received(self, link: LinkSender, keys: list[str]) -> None:
         """The peer lists what it holds from us, on every new link: those in doubt
         are its now; release what we no longer hold."""
         by_entry = {key.partition("/")[2]: key for key in keys}  # the origin (a node id) comes first
@@ -155,20 +180,20 @@ class Custody:
         elif gone:
             link.send_control(FrameType.RELEASED, gone)
 
-    def ask_received(self, link: LinkProtocol, keys: list[str]) -> None:
+    def ask_received(self, link: LinkSender, keys: list[str]) -> None:
         """The peer asks which of its non-persistent messages reached us before the
         last link went: the recent window knows (after a restart it is empty, and
         so is what we held of them)."""
         link.send_control(FrameType.HAVE, [key for key in keys if key in self.recent])
 
-    def have_received(self, link: LinkProtocol, keys: list[str]) -> None:
+    def have_received(self, link: LinkSender, keys: list[str]) -> None:
         self.peer_answered(asked(link.peer_id), [key.partition("/")[2] for key in keys])
 
     def release_when_durable(self, peer_id: str, keys: list[str]) -> None:
         """Tell the peer it may drop these markers once our removals are on disk."""
 
         def send(_: object) -> None:
-            current = self.mesh.peers.get(peer_id)
+            current = self.peers.linked.get(peer_id)
             if current is not None:
                 current.link.send_control(FrameType.RELEASED, keys)
 
@@ -176,10 +201,11 @@ class Custody:
 
     # -- links ----------------------------------------------------------------------------
 
-    def link_up(self, peer_id: str, link: LinkProtocol) -> None:
+    def peer_up(self, peer: Peer) -> None:
         """Remember the peer durably, list its markers, ask about what is in doubt."""
+        peer_id, link = peer.link.peer_id, peer.link
         record = self.known_peers.get(peer_id)
-        epoch = self.mesh.peer_epochs.get(peer_id, 0)
+        epoch = self.peers.epochs.get(peer_id, 0)
         # Linked now: no "last linked" time holds; and the record keeps the highest epoch seen (fencing).
         if record is None or "last_linked" in record.headers or record.headers.get("epoch", "0") != str(epoch):
             self._record_peer(peer_id, {})
@@ -189,8 +215,10 @@ class Custody:
         if keys:
             link.send_control(FrameType.ASK, keys)
 
-    def link_down(self, peer_id: str, peer: Peer) -> None:
-        """What was in flight on the link may be the peer's now: in doubt."""
+    def peer_down(self, peer: Peer, lost: bool) -> None:
+        """What was in flight on the link may be the peer's now: in doubt. A lost link
+        (not one replaced) is recorded as gone, for peer retention."""
+        peer_id = peer.link.peer_id
         stored: list[tuple[Queue, Message]] = []
         recent: list[tuple[Queue, Message]] = []
         for sub in peer.session.subscriptions.values():
@@ -206,6 +234,8 @@ class Custody:
             self._doubt_about(stored, {peer_id})
         if recent:
             self._doubt_about(recent, {asked(peer_id)})
+        if lost:
+            self.unlinked(peer_id, self.clock.seconds())
 
     def last_linked(self, peer_id: str) -> float:
         """When this node last had a link with the peer, as its durable record says
@@ -224,7 +254,7 @@ class Custody:
         old = self.known_peers.get(peer_id)
         if old is not None:
             self.store.remove(PEER_RECORD, old)
-        epoch = self.mesh.peer_epochs.get(peer_id, 0)
+        epoch = self.peers.epochs.get(peer_id, 0)
         if epoch:
             headers = {**headers, "epoch": str(epoch)}
         record = self.known_peers[peer_id] = Message(peer_id, QUEUE, "", headers, b"", True)
@@ -254,8 +284,8 @@ class Custody:
         a peer: hold each until every peer this node has linked with has said."""
         if not self.known_peers:
             return
-        broker = self.mesh.broker
-        doubtful = []
+        broker = self.broker
+        doubtful: list[tuple[Queue, Message]] = []
         durable = [b.queue for b in broker.bindings.values() if b.durable and b.peer is None]
         for queue in (*broker.queues.values(), *durable):
             doubtful.extend((queue, message) for message in queue.take_all())
@@ -264,12 +294,12 @@ class Custody:
     def _doubt_about(self, doubtful: list[tuple[Queue, Message]], peers: set[str]) -> None:
         for queue, message in doubtful:
             message.recovered = True
-            queue.in_doubt += 1
+            queue.mesh.in_doubt += 1
             self._doubt[entry_of(queue, message)] = _InDoubt(queue, message, set(peers))
-        timeout = self.mesh.config.in_doubt_timeout_ms / 1000.0
+        timeout = self.in_doubt_timeout_ms / 1000.0
         for peer_id in peers:
             if peer_id not in self._doubt_timers:
-                self._doubt_timers[peer_id] = self.mesh.reactor.callLater(timeout, self.peer_answered, peer_id, ())
+                self._doubt_timers[peer_id] = self.clock.callLater(timeout, self.peer_answered, peer_id, ())
 
     def peer_answered(self, peer_id: str, held: Iterable[str]) -> list[str]:
         """The peer listed the message ids it holds from us (or stopped being
@@ -279,12 +309,12 @@ class Custody:
         timer = self._doubt_timers.pop(peer_id, None)
         if timer is not None and timer.active():
             timer.cancel()
-        broker = self.mesh.broker
+        broker = self.broker
         forgotten = []
         for name in held:
             entry = self._doubt.pop(name, None)
             if entry is not None:
-                entry.queue.in_doubt -= 1
+                entry.queue.mesh.in_doubt -= 1
                 broker.consumed(entry.queue, entry.message)
                 forgotten.append(name)
         released: dict[Queue, list[Message]] = {}
@@ -292,7 +322,7 @@ class Custody:
             entry.waiting.discard(peer_id)
             if not entry.waiting:
                 del self._doubt[message_id]
-                entry.queue.in_doubt -= 1
+                entry.queue.mesh.in_doubt -= 1
                 released.setdefault(entry.queue, []).append(entry.message)
         for queue, messages in released.items():
             broker.requeue(queue, messages)
@@ -310,7 +340,7 @@ class Custody:
 
     def key(self, message: Message, entry: str) -> str:
         """How the receiver knows a message from this node: origin and entry."""
-        return f"{message.path[0] if message.path else self.mesh.node_id}/{entry}"
+        return f"{message.path[0] if message.path else self.node_id}/{entry}"
 
     # -- recovery -------------------------------------------------------------------------
 
@@ -320,12 +350,12 @@ class Custody:
     def _recover_peer(self, key: str, record: Message) -> None:
         self.known_peers[record.id] = record
         epoch = record.headers.get("epoch", "0")
-        if epoch.isdigit() and int(epoch) > self.mesh.peer_epochs.get(record.id, 0):
-            self.mesh.peer_epochs[record.id] = int(epoch)
+        if epoch.isdigit():
+            self.peers.remember_epoch(record.id, int(epoch))
 
 
 def entry_of(queue: Queue, message: Message) -> str:
-    """How a forwarded message is named between two nodes (mesh.peer.entry_name): by
+    """How a forwarded message is named between two nodes (mesh.forwarding.entry_name): by
     its id, and a durable subscription's copy also by the subscription, as copies
     of one topic message share the id."""
     return message.id if queue.key.startswith("Q:") else f"{queue.name}/{message.id}"

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Any, Callable
 
-from mesh.link import LinkClientFactory
-
-if TYPE_CHECKING:
-    from mesh.node import MeshNode
+from mesh.link import LinkClientFactory, LinkContext
 
 log = logging.getLogger("mesh.node")
 
@@ -16,13 +13,17 @@ log = logging.getLogger("mesh.node")
 class Connector:
     """Dials one peer address and keeps dialling, with backoff, while not linked."""
 
-    def __init__(self, mesh: MeshNode, address: tuple[str, int]) -> None:
-        self.mesh = mesh
+    def __init__(self, context: LinkContext, address: tuple[str, int], reactor: Any,
+                 reached_itself: Callable[[tuple[str, int]], None]) -> None:
+        self.context = context
+        self.config = context.config
         self.address = address
+        self.reactor = reactor  # connectTCP and callLater
+        self._reached_itself = reached_itself
         self.peer_id: str | None = None
         self.attempts = 0
         self.stopped = False
-        self._timer = None
+        self._timer: Any = None
 
     def start(self) -> None:
         self._dial()
@@ -36,20 +37,24 @@ class Connector:
         self._timer = None
         if self.stopped:
             return
-        if self.peer_id is not None and self.peer_id in self.mesh.peers:
-            self._schedule(self.mesh.config.retry_interval_ms / 1000.0)  # linked already, perhaps the other way
+        if self.peer_id is not None and self.peer_id in self.context.peers.linked:
+            self._schedule(self.config.retry_interval_ms / 1000.0)  # linked already, perhaps the other way
             return
         host, port = self.address
-        self.mesh.reactor.connectTCP(host, port, LinkClientFactory(self.mesh, self), timeout=5)
+        self.reactor.connectTCP(host, port, LinkClientFactory(self.context, self), timeout=5)
 
     def connected(self, peer_id: str) -> None:
         self.peer_id = peer_id
         self.attempts = 0
 
+    def reached_itself(self) -> None:
+        """A link this connector opened reached this very node."""
+        self._reached_itself(self.address)
+
     def failed(self) -> None:
         if self.stopped or self._timer is not None:
             return
-        config = self.mesh.config
+        config = self.config
         self.attempts += 1
         if 0 <= config.reconnect_attempts < self.attempts:
             log.warning("mesh: giving up on %s:%d after %d attempts", *self.address, self.attempts - 1)
@@ -59,4 +64,4 @@ class Connector:
         self._schedule(delay / 1000.0)
 
     def _schedule(self, delay: float) -> None:
-        self._timer = self.mesh.reactor.callLater(delay, self._dial)
+        self._timer = self.reactor.callLater(delay, self._dial)

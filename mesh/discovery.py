@@ -87,7 +87,7 @@ def decode_announcement(data: bytes, secret: bytes) -> Announcement:
     if not isinstance(fields, dict):
         raise DiscoveryError("payload is not an object")
     node_id, name, group = fields.get("id"), fields.get("n"), fields.get("g", "")
-    if not all(isinstance(v, str) for v in (node_id, name, group)):
+    if not (isinstance(node_id, str) and isinstance(name, str) and isinstance(group, str)):
         raise DiscoveryError("bad field types")
     try:
         uuid.UUID(node_id)
@@ -151,7 +151,7 @@ class DiscoveryService(DatagramProtocol):
         self.table = DiscoveryTable(announcement.node_id, refresh_timeout)
         self.rejected = 0
         self._datagram = encode_announcement(announcement, secret)
-        self._port = None
+        self._port: Any = None  # the multicast port, while listening
         self._loops: list[task.LoopingCall] = []
         self._running = False
 

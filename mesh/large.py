@@ -16,7 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from mesh.codec import FrameType, LinkError, encode_frame
+from mesh.codec import encode_frame
+from mesh.wire import FrameType, LinkError
 
 CHUNK = 1024 * 1024
 MAX_CHUNKED = 1 << 31  # bytes of one message reassembled from chunks, at most

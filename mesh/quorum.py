@@ -32,10 +32,10 @@ import hashlib
 import hmac
 import json
 import logging
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mesh.node import MeshNode
+from mesh.identity import Identity
+from mesh.peers import PeerTable
+from mesh.settings import Clock, MeshSettings
 
 log = logging.getLogger("mesh.quorum")
 
@@ -84,13 +84,24 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
-def answer_vote(mesh: MeshNode, link_nonce: str, request: object, voter: str = "?") -> dict:
+class VoteJudge:
+    """What a node answers a backup's VOTE with: its peer table's view of the primary."""
+
+    def __init__(self, config: MeshSettings, identity: Identity, peers: PeerTable, clock: Clock) -> None:
+        self.config = config
+        self.identity = identity
+        self.peers = peers
+        self.clock = clock
+        self.listening_since = clock.seconds()  # reset when the node's link listener starts
+
+
+def answer_vote(judge: VoteJudge, link_nonce: str, request: object, voter: str = "?") -> dict:
     """The peer's answer to a VOTE received on a connection whose HELLO carried
     ``link_nonce`` (signed with the cluster password, on the voter's nonce)."""
-    config = mesh.config
+    config, identity, peers = judge.config, judge.identity, judge.peers
     body = request if isinstance(request, dict) else {}
     voter_nonce = str(body.get("nonce", ""))
-    reply: dict = {"granted": False, "node_id": mesh.node_id, "name": mesh.name}
+    reply: dict = {"granted": False, "node_id": identity.node_id, "name": identity.name}
     epoch, after_ms, node_id, op = _int(body.get("epoch")), _int(body.get("after_ms")), body.get("node_id"), \
         body.get("op")
     if not same_proof(body.get("proof"), vote_proof(config.cluster_password, link_nonce, body)):
@@ -101,12 +112,12 @@ def answer_vote(mesh: MeshNode, link_nonce: str, request: object, voter: str = "
     elif op not in VOTE_OPS or epoch is None or after_ms is None or not isinstance(node_id, str) or not node_id:
         reply["reason"] = "a malformed vote"
     elif op == "epoch":
-        reply["known"] = mesh.epoch if node_id == mesh.node_id else mesh.peer_epochs.get(node_id, 0)
+        reply["known"] = identity.epoch if node_id == identity.node_id else peers.epochs.get(node_id, 0)
         reply["reason"] = "the highest epoch this node has seen of it"
     else:
-        granted, reply["reason"] = _judge(mesh, node_id, epoch, after_ms / 1000.0)
+        granted, reply["reason"] = _judge(judge, node_id, epoch, after_ms / 1000.0)
         reply["granted"] = granted
-        reply["known"] = mesh.peer_epochs.get(node_id, 0)
+        reply["known"] = peers.epochs.get(node_id, 0)
         log.log(logging.WARNING if granted else logging.INFO,
                 "mesh: quorum vote from a backup at %s for node id %s at epoch %d: %s, %s", voter, node_id, epoch,
                 "yes" if granted else "no", reply["reason"])
@@ -115,27 +126,27 @@ def answer_vote(mesh: MeshNode, link_nonce: str, request: object, voter: str = "
     return reply
 
 
-def _judge(mesh: MeshNode, node_id: str, epoch: int, after_s: float) -> tuple[bool, str]:
-    now = mesh.reactor.seconds()
-    if node_id == mesh.node_id:
-        return False, f"this is node id {node_id} itself, serving at epoch {mesh.epoch}: the primary lives"
-    known = mesh.peer_epochs.get(node_id, 0)
-    if epoch < known or (epoch == known and mesh.granted_epochs.get(node_id) != epoch):
+def _judge(judge: VoteJudge, node_id: str, epoch: int, after_s: float) -> tuple[bool, str]:
+    now = judge.clock.seconds()
+    identity, peers = judge.identity, judge.peers
+    if node_id == identity.node_id:
+        return False, f"this is node id {node_id} itself, serving at epoch {identity.epoch}: the primary lives"
+    known = peers.epochs.get(node_id, 0)
+    if epoch < known or (epoch == known and peers.granted_epochs.get(node_id) != epoch):
         return False, f"epoch {epoch} is not above epoch {known}, which this node has seen of it"
-    peer = mesh.peers.get(node_id)
+    peer = peers.linked.get(node_id)
     if peer is not None:
         return False, (f"I hear the primary: linked with it at epoch {known}, last frame "
                        f"{now - peer.link.last_received:.1f} s ago")
-    last = mesh.last_frame.get(node_id)
+    last = peers.last_frame.get(node_id)
     if last is not None and now - last < after_s:
         return False, f"I hear the primary: last frame {now - last:.1f} s ago (the link went since)"
-    up = now - mesh.listening_since
+    up = now - judge.listening_since
     if up < after_s:
         return False, f"this node has been up only {up:.1f} s: too soon to tell whether the primary lives"
-    mesh.granted_epochs[node_id] = epoch
-    if epoch > known:
-        mesh.peer_epochs[node_id] = epoch  # fencing: the old primary's links (a lower epoch) are refused now
-        mesh.custody.remember_epoch(node_id)
+    # Fencing: the old primary's links (a lower epoch) are refused from now on, and the
+    # epoch is kept in the peer's durable record (mesh.custody).
+    peers.grant_epoch(node_id, epoch)
     heard = "never linked with it" if last is None else f"last frame {now - last:.1f} s ago"
     return True, f"no link to it and nothing from it for {after_s:.1f} s ({heard}); its links below epoch {epoch} " \
                  "are refused from now on"

@@ -10,19 +10,17 @@ view knows (:meth:`Topology.route`)."""
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import msgspec
 
-from mesh.codec import FrameType, LinkError
+from gateway.broker.broker import Broker
+from gateway.broker.events import EventSink
+from mesh.peers import Peer, PeerTable
+from mesh.settings import Clock
+from mesh.wire import TOPOLOGY, FrameTable, FrameType, LinkSender
 from model.events import NodeJoined, NodeLeaving, NodeLeft
-from model.mesh import NodeSummary
-
-if TYPE_CHECKING:
-    from mesh.link import LinkProtocol
-    from mesh.node import MeshNode
-
-_decode_gossip = msgspec.json.Decoder(list[NodeSummary]).decode
+from model.mesh import Node, NodeSummary, QueueSummary
 
 
 class _Entry:
@@ -34,29 +32,51 @@ class _Entry:
 
 
 class Topology:
-    def __init__(self, mesh: MeshNode, own_summary: Callable[[], NodeSummary]) -> None:
-        self.mesh = mesh
-        self.own_summary = own_summary  # replaceable: the node's management layer knows more of it
+    def __init__(self, node_id: str, broker: Broker, peers: PeerTable, clock: Clock, events: EventSink,
+                 connection_ttl_ms: int, describe_node: Callable[[], Node], frames: FrameTable) -> None:
+        self.node_id = node_id
+        self.broker = broker
+        self.linked = peers.linked
+        self.clock = clock
+        self.events = events
+        self.connection_ttl_ms = connection_ttl_ms
+        # The node's own description; the node's management layer replaces it with one
+        # that knows the listeners, memory and store.
+        self.describe_node = describe_node
         self.entries: dict[str, _Entry] = {}
         self.departed: dict[str, NodeSummary] = {}  # nodes that dropped out, shown down until forgotten
         self.leaving: set[str] = set()  # nodes that said they scale down
         self._seq = 0
+        frames.on(FrameType.TOPOLOGY, TOPOLOGY, self.received)
+        peers.watch(up=self.peer_up, down=self.peer_down)
+
+    def peer_up(self, peer: Peer) -> None:
+        self.gossip()
+
+    def peer_down(self, peer: Peer, lost: bool) -> None:
+        if lost:
+            self.gossip()
+
+    def own_summary(self) -> NodeSummary:
+        queues = [QueueSummary(name, len(q), len(q.consumers), q.inflight, q.mesh.in_doubt)
+                  for name, q in self.broker.queues.items()]
+        return NodeSummary(node=self.describe_node(), links=sorted(self.linked), queues=queues)
 
     def expiry(self) -> float:
         """Seconds after which a node not heard of drops out of the view of the mesh."""
-        return 3 * self.mesh.config.connection_ttl_ms / 1000.0
+        return 3 * self.connection_ttl_ms / 1000.0
 
     def refresh_own(self) -> NodeSummary:
         self._seq += 1
         summary = self.own_summary()
         summary.seq = self._seq
         summary.answered = True
-        self.entries[self.mesh.node_id] = _Entry(summary, self.mesh.reactor.seconds())
+        self.entries[self.node_id] = _Entry(summary, self.clock.seconds())
         return summary
 
     def gossip(self) -> None:
         """Tell every neighbour what this node knows of the mesh, itself refreshed."""
-        now = self.mesh.reactor.seconds()
+        now = self.clock.seconds()
         self.refresh_own()
         stale = self.expiry()
         for node_id in [n for n, entry in self.entries.items() if now - entry.heard > stale]:
@@ -67,19 +87,15 @@ class Topology:
         payload = [msgspec.structs.replace(entry.summary, age=now - entry.heard, answered=False)
                    for entry in self.entries.values()]
         data = msgspec.json.encode(payload)
-        for peer in self.mesh.peers.values():
+        for peer in self.linked.values():
             peer.link.send_encoded(FrameType.TOPOLOGY, data)
 
-    def received(self, link: LinkProtocol, payload: bytes) -> None:
-        try:
-            summaries = _decode_gossip(payload)
-        except (msgspec.DecodeError, msgspec.ValidationError) as error:
-            raise LinkError(f"malformed topology frame: {error}") from None
-        now = self.mesh.reactor.seconds()
+    def received(self, link: LinkSender, summaries: list[NodeSummary]) -> None:
+        now = self.clock.seconds()
         stale = self.expiry()
         for summary in summaries:
             node_id = summary.node.id
-            if node_id == self.mesh.node_id or summary.age > stale:
+            if node_id == self.node_id or summary.age > stale:
                 continue
             known = self.entries.get(node_id)
             if known is None or (summary.node.started_at, summary.seq) > (known.summary.node.started_at,
@@ -92,7 +108,7 @@ class Topology:
         node = summary.node
         self.departed.pop(node.id, None)
         self.leaving.discard(node.id)
-        self.mesh.events.emit(NodeJoined(subject=node.id, name=node.name))
+        self.events.emit(NodeJoined(subject=node.id, name=node.name))
 
     def _drop(self, node_id: str, reason: str) -> None:
         entry = self.entries.pop(node_id, None)
@@ -104,11 +120,11 @@ class Topology:
         else:
             node = msgspec.structs.replace(summary.node, state="down", last_seen=entry.heard)
             self.departed[node_id] = msgspec.structs.replace(summary, node=node, age=0.0, answered=False)
-        self.mesh.events.emit(NodeLeft(subject=node_id, name=summary.node.name, reason=reason))
+        self.events.emit(NodeLeft(subject=node_id, name=summary.node.name, reason=reason))
 
     def node_leaving(self, node_id: str, name: str) -> None:
         self.leaving.add(node_id)
-        self.mesh.events.emit(NodeLeaving(subject=node_id, name=name))
+        self.events.emit(NodeLeaving(subject=node_id, name=name))
 
     def is_leaving(self, node_id: str) -> bool:
         """It said it scales down (to its neighbours, or in its own last summary)."""
@@ -117,7 +133,7 @@ class Topology:
 
     def heard_ago(self, node_id: str) -> float | None:
         entry = self.entries.get(node_id)
-        return None if entry is None else self.mesh.reactor.seconds() - entry.heard
+        return None if entry is None else self.clock.seconds() - entry.heard
 
     def forget(self, node_id: str) -> None:
         if node_id in self.entries:
@@ -127,12 +143,12 @@ class Topology:
 
     def view(self) -> list[NodeSummary]:
         """Every node this node knows of, each with its age; departed ones down."""
-        now = self.mesh.reactor.seconds()
+        now = self.clock.seconds()
         self.refresh_own()
         nodes = []
         for node_id, entry in self.entries.items():
             summary = msgspec.structs.replace(entry.summary, age=now - entry.heard,
-                                              answered=node_id == self.mesh.node_id)
+                                              answered=node_id == self.node_id)
             summary.node = msgspec.structs.replace(summary.node, last_seen=entry.heard,
                                                    state="leaving" if self.is_leaving(node_id) else "up")
             nodes.append(summary)
@@ -143,9 +159,9 @@ class Topology:
         """The shortest path of links from this node to ``target``, both included.
         A link counts when both its ends report it (this node's own links are the
         ones it has): a dead node's last word does not make a path."""
-        start = self.mesh.node_id
+        start = self.node_id
         links = {node_id: set(entry.summary.links) for node_id, entry in self.entries.items()}
-        links[start] = set(self.mesh.peers)
+        links[start] = set(self.linked)
         previous = {start: start}
         frontier = deque([start])
         while frontier:

@@ -300,9 +300,10 @@ class Node:
                 self.fatal = f"stopped with the store failing: {error}; the next start recovers what was acknowledged"
         yield self.ha.release()  # last: the data dir is let go
 
-    def _make_mesh(self, config: NodeConfig):
+    def _make_mesh(self, config: NodeConfig) -> MeshNode:
         from mesh.node import MeshNode
 
+        assert config.mesh is not None and self.broker is not None, "made for a mesh node, after its broker"
         return MeshNode(
             config.mesh,
             node_id=self.identity["id"],

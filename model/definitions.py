@@ -10,14 +10,14 @@ that a node that was away learns of it rather than bringing the old one back."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-QUEUE_SETTINGS = "queue"
-DURABLE_SUBSCRIPTION = "durable"
-EXCHANGE = "exchange"  # AMQP exchanges and their bindings (docs/amqp.md)
-BINDING = "binding"
+QUEUE_SETTINGS: Final = "queue"
+DURABLE_SUBSCRIPTION: Final = "durable"
+EXCHANGE: Final = "exchange"  # AMQP exchanges and their bindings (docs/amqp.md)
+BINDING: Final = "binding"
 DefinitionKind = Literal["queue", "durable", "exchange", "binding"]
 ExchangeType = Literal["direct", "fanout", "topic", "headers"]
 

@@ -12,12 +12,12 @@ from gateway.broker.definitions import DefiningMixin, Definitions
 from gateway.broker.errors import BrokerError
 from gateway.broker.events import EventSink, NullEvents
 from gateway.broker.exchanges import TOPIC_EXCHANGE, Exchanges
+from gateway.broker.links import BrokerLinks, LinkSubscription
 from gateway.broker.message import EXCHANGE_HEADER, QUEUE, ROUTING_KEY_HEADER, TOPIC, Message, SelectorHeaders
 from gateway.broker.names import check_name
-from gateway.broker.queue import ACK_MODES, CLIENT_INDIVIDUAL, Queue, Subscription
+from gateway.broker.queue import ACK_MODES, Queue, Subscription, TopicBinding
 from gateway.broker.session import DeliverySink, Session
 from gateway.store.base import Store
-from gateway.wildcard import compile_pattern
 from model.definitions import (
     DURABLE_SUBSCRIPTION,
     Definition,
@@ -39,28 +39,6 @@ class Clock(Protocol):
 
 class _WallClock:
     seconds = staticmethod(time.time)
-
-
-class _Binding:
-    """A topic subscription's queue and what it receives."""
-
-    __slots__ = ("pattern", "matches", "selector", "selector_text", "queue", "durable", "active", "peer")
-
-    def __init__(self, pattern: str, selector: Callable | None, selector_text: str | None, queue: Queue,
-                 durable: bool, matches: Callable[[str], bool] | None = None, peer: str | None = None) -> None:
-        self.pattern = pattern
-        self.matches = matches or compile_pattern(pattern)
-        self.peer = peer
-        self.selector = selector
-        self.selector_text = selector_text
-        self.queue = queue
-        self.durable = durable
-        self.active: Subscription | None = None
-
-
-def _any_of_patterns(patterns: list[str]) -> Callable[[str], bool]:
-    matchers = [compile_pattern(p) for p in patterns]
-    return lambda address: any(match(address) for match in matchers)
 
 
 class Broker(DefiningMixin):
@@ -94,8 +72,8 @@ class Broker(DefiningMixin):
         self.queues: dict[str, Queue] = {}
         self.queues_version = 0  # goes up whenever a queue is created or deleted
         self.temp_queues: dict[str, Queue] = {}
-        self.bindings: dict[str, _Binding] = {}  # by subscription queue name
-        self._topic_cache: dict[str, list[_Binding]] = {}
+        self.bindings: dict[str, TopicBinding] = {}  # by subscription queue name
+        self._topic_cache: dict[str, list[TopicBinding]] = {}
         self._temp_ids = itertools.count(1)
         self.memory_used = 0
         self._memory_waiters: list[Callable[[], None]] = []
@@ -104,7 +82,6 @@ class Broker(DefiningMixin):
         self._consumer_watchers: list[Callable[[], None]] = []
         self.queue_deleted_watchers: list[Callable[[str], None]] = []  # the mesh lets go of what held the queue
         self.strict_routing = False  # the mesh's STRICT load balancing, see Queue.put
-        self.link_patterns: dict[str, list[str]] = {}  # mesh peer id -> topic patterns subscribed beyond it
         # Addresses answered by the node itself (management), never queued: the
         # handler gets the request and the sender's session (None if it came over a link).
         self.services: dict[str, Callable[[Message, Session | None], None]] = {}
@@ -118,6 +95,7 @@ class Broker(DefiningMixin):
         self.exchanges = Exchanges()
         self._topic_queues = False  # some queue is bound to amq.topic: STOMP topic messages reach it too
         self.on_definition: Callable[[Definition], None] | None = None  # the mesh ships changes made here
+        self.links = BrokerLinks(self)  # mesh peers' topic queues
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -135,7 +113,7 @@ class Broker(DefiningMixin):
             if not record.deleted:
                 self._apply_definition(record, save=False)
         for peer, patterns in catalog.get("links", {}).items():
-            self.link_binding(peer, patterns, save=False)
+            self.links.bind(peer, patterns, save=False)
         by_key = {q.key: q for q in self.queues.values()}
         by_key.update((b.queue.key, b.queue) for b in self.bindings.values())
         count = 0
@@ -226,7 +204,7 @@ class Broker(DefiningMixin):
         mesh made is logged: the catalog is written whole at the next change."""
         try:
             self.store.save_catalog({"queues": sorted(self.queues), "definitions": self.definitions.to_catalog(),
-                                     "links": self.link_patterns})
+                                     "links": self.links.patterns})
         except OSError as error:
             reason = f"the queue catalog could not be saved ({error.strerror or error}); it is until the next restart"
             if required:
@@ -376,7 +354,11 @@ class Broker(DefiningMixin):
         for message in queue.take(count):
             self.dead_letter(queue, message, "maxlen")
 
-    def _match_bindings(self, address: str) -> list[_Binding]:
+    def bindings_changed(self) -> None:
+        """A topic binding came, went or changed what it matches."""
+        self._topic_cache.clear()
+
+    def _match_bindings(self, address: str) -> list[TopicBinding]:
         bindings = [b for b in self.bindings.values() if b.matches(address)]
         if len(self._topic_cache) >= _TOPIC_CACHE_LIMIT:
             self._topic_cache.clear()
@@ -409,7 +391,7 @@ class Broker(DefiningMixin):
 
     def subscribe(self, session: Session, subscription_id: str, kind: str, address: str, ack_mode: str,
                   prefetch: int | None, selector: str | None, durable_name: str | None,
-                  tag: object = None, peer: str | None = None) -> Subscription:
+                  tag: object = None, link: LinkSubscription | None = None) -> Subscription:
         if ack_mode not in ACK_MODES:
             raise BrokerError(f"unknown ack mode {quoted(ack_mode)}; use one of {', '.join(ACK_MODES)}")
         if kind == TOPIC:
@@ -427,18 +409,19 @@ class Broker(DefiningMixin):
             if kind == QUEUE:
                 queue = self.queue(address)
             elif kind == TEMP:
-                queue = self.temp_queues.get(address)
-                if queue is None:
+                temporary = self.temp_queues.get(address)
+                if temporary is None:
                     raise BrokerError(f"temporary queue {quoted(address)} no longer exists")
-                if queue.owner is not session:
+                if temporary.owner is not session:
                     raise BrokerError(f"temporary queue {quoted(address)} belongs to another connection")
+                queue = temporary
             else:
                 raise BrokerError(f"unknown destination kind {kind!r}")
             sub = Subscription(session, subscription_id, queue, ack_mode, prefetch, predicate, selector)
         sub.tag = tag
-        sub.peer = peer
+        sub.link = link
         sub.queue.add_consumer(sub)
-        if peer is None:
+        if link is None:
             self._consumers_changed()
             if not sub.queue.temporary:  # a reply channel, not a consumer anyone watches
                 self.events.emit(ConsumerAttached(destination=_destination_of(sub), connection=session.name,
@@ -455,69 +438,6 @@ class Broker(DefiningMixin):
         for callback in self._consumer_watchers:
             callback()
 
-    def link_binding(self, peer: str, patterns: list[str], save: bool = True) -> _Binding:
-        """The store-and-forward queue of topic messages for one mesh peer: one copy
-        of each message whose address some subscriber beyond it wants (never two to
-        one node). It is durable and outlives the link, so persistent messages wait
-        for the peer to come back."""
-        name = "link/" + peer
-        matcher = _any_of_patterns(patterns)
-        binding = self.bindings.get(name)
-        if binding is None:
-            queue = Queue(self, name, "L:" + peer, durable=True)
-            binding = _Binding(">", None, None, queue, True, matches=matcher, peer=peer)
-            self.bindings[name] = binding
-        else:
-            binding.matches = matcher
-        self.link_patterns[peer] = sorted(patterns)
-        self._topic_cache.clear()
-        if save:
-            self._save_catalog(required=False)
-        return binding
-
-    def attach_link(self, session: Session, binding: _Binding, prefetch: int) -> Subscription:
-        sub = Subscription(session, "topics", binding.queue, CLIENT_INDIVIDUAL, prefetch, None, topic=">")
-        sub.peer = binding.peer
-        binding.active = sub
-        binding.queue.add_consumer(sub)
-        return sub
-
-    def attach_handover(self, session: Session, sub_id: str, binding: _Binding, prefetch: int,
-                        peer: str) -> Subscription:
-        """A mesh link taking a durable subscription's backlog away (scale-down)."""
-        sub = Subscription(session, sub_id, binding.queue, CLIENT_INDIVIDUAL, prefetch, None, topic=binding.pattern)
-        sub.peer = peer
-        sub.tag = True  # may go back to a node it crossed: this node is leaving
-        binding.queue.add_consumer(sub)
-        return sub
-
-    def ensure_durable(self, name: str, pattern: str, selector: str | None) -> None:
-        """Create a durable subscription with no subscriber, if it does not exist."""
-        if name not in self.bindings:
-            self._bind(name, pattern, selector, durable=True)
-            self._define(DURABLE_SUBSCRIPTION, name, durable=DurableSpec(topic=pattern, selector=selector or None))
-
-    def put_in_subscription(self, name: str, message: Message) -> bool:
-        """Put a handed-over message straight into a durable subscription (or a
-        mesh peer's topic queue), not routing it again."""
-        binding = self.bindings.get(name)
-        if binding is None or not binding.durable:
-            return False
-        self._enqueue(binding.queue, message)
-        return True
-
-    def unbind_link(self, peer: str) -> None:
-        """Nobody beyond the peer subscribes any more: drop its topic queue."""
-        binding = self.bindings.get("link/" + peer)
-        if binding is None:
-            return
-        if binding.active is not None:
-            binding.queue.remove_consumer(binding.active)
-            binding.active = None
-        self._unbind(binding)
-        self.link_patterns.pop(peer, None)
-        self._save_catalog(required=False)
-
     def _selector(self, text: str | None) -> Callable | None:
         if not text:
             return None
@@ -529,7 +449,7 @@ class Broker(DefiningMixin):
             raise BrokerError(str(error)) from None
 
     def _topic_binding(self, session: Session, subscription_id: str, pattern: str, predicate: Callable | None,
-                       selector: str | None, durable_name: str | None) -> _Binding:
+                       selector: str | None, durable_name: str | None) -> TopicBinding:
         if durable_name is None:
             name = f"{session.name}/{subscription_id}"
             return self._bind(name, pattern, selector, durable=False, predicate=predicate)
@@ -549,14 +469,14 @@ class Broker(DefiningMixin):
         return binding
 
     def _bind(self, name: str, pattern: str, selector: str | None, durable: bool,
-              predicate: Callable | None = None) -> _Binding:
+              predicate: Callable | None = None) -> TopicBinding:
         if predicate is None and selector:
             predicate = self._selector(selector)
         prefix = "D:" if durable else "S:"
         queue = Queue(self, name, prefix + name, durable=durable)
-        binding = _Binding(pattern, predicate, selector or None, queue, durable)
+        binding = TopicBinding(pattern, predicate, selector or None, queue, durable)
         self.bindings[name] = binding
-        self._topic_cache.clear()
+        self.bindings_changed()
         return binding
 
     def unsubscribe(self, sub: Subscription, unacked: list[Message]) -> None:
@@ -564,7 +484,7 @@ class Broker(DefiningMixin):
         for a non-durable topic subscription is then dropped with them."""
         queue = sub.queue
         queue.remove_consumer(sub)
-        if sub.peer is None:
+        if sub.link is None:
             self._consumers_changed()
             if not queue.temporary:
                 self.events.emit(ConsumerDetached(destination=_destination_of(sub), connection=sub.session.name,
@@ -584,23 +504,23 @@ class Broker(DefiningMixin):
     def remove_durable(self, name: str) -> None:
         """Delete a durable subscription here and, by its definition, on every node."""
         binding = self.bindings.get(name)
-        here = binding is not None and binding.durable and binding.peer is None
+        here = binding if binding is not None and binding.durable and binding.peer is None else None
         record = self.definitions.get(DURABLE_SUBSCRIPTION, name)
-        if not here and (record is None or record.deleted):
+        if here is None and (record is None or record.deleted):
             raise BrokerError(f"no durable subscription named {quoted(name)}")
-        if here:
-            self._drop_durable(binding)
+        if here is not None:
+            self._drop_durable(here)
         self._define(DURABLE_SUBSCRIPTION, name)
 
-    def _drop_durable(self, binding: _Binding) -> None:
+    def _drop_durable(self, binding: TopicBinding) -> None:
         if binding.active is not None:
             binding.active.queue.remove_consumer(binding.active)
             binding.active = None
         self._unbind(binding)
 
-    def _unbind(self, binding: _Binding) -> None:
+    def _unbind(self, binding: TopicBinding) -> None:
         del self.bindings[binding.queue.name]
-        self._topic_cache.clear()
+        self.bindings_changed()
         for message in binding.queue.take_all():
             self.consumed(binding.queue, message)
 
@@ -637,7 +557,7 @@ class Broker(DefiningMixin):
         queue's dead-letter exchange if it has one, else dropped, as RabbitMQ does."""
         settings = self.queue_settings.get(queue.name) if self.queue_settings else None
         exchange = settings.dead_letter_exchange if settings is not None else None
-        if exchange is None or exchange not in self.exchanges.exchanges:
+        if settings is None or exchange is None or exchange not in self.exchanges.exchanges:
             self.consumed(queue, message)
             return
         queue.dead_lettered += 1

@@ -1,16 +1,19 @@
-"""A queue: priority-ordered messages and competing subscriptions with credit."""
+"""A queue: priority-ordered messages and competing subscriptions with credit;
+and a topic binding, the queue of one topic subscription."""
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from gateway.broker.message import Message, SelectorHeaders
+from gateway.wildcard import compile_pattern
 from model.latency import TOP as _LATENCY_TOP
 from model.latency import empty_histogram
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
+    from gateway.broker.links import LinkSubscription
     from gateway.broker.session import Session
 
 AUTO = "auto"
@@ -18,7 +21,7 @@ CLIENT = "client"
 CLIENT_INDIVIDUAL = "client-individual"
 ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
 
-Selector = Callable[[Mapping[str, str]], bool]
+Selector = Callable[[SelectorHeaders], bool]
 
 
 class Subscription:
@@ -36,8 +39,7 @@ class Subscription:
         "topic",
         "durable",
         "tag",
-        "peer",
-        "weight",
+        "link",
     )
 
     def __init__(
@@ -64,12 +66,10 @@ class Subscription:
         self.topic = topic
         self.durable = durable
         # Whatever the protocol adapter wants to keep per subscription
-        # (e.g. STOMP's pre-encoded MESSAGE prefix).
-        self.tag: object = None
-        # For a mesh link's subscription, the node id it forwards to; None for a client.
-        self.peer: str | None = None
-        # Consumers beyond the link: it gets this many messages per round-robin turn.
-        self.weight = 1
+        # (STOMP: its number and pre-encoded MESSAGE prefix; AMQP: the consumer tag).
+        self.tag: Any = None
+        # A mesh link's subscription: whom it forwards to, and why; None for a client's.
+        self.link: LinkSubscription | None = None
 
     def ready(self) -> bool:
         if not self.session.writable:
@@ -78,6 +78,26 @@ class Subscription:
 
     def __repr__(self) -> str:
         return f"<Subscription {self.id} on {self.queue.name} {self.ack_mode}>"
+
+
+class QueueMesh:
+    """What the mesh keeps on a queue: whether a backlog may follow consumers on other
+    nodes, and its counters (see model.mesh.PartialQueue)."""
+
+    __slots__ = ("remote_dispatch", "backlog", "in_doubt", "forwarded_out", "forwarded_in", "redistributed_out",
+                 "redistributed_in")
+
+    def __init__(self, remote_dispatch: bool) -> None:
+        # Off while the mesh holds a backlog back (redistribution delay, load-balancing mode).
+        self.remote_dispatch = remote_dispatch
+        # Set when a backlog starts to follow consumers on other nodes: the next
+        # this-many messages forwarded are redistributed, not fresh sends.
+        self.backlog = 0
+        self.in_doubt = 0  # messages held out of the queue while a peer may have them (mesh.custody)
+        self.forwarded_out = 0
+        self.forwarded_in = 0
+        self.redistributed_out = 0
+        self.redistributed_in = 0
 
 
 class Queue:
@@ -97,8 +117,7 @@ class Queue:
         self.remotes: list[Subscription] = []  # mesh links towards nodes with consumers
         self._next_remote = 0
         self._remote_burst = 0
-        # The mesh turns this off to hold a backlog back (redistribution delay, load-balancing mode).
-        self.remote_dispatch = not broker.strict_routing
+        self.mesh = QueueMesh(not broker.strict_routing)
         self._next_strict = 0
         self._levels: list[deque[Message]] = [deque() for _ in range(10)]
         self._high = 0  # no level above this one holds a message
@@ -114,15 +133,6 @@ class Queue:
         self.dead_lettered = 0
         self.latency = empty_histogram()  # model.latency buckets, counted on each ack
         self.latency_sum = 0.0  # µs: the counted latencies added up (for means)
-        # Messages the mesh holds out of the queue while a peer may have them (see mesh.custody).
-        self.in_doubt = 0
-        # Set by the mesh when a backlog starts to follow consumers on other nodes:
-        # the next this-many messages forwarded are redistributed, not fresh sends.
-        self.backlog = 0
-        self.forwarded_out = 0
-        self.forwarded_in = 0
-        self.redistributed_out = 0
-        self.redistributed_in = 0
 
     def __len__(self) -> int:
         return self._count
@@ -163,7 +173,7 @@ class Queue:
         sub.session.deliver(sub, message)
         return True
 
-    def acknowledged(self, messages: list[Message], now: float) -> None:
+    def acknowledged(self, messages: Sequence[Message], now: float) -> None:
         """Count acks and their end-to-end latency (one bucket increment each)."""
         latency = self.latency
         total = 0.0
@@ -219,7 +229,7 @@ class Queue:
         return messages
 
     def add_consumer(self, subscription: Subscription) -> None:
-        if subscription.peer is None:
+        if subscription.link is None:
             self.consumers.append(subscription)
             self._has_selectors = any(sub.selector for sub in self.consumers)
         else:
@@ -227,7 +237,7 @@ class Queue:
         self.dispatch()
 
     def remove_consumer(self, subscription: Subscription) -> None:
-        if subscription.peer is None:
+        if subscription.link is None:
             self.consumers.remove(subscription)
             self._has_selectors = any(sub.selector for sub in self.consumers)
         else:
@@ -242,7 +252,7 @@ class Queue:
                 self._dispatch_loop()
             # Local consumers with capacity come first; what they cannot take
             # goes to mesh links towards nodes with consumers.
-            if self._count and self.remotes and self.remote_dispatch:
+            if self._count and self.remotes and self.mesh.remote_dispatch:
                 self._dispatch_remote()
         finally:
             self._dispatching = False
@@ -256,28 +266,37 @@ class Queue:
         idle = 0
         while self._count and idle < len(remotes):
             sub = remotes[index % len(remotes)]
-            message = self._take_for_peer(sub) if sub.ready() else None
-            if message is None:
-                idle += 1
-                index += 1
-                burst = 0
-                continue
-            idle = 0
-            sub.session.deliver(sub, message)
-            burst += 1
-            if burst >= sub.weight:
-                index += 1
-                burst = 0
+            link = sub.link
+            weight = link.weight if link is not None else 1
+            while True:
+                message = self._take_for_peer(sub) if sub.ready() else None
+                if message is None:
+                    idle += 1
+                    index += 1
+                    burst = 0
+                    break
+                idle = 0
+                sub.session.deliver(sub, message)
+                burst += 1
+                if burst >= weight:
+                    index += 1
+                    burst = 0
+                    break
+                if not self._count:
+                    break
         self._next_remote = index % len(remotes) if remotes else 0
         self._remote_burst = burst
 
     def _take_for_peer(self, sub: Subscription) -> Message | None:
         """The first message the peer may have. One that crossed the peer already
         may go back only to follow its consumers: when the peer itself has
-        consumers (``sub.tag``) and this node has none, else it would strand here."""
-        peer = sub.peer
+        consumers (``may_revisit``) and this node has none, else it would strand here."""
+        link = sub.link
+        if link is None:
+            return None
+        peer = link.peer
         selector = sub.selector
-        revisit = bool(sub.tag) and not self.consumers
+        revisit = link.may_revisit and not self.consumers
         for priority in range(self._high, -1, -1):
             level = self._levels[priority]
             for position, message in enumerate(level):
@@ -335,7 +354,7 @@ class Queue:
         return None
 
     def remove_expired(self, now_ms: int) -> list[Message]:
-        expired = []
+        expired: list[Message] = []
         for level in self._levels:
             keep = [m for m in level if not (m.expires and m.expires <= now_ms)]
             if len(keep) != len(level):
@@ -344,3 +363,21 @@ class Queue:
                 level.extend(keep)
         self._count -= len(expired)
         return expired
+
+
+class TopicBinding:
+    """A topic subscription's queue and what it receives. ``peer``: the queue is a
+    mesh peer's topic queue (gateway.broker.links), not a subscriber's."""
+
+    __slots__ = ("pattern", "matches", "selector", "selector_text", "queue", "durable", "active", "peer")
+
+    def __init__(self, pattern: str, selector: Callable | None, selector_text: str | None, queue: Queue,
+                 durable: bool, matches: Callable[[str], bool] | None = None, peer: str | None = None) -> None:
+        self.pattern = pattern
+        self.matches = matches or compile_pattern(pattern)
+        self.peer = peer
+        self.selector = selector
+        self.selector_text = selector_text
+        self.queue = queue
+        self.durable = durable
+        self.active: Subscription | None = None

@@ -14,6 +14,7 @@ from model.names import quoted
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
+    from gateway.broker.links import LinkSubscription
     from model.mesh import Connection
 
 
@@ -43,7 +44,7 @@ class _Transaction:
     __slots__ = ("sends", "acks", "size")
 
     def __init__(self) -> None:
-        self.sends: list[tuple] = []
+        self.sends: list[tuple[str, str, dict[str, str], bytes, bool, int, int]] = []
         self.acks: list[tuple[Queue, Message]] = []
         self.size = 0  # bytes of the sends held until COMMIT
 
@@ -72,7 +73,7 @@ class Session:
     # -- delivery (called by queues) ------------------------------------------------
 
     def deliver(self, sub: Subscription, message: Message) -> None:
-        if sub.peer is None:  # forwarding to another node is not a delivery attempt
+        if sub.link is None:  # forwarding to another node is not a delivery attempt
             message.deliveries += 1
         if sub.ack_mode == AUTO:
             self.sink.deliver(sub, message)
@@ -109,12 +110,13 @@ class Session:
         selector: str | None = None,
         durable_name: str | None = None,
         tag: object = None,
-        peer: str | None = None,
+        link: LinkSubscription | None = None,
     ) -> Subscription:
+        """``tag``: what the protocol adapter keeps with it; ``link``: a mesh link's."""
         if subscription_id in self.subscriptions:
             raise BrokerError(f"subscription id {quoted(subscription_id)} is already in use on this connection")
         sub = self.broker.subscribe(self, subscription_id, kind, address, ack_mode, prefetch, selector, durable_name,
-                                    tag, peer)
+                                    tag, link)
         self.subscriptions[subscription_id] = sub
         return sub
 

@@ -33,6 +33,9 @@ class Store(Protocol):
     def remove(self, queue_key: str, message: Message) -> None:
         """Record that a stored message was consumed."""
 
+    def holds(self, message_id: str) -> bool:
+        """Whether a message of this id is stored (in any queue)."""
+
     def when_durable(self, told_of_failed_writes: bool = False) -> Deferred:
         """Fire once everything recorded so far is on stable storage; fail if it
         cannot be (and, if asked, as soon as a write covering it fails)."""

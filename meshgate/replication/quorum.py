@@ -17,8 +17,9 @@ from twisted.internet import defer, endpoints, error
 from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.python.failure import Failure
 
-from mesh.codec import FrameType, LinkError, LinkParser, decode_control, encode_control
+from mesh.codec import LinkParser, encode_control
 from mesh.quorum import check_voted, make_vote
+from mesh.wire import FrameType, LinkError, decode_control
 
 log = logging.getLogger("meshgate.replication")
 

@@ -21,9 +21,9 @@ from management.actions import LocalActions
 from management.events import EventLog
 from management.service import ManagementService
 from management.state import LocalState
-from mesh.codec import FrameType, decode_control
 from mesh.link import LinkProtocol
 from mesh.node import MeshNode
+from mesh.wire import FrameType, decode_control
 from meshgate.config import MeshConfig
 from model.events import AdminAction
 from model.mesh import Addresses, address_text
@@ -35,8 +35,12 @@ class RecordingLink(LinkProtocol):
     """A link end that notes every frame its node receives, for tests to see which
     way a request went."""
 
+    def __init__(self, node: ManagedNode, dialled: bool) -> None:
+        super().__init__(node.mesh.links, dialled)
+        self.received_frames = node.received_frames
+
     def _handle(self, kind: int, payload: bytes) -> None:
-        self.mesh.received_frames.append((kind, payload))
+        self.received_frames.append((kind, payload))
         super()._handle(kind, payload)
 
 
@@ -58,7 +62,7 @@ class ManagedNode(SimNode):
                              message_id_prefix=f"{self.name}-{self.boots}-")
         self.mesh = MeshNode(MeshConfig(**self.config), node_id=node_id, name=self.name, broker=self.broker,
                              started_at=clock.seconds(), stomp_address=("127.0.0.1", 0), reactor=clock)
-        self.mesh.received_frames = []  # (frame type, payload) as RecordingLink saw them
+        self.received_frames: list[tuple[int, bytes]] = []  # (frame type, payload) as RecordingLink saw them
         self.state = LocalState(node_id=node_id, name=self.name, started_at=clock.seconds(), broker=self.broker,
                                 mesh=self.mesh, clock=clock, addresses=self.addresses)
         self.actions = LocalActions(node_id=node_id, broker=self.broker, mesh=self.mesh, clock=clock,
@@ -103,7 +107,7 @@ class ManagedNode(SimNode):
 
     def frames(self, kind: int) -> list[Any]:
         """The decoded control frames of this type this node received over its links."""
-        return [decode_control(payload) for frame_kind, payload in self.mesh.received_frames if frame_kind == kind]
+        return [decode_control(payload) for frame_kind, payload in self.received_frames if frame_kind == kind]
 
     def requests_seen(self) -> list[dict]:
         return self.frames(FrameType.REQUEST)
@@ -125,8 +129,8 @@ class ManagementHarness(MeshHarness):
 
     def link(self, dialler: SimNode, acceptor: SimNode):
         # As MeshHarness.link, with link ends that record what they receive.
-        server = RecordingLink(acceptor.mesh, dialled=False)
-        client = RecordingLink(dialler.mesh, dialled=True)
+        server = RecordingLink(acceptor, dialled=False)
+        client = RecordingLink(dialler, dialled=True)
         pump = iosim.connect(server, iosim.FakeTransport(server, True), client, iosim.FakeTransport(client, False),
                              clock=self.clock)
         self.pumps.append(pump)

@@ -43,12 +43,12 @@ class KeepingStore(MemoryStore):
 
 
 class SimNode:
-    def __init__(self, harness: MeshHarness, name: str, **config) -> None:
+    def __init__(self, harness: MeshHarness, name: str, node_id: str | None = None, **config) -> None:
         self.name = name
         self.harness = harness
         self.config = {"insecure_cluster": True, **harness.defaults, **config}
         self.boots = 0
-        self._boot(KeepingStore(), str(uuid.uuid4()))
+        self._boot(KeepingStore(), node_id or str(uuid.uuid4()))
 
     def _boot(self, store: KeepingStore, node_id: str) -> None:
         clock = self.harness.clock
@@ -95,8 +95,8 @@ class MeshHarness:
         return SimNode(self, name, **config)
 
     def link(self, dialler: SimNode, acceptor: SimNode) -> iosim.IOPump:
-        server = LinkProtocol(acceptor.mesh, dialled=False)
-        client = LinkProtocol(dialler.mesh, dialled=True)
+        server = LinkProtocol(acceptor.mesh.links, dialled=False)
+        client = LinkProtocol(dialler.mesh.links, dialled=True)
         pump = iosim.connect(server, iosim.FakeTransport(server, True), client, iosim.FakeTransport(client, False),
                              clock=self.clock)
         self.pumps.append(pump)

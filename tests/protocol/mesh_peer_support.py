@@ -9,8 +9,9 @@ import hmac
 
 from twisted.test import iosim
 
-from mesh.codec import FrameType, LinkParser, decode_control, encode_control
-from mesh.link import PROTOCOL_VERSION, LinkProtocol
+from mesh.codec import LinkParser, encode_control
+from mesh.link import PROTOCOL_VERSION, LinkProtocol, LinkState
+from mesh.wire import FrameType, decode_control
 from tests.protocol.mesh_harness import SimNode
 
 
@@ -30,7 +31,7 @@ class RawPeer:
 
     def __init__(self, node: SimNode, node_dials: bool = False) -> None:
         self.node = node
-        self.link = LinkProtocol(node.mesh, dialled=node_dials)
+        self.link = LinkProtocol(node.mesh.links, dialled=node_dials)
         self.transport = iosim.FakeTransport(self.link, isServer=not node_dials)
         self.link.makeConnection(self.transport)
         self._parser = LinkParser()
@@ -70,4 +71,4 @@ class RawPeer:
         """The whole handshake, right, as a node that dials would make it."""
         self.send(FrameType.HELLO, hello(node_id, "peer-nonce"))
         self.send(FrameType.AUTH, {"proof": proof(password, self.node_hello["nonce"], node_id)})
-        assert self.link.established, f"the link did not come up: {self.frames()}"
+        assert self.link.state is LinkState.ESTABLISHED, f"the link did not come up: {self.frames()}"

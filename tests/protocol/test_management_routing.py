@@ -9,7 +9,7 @@ import msgspec
 from twisted.internet import defer
 
 from management.service import REQUEST_TIMEOUT
-from mesh.codec import FrameType
+from mesh.wire import FrameType
 from model.definitions import QueueSettings
 from model.events import AdminAction, LinkUp, NodeJoined
 from model.mesh import ClusterView, NodeSummary, PartialQueue
@@ -83,7 +83,7 @@ def hold_answers(node: ManagedNode) -> list:
 def snapshot(*nodes: ManagedNode) -> dict:
     """What a request must not change on a node."""
     return {node.name: (sorted((name, len(q)) for name, q in node.broker.queues.items()),
-                        sorted(node.broker.store.messages), len(node.events.recent), len(node.mesh.received_frames))
+                        sorted(node.broker.store.messages), len(node.events.recent), len(node.received_frames))
             for node in nodes}
 
 
@@ -142,10 +142,10 @@ def test_queues_of_every_node_are_gathered_and_nodes_answer_afresh():
 
 def test_nodes_from_the_gossiped_view_asks_no_node():
     mesh, a, b, c, _, _ = chain()
-    frames_before = len(b.mesh.received_frames)
+    frames_before = len(b.received_frames)
     nodes = a.ask(Nodes(fresh=False))
     assert [(s.node.name, s.answered) for s in nodes.result.nodes] == [("a", True), ("b", False), ("c", False)]
-    assert b.requests_seen() == [] and len(b.mesh.received_frames) == frames_before
+    assert b.requests_seen() == [] and len(b.received_frames) == frames_before
 
 
 # -- 3. no path ----------------------------------------------------------------------------------
@@ -307,7 +307,7 @@ def test_move_to_a_linked_node_hands_the_messages_over_with_custody():
     assert len(c.stored) == 4
     assert len(b.broker.queues["orders"]) == 0 and b.broker.queues["orders"].inflight == 0
     assert b.stored == []  # gone from b's store once c said it had them
-    assert b.broker.queues["orders"].forwarded_out == 4 and c.broker.queues["orders"].forwarded_in == 4
+    assert b.broker.queues["orders"].mesh.forwarded_out == 4 and c.broker.queues["orders"].mesh.forwarded_in == 4
     (event,) = b.admin_events()
     assert event.action == "move" and event.ok and event.user == "tester"
     assert c.admin_events() == [] and a.admin_events() == []

@@ -211,12 +211,12 @@ def test_a_durable_message_in_flight_when_its_link_went_is_not_sent_twice_when_t
     reader.close()
     _, at_c = durable_subscriber(c)  # the subscriber moves while a does not know b has it
     mesh.settle()
-    assert at_c.bodies == [] and a.broker.bindings[FEED].queue.in_doubt == 1
+    assert at_c.bodies == [] and a.broker.bindings[FEED].queue.mesh.in_doubt == 1
     mesh.link(a, b)  # b lists its markers: the message was b's (and delivered), so a drops its copy
     mesh.settle()
     mesh.clock.advance(5)  # past in_doubt_timeout_ms: nothing waits any more
     mesh.settle()
-    assert at_c.bodies == [] and a.broker.bindings[FEED].queue.in_doubt == 0 and not a.stored
+    assert at_c.bodies == [] and a.broker.bindings[FEED].queue.mesh.in_doubt == 0 and not a.stored
 
 
 def test_a_durable_message_the_peer_never_got_follows_the_subscriber_after_the_wait():

@@ -48,7 +48,7 @@ def test_a_node_that_dials_its_own_address_stops_quietly_and_never_dials_it_agai
     a = harness.node("a")
     a.mesh.found(ADDRESS, "dns")  # DNS lists every node, this one too
     (connector,) = a.mesh.connectors
-    server, client = LinkProtocol(a.mesh, dialled=False), LinkProtocol(a.mesh, dialled=True)
+    server, client = LinkProtocol(a.mesh.links, dialled=False), LinkProtocol(a.mesh.links, dialled=True)
     client.connector = connector
     with caplog.at_level(logging.DEBUG):
         harness.pumps.append(iosim.connect(server, iosim.FakeTransport(server, True), client,
@@ -65,8 +65,9 @@ def test_a_node_that_dials_its_own_address_stops_quietly_and_never_dials_it_agai
 
 def test_a_copied_node_id_is_still_refused_as_before():
     harness = MeshHarness()
-    a, b = harness.node("a"), harness.node("b")
-    b.mesh.node_id, b.mesh.started_at = a.mesh.node_id, a.mesh.started_at + 1  # a data dir copied, started later
+    a = harness.node("a")
+    b = harness.node("b", node_id=a.mesh.node_id)  # a data dir copied,
+    b.mesh.started_at = a.mesh.started_at + 1  # started later
     fatal = []
     b.mesh.on_fatal = fatal.append
     harness.link(b, a)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import logging
 
-from mesh.codec import FrameType
 from mesh.link import PROTOCOL_VERSION
+from mesh.wire import FrameType
 from tests.protocol.mesh_harness import MeshHarness, SimNode
 from tests.protocol.mesh_peer_support import RawPeer, hello
 
@@ -20,16 +20,15 @@ def at_epoch(node: SimNode, epoch: int, fenced: list[str]) -> SimNode:
 
 def same_node(harness: MeshHarness, original: SimNode, epoch: int, fenced: list[str]) -> SimNode:
     """Another process of ``original``'s node (its data dir, taken over or copied)."""
-    twin = harness.node(original.name)
-    twin.mesh.node_id = original.mesh.node_id
+    twin = harness.node(original.name, node_id=original.mesh.node_id)
     return at_epoch(twin, epoch, fenced)
 
 
 def test_the_hello_carries_the_epoch_under_protocol_version_4():
     harness = MeshHarness()
     a = at_epoch(harness.node("a"), 7, [])
-    hello = a.mesh.hello("n")
-    assert hello["version"] == PROTOCOL_VERSION == 4 and hello["epoch"] == 7
+    hello = a.mesh.identity.hello("n")
+    assert hello.version == PROTOCOL_VERSION == 4 and hello.epoch == 7
 
 
 def test_a_peer_refuses_a_node_id_at_an_older_epoch_and_the_old_process_is_fenced(caplog):
@@ -59,10 +58,10 @@ def test_the_new_process_takes_the_old_processs_place_on_a_live_link():
     harness.link(a1, b)
     _, sink = b.consumer("orders")
     harness.settle()
-    assert b.mesh.peers[a1.mesh.node_id].link.peer["epoch"] == 1
+    assert b.mesh.peers[a1.mesh.node_id].link.hello.epoch == 1
     a2 = same_node(harness, a1, 2, fenced_new)  # took the data dir over while a1 still had its link (a partition)
     harness.link(a2, b)
-    assert b.mesh.peers[a1.mesh.node_id].link.peer["epoch"] == 2
+    assert b.mesh.peers[a1.mesh.node_id].link.hello.epoch == 2
     assert len(fenced_old) == 1 and fenced_new == []
     harness.settle()
     a2.send("orders", b"after the takeover")

@@ -28,7 +28,7 @@ def crashed_for_good():
     a.restart()
     mesh.link(a, b)
     mesh.settle()
-    assert a.broker.queues["orders"].in_doubt == 1  # still waiting for c
+    assert a.broker.queues["orders"].mesh.in_doubt == 1  # still waiting for c
     return mesh, a, b, c
 
 
@@ -54,7 +54,7 @@ def test_a_forgotten_node_is_not_waited_for_and_nothing_is_kept_for_it():
     assert b.mesh.forget(c_id) is None  # asked on b; b passes the word to a
     mesh.settle()
     assert at_b.bodies == [b"kept"] and at_b.messages[0].redelivered
-    assert a.broker.queues["orders"].in_doubt == 0
+    assert a.broker.queues["orders"].mesh.in_doubt == 0
     assert c_id not in a.mesh.custody.known_peers and ("P:", c_id) not in a.broker.store.messages
     assert ("link/" + c_id) not in a.broker.bindings and a.stored == []
     assert c_id not in a.mesh.topology.entries and c_id not in b.mesh.topology.entries
@@ -115,11 +115,11 @@ class Recorder:
 
 def recording(*nodes) -> None:
     for node in nodes:
-        node.mesh.events = Recorder()
+        node.recorder = node.mesh.departures.events = Recorder()
 
 
 def forgotten_events(node) -> list:
-    return [e for e in node.mesh.events.events if type(e).__name__ == "NodeLeft" and "peer_retention_s" in e.reason]
+    return [e for e in node.recorder.events if type(e).__name__ == "NodeLeft" and "peer_retention_s" in e.reason]
 
 
 def test_a_peer_not_heard_of_for_peer_retention_is_forgotten_with_its_topic_backlog():

@@ -12,7 +12,9 @@ import struct
 
 import pytest
 
-from mesh.codec import FrameType, encode_frame
+from mesh.codec import encode_frame
+from mesh.link import LinkState
+from mesh.wire import FrameType
 from tests.protocol.mesh_harness import MeshHarness
 from tests.protocol.mesh_peer_support import RawPeer, hello, proof
 
@@ -31,7 +33,7 @@ def test_a_listener_proves_the_password_only_after_the_dialler_did():
     peer.send(FrameType.AUTH, {"proof": proof(PASSWORD, peer.node_hello["nonce"], "intruder")})
     auths = peer.of(FrameType.AUTH)
     assert auths == [{"proof": proof(PASSWORD, "a-nonce-of-someone-else", node.mesh.node_id)}]
-    assert peer.link.established
+    assert peer.link.state is LinkState.ESTABLISHED
 
 
 def test_one_nodes_proof_cannot_be_relayed_to_pass_for_it_at_another():
@@ -44,7 +46,7 @@ def test_one_nodes_proof_cannot_be_relayed_to_pass_for_it_at_another():
     at_b.send(FrameType.HELLO, hello("relay", at_a.node_hello["nonce"]))
     for auth in at_b.of(FrameType.AUTH):
         at_a.send(FrameType.AUTH, auth)
-    assert not at_a.link.established and a.mesh.peers == {}
+    assert at_a.link.state is not LinkState.ESTABLISHED and a.mesh.peers == {}
 
 
 def test_an_unproven_hello_with_the_nodes_own_id_stops_nothing():
@@ -108,6 +110,14 @@ def test_a_proven_peers_frame_of_the_wrong_shape_is_refused(kind, body):
     assert f"malformed link frame of type {kind}: expected" in peer.refusal() and peer.closed
 
 
+@pytest.mark.parametrize("kind, payload", [(FrameType.STORED, b'["\xff"]'), (FrameType.DURABLE, b'{"name": "\xb4"}')])
+def test_a_proven_peers_frame_that_is_not_utf_8_is_refused(kind, payload):
+    peer = RawPeer(harness().node("b"))
+    peer.establish(PASSWORD)
+    peer.raw(encode_frame(kind, payload))
+    assert peer.refusal().startswith("malformed control frame") and peer.closed
+
+
 def test_a_message_whose_json_fields_have_the_wrong_types_is_refused():
     peer = RawPeer(harness().node("b"))
     peer.establish(PASSWORD)
@@ -125,7 +135,7 @@ def test_an_internal_error_closes_the_link_with_a_reason_and_the_node_goes_on(mo
     def broken(link, ids):
         raise KeyError("a bug")
 
-    monkeypatch.setattr(node.mesh, "stored", broken)
+    monkeypatch.setitem(node.mesh.frames.handlers, FrameType.STORED, broken)
     with caplog.at_level(logging.ERROR):
         peer.send(FrameType.STORED, ["x"])
     assert "internal error" in peer.refusal() and peer.closed

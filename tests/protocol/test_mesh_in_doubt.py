@@ -42,11 +42,11 @@ def test_a_forward_the_peer_stored_before_the_link_went_goes_nowhere_else():
     _, at_c = c.consumer("orders")
     mesh.settle()
     queue = a.broker.queues["orders"]
-    assert at_c.messages == [] and queue.in_doubt == 1 and a.broker.store.holds(sent.id)
+    assert at_c.messages == [] and queue.mesh.in_doubt == 1 and a.broker.store.holds(sent.id)
     mesh.link(a, b)  # b lists its markers: the message is b's, so a forgets it
     mesh.settle()
     assert at_b.bodies == [b"once"] and at_c.messages == []
-    assert queue.in_doubt == 0 and len(queue) == 0 and a.stored == []
+    assert queue.mesh.in_doubt == 0 and len(queue) == 0 and a.stored == []
     assert b.mesh.custody.markers[a.mesh.node_id] == {}  # a said RELEASED once its copy was gone
     mesh.clock.advance(TIMEOUT_MS / 1000)
     mesh.settle()
@@ -64,12 +64,12 @@ def test_a_forward_the_peer_never_got_goes_out_again_marked_redelivered():
     queue = a.broker.queues["orders"]
     assert queue.inflight == 1
     lose(mesh, to_b, a, b)
-    assert queue.inflight == 0 and len(queue) == 0 and queue.in_doubt == 1
+    assert queue.inflight == 0 and len(queue) == 0 and queue.mesh.in_doubt == 1
     mesh.link(a, b)
     mesh.settle()
     (delivered,) = at_b.messages
     assert delivered.body == b"in flight" and delivered.redelivered and delivered.deliveries == 1
-    assert queue.in_doubt == 0 and not a.stored
+    assert queue.mesh.in_doubt == 0 and not a.stored
 
 
 def test_a_non_persistent_forward_the_peer_got_goes_nowhere_else():
@@ -77,11 +77,11 @@ def test_a_non_persistent_forward_the_peer_got_goes_nowhere_else():
     _, at_c = c.consumer("orders")
     mesh.settle()
     queue = a.broker.queues["orders"]
-    assert at_c.messages == [] and queue.in_doubt == 1 and len(queue) == 0
+    assert at_c.messages == [] and queue.mesh.in_doubt == 1 and len(queue) == 0
     mesh.link(a, b)  # a asks; b's recent window has it
     mesh.settle()
     assert at_b.bodies == [b"once"] and at_c.messages == []
-    assert queue.in_doubt == 0 and len(queue) == 0 and queue.inflight == 0
+    assert queue.mesh.in_doubt == 0 and len(queue) == 0 and queue.inflight == 0
     mesh.clock.advance(TIMEOUT_MS / 1000)
     mesh.settle()
     assert at_c.messages == [] and at_b.bodies == [b"once"]
@@ -89,12 +89,12 @@ def test_a_non_persistent_forward_the_peer_got_goes_nowhere_else():
 
 def test_a_non_persistent_forward_the_peer_never_got_goes_out_again_marked():
     mesh, a, b, c, at_b = forward_on_a_dying_link(b"lost on the wire", peer_stores_it=False, persistent=False)
-    assert at_b.messages == [] and a.broker.queues["orders"].in_doubt == 1
+    assert at_b.messages == [] and a.broker.queues["orders"].mesh.in_doubt == 1
     mesh.link(a, b)
     mesh.settle()
     (delivered,) = at_b.messages
     assert delivered.body == b"lost on the wire" and delivered.redelivered
-    assert a.broker.queues["orders"].in_doubt == 0
+    assert a.broker.queues["orders"].mesh.in_doubt == 0
 
 
 def test_a_peer_that_does_not_come_back_is_waited_for_only_so_long():
@@ -108,7 +108,7 @@ def test_a_peer_that_does_not_come_back_is_waited_for_only_so_long():
     mesh.settle()
     (delivered,) = at_c.messages
     assert delivered.body == b"stranded?" and delivered.redelivered
-    assert a.broker.queues["orders"].in_doubt == 0
+    assert a.broker.queues["orders"].mesh.in_doubt == 0
 
 
 def test_after_a_restart_recovered_messages_wait_for_every_peer_known_before():
@@ -128,16 +128,16 @@ def test_after_a_restart_recovered_messages_wait_for_every_peer_known_before():
     lose(mesh, to_c, a, c)
     a.restart()
     queue = a.broker.queues["orders"]
-    assert len(queue) == 0 and queue.in_doubt == 4
+    assert len(queue) == 0 and queue.mesh.in_doubt == 4
     _, at_c = c.consumer("orders")
     mesh.link(a, c)
     mesh.settle()
-    assert at_c.messages == [] and queue.in_doubt == 4  # b has not said yet
+    assert at_c.messages == [] and queue.mesh.in_doubt == 4  # b has not said yet
     mesh.link(a, b)
     mesh.settle()
     assert at_b.bodies == [b"with b"]
     assert at_c.bodies == [b"backlog 0", b"backlog 1", b"backlog 2"] and all(m.redelivered for m in at_c.messages)
-    assert queue.in_doubt == 0 and a.stored == []
+    assert queue.mesh.in_doubt == 0 and a.stored == []
 
 
 def test_a_node_without_peers_holds_nothing_back_after_a_restart():
@@ -151,7 +151,7 @@ def test_a_node_without_peers_holds_nothing_back_after_a_restart():
 
 def test_scale_down_hands_over_what_is_in_doubt():
     mesh, a, b, c, _ = forward_on_a_dying_link(b"in doubt", peer_stores_it=False)
-    assert a.broker.queues["orders"].in_doubt == 1
+    assert a.broker.queues["orders"].mesh.in_doubt == 1
     done = mesh.scale_down(a)
     assert done and [m.body for m in c.broker.queues["orders"]] == [b"in doubt"]
     assert a.stored == []
@@ -174,4 +174,4 @@ def test_a_node_that_scaled_down_is_not_waited_for_after_a_restart():
     mesh.link(a, b)
     mesh.settle()  # b answers at once; c is not waited for
     assert sorted(at_b.bodies) == [b"from a", b"from c"]
-    assert a.broker.queues["orders"].in_doubt == 0 and a.stored == []
+    assert a.broker.queues["orders"].mesh.in_doubt == 0 and a.stored == []

@@ -4,6 +4,7 @@ custody, duplicates, hop limits and loops."""
 from __future__ import annotations
 
 from gateway.broker.message import TOPIC
+from mesh.codec import encode_message
 from tests.protocol.mesh_harness import MeshHarness, Sink
 
 
@@ -58,7 +59,7 @@ def test_duplicate_forward_is_dropped_but_confirmed():
     pump.pump()  # b has it and a marker for it; its STORED has not reached a yet
     (delivered,) = sink.messages
     replay = delivered.copy()  # what a resends after a reconnect
-    b.mesh.message_received(b.mesh.peers[a.mesh.node_id].link, replay, a.mesh.node_id)
+    b.mesh.peers[a.mesh.node_id].link.dataReceived(encode_message(replay, a.mesh.node_id, (a.mesh.node_id,)))
     mesh.settle()
     assert sink.bodies == [b"once"] and a.depth("orders") == 0
 
@@ -320,7 +321,7 @@ def test_persistent_topic_messages_wait_for_a_lost_link_to_come_back():
     b.mesh.peers[a.mesh.node_id].link.connectionLost(None)
     a.send("news", b"while down", kind=TOPIC)
     a.send("news", b"volatile while down", kind=TOPIC, persistent=False)
-    assert a.broker.link_patterns == {b.mesh.node_id: ["news"]}
+    assert a.broker.links.patterns == {b.mesh.node_id: ["news"]}
     mesh.link(a, b)
     mesh.settle()
     assert sink.bodies == [b"before", b"in flight", b"while down"]
@@ -336,7 +337,7 @@ def test_topic_queue_for_a_peer_goes_when_its_subscribers_go():
     assert ("link/" + b.mesh.node_id) in a.broker.bindings
     session.close()
     mesh.settle()
-    assert ("link/" + b.mesh.node_id) not in a.broker.bindings and a.broker.link_patterns == {}
+    assert ("link/" + b.mesh.node_id) not in a.broker.bindings and a.broker.links.patterns == {}
 
 
 def test_scale_down_hands_over_durable_subscription_backlogs():
@@ -388,8 +389,7 @@ def test_released_topic_markers_linger_to_catch_late_copies():
     assert len(held) == 1  # released by a, but kept for a while
     b.mesh.custody.recent.clear()  # as after a restart of b
     late = sink.messages[0].copy()
-    late.path = (a.mesh.node_id,)
-    b.mesh.message_received(b.mesh.peers[a.mesh.node_id].link, late, a.mesh.node_id)
+    b.mesh.peers[a.mesh.node_id].link.dataReceived(encode_message(late, a.mesh.node_id, (a.mesh.node_id,)))
     mesh.settle()
     assert sink.bodies == [b"once"]
     mesh.clock.advance(61)

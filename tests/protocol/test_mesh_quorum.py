@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import logging
 
+import msgspec
 import pytest
 from twisted.internet import defer
 from twisted.test import iosim
 
-from mesh.codec import FrameType, LinkParser, decode_control
-from mesh.link import LinkProtocol
+from mesh.codec import LinkParser
+from mesh.link import LinkProtocol, LinkState
 from mesh.quorum import answer_vote, check_voted, make_vote, voted_proof
+from mesh.wire import FrameType, decode_control
 from meshgate.replication.quorum import MeshQuorum, _Ask, _AskFactory
 from tests.protocol.mesh_harness import MeshHarness, SimNode
 
@@ -30,7 +32,7 @@ def ask(harness: MeshHarness, peer: SimNode, node_id: str, epoch: int, *, op: st
     """What the backup's side gets from ``peer`` for one question (over iosim)."""
     factory = _AskFactory(password=password, user="meshgate", op=op, node_id=node_id, epoch=epoch,
                           after_ms=after_ms)
-    server = LinkProtocol(peer.mesh, dialled=False)
+    server = LinkProtocol(peer.mesh.links, dialled=False)
     client = _Ask(factory)
     pump = iosim.connect(server, iosim.FakeTransport(server, True), client, iosim.FakeTransport(client, False),
                          clock=harness.clock)
@@ -40,7 +42,7 @@ def ask(harness: MeshHarness, peer: SimNode, node_id: str, epoch: int, *, op: st
     assert factory.done.called
     answers: list[dict] = []
     factory.done.addCallback(answers.append)
-    assert peer.mesh.peers.get(client.nonce) is None and not server.established, "a vote made a link"
+    assert peer.mesh.peers.get(client.nonce) is None and server.state is not LinkState.ESTABLISHED, "a vote made a link"
     return answers[0]
 
 
@@ -55,15 +57,15 @@ def primary_and_peer(harness: MeshHarness, epoch: int = 3) -> tuple[SimNode, Sim
 def test_the_hello_says_the_node_answers_votes_and_a_vote_and_its_answer_are_proven():
     harness = mesh()
     peer = harness.node("c")
-    hello = peer.mesh.hello("n1")
-    assert hello["votes"] is True
+    hello = peer.mesh.identity.hello("n1")
+    assert hello.votes is True
     vote = make_vote(PASSWORD, "n1", op="vote", node_id="x", epoch=2, after_ms=1000, user="meshgate", nonce="v1")
     harness.clock.advance(5)
-    reply = answer_vote(peer.mesh, "n1", vote)
+    reply = answer_vote(peer.mesh.votes, "n1", vote)
     assert reply["granted"] is True and reply["nonce"] == "v1" and reply["node_id"] == peer.mesh.node_id
     assert reply["proof"] == voted_proof(PASSWORD, "v1", reply)
     # Bound to the peer's link nonce: the same vote replayed on another connection proves nothing.
-    replayed = answer_vote(peer.mesh, "n2", vote)
+    replayed = answer_vote(peer.mesh.votes, "n2", vote)
     assert replayed["granted"] is False and "no valid proof" in replayed["reason"]
 
 
@@ -130,9 +132,9 @@ def test_a_peer_of_an_older_meshgate_is_asked_nothing_and_counts_as_no(monkeypat
     harness = mesh()
     peer = harness.node("c")
     harness.clock.advance(5)
-    old_hello = peer.mesh.hello
-    monkeypatch.setattr(peer.mesh, "hello", lambda nonce: {k: v for k, v in old_hello(nonce).items()
-                                                           if k != "votes"})
+    old_hello = peer.mesh.identity.hello
+    monkeypatch.setattr(peer.mesh.identity, "hello", lambda nonce: {
+        k: v for k, v in msgspec.to_builtins(old_hello(nonce)).items() if k != "votes"})
     sent = []
     original = LinkProtocol._handle
     monkeypatch.setattr(LinkProtocol, "_handle", lambda self, kind, payload: (sent.append(kind),
@@ -146,7 +148,7 @@ def test_an_older_peer_that_gets_a_vote_anyway_refuses_it_as_an_unknown_frame():
     """A VOTE is a frame type an older node does not know: it refuses the connection (no answer: a no)."""
     harness = mesh()
     peer = harness.node("c")
-    link = LinkProtocol(peer.mesh, dialled=True)  # a dialled link does not answer votes, as an older node
+    link = LinkProtocol(peer.mesh.links, dialled=True)  # a dialled link does not answer votes, as an older node
     transport = iosim.FakeTransport(link, False)
     link.makeConnection(transport)
     vote = make_vote(PASSWORD, "n", op="vote", node_id="x", epoch=2, after_ms=1000, user="meshgate", nonce="v")
@@ -206,6 +208,6 @@ def test_a_vote_whose_proof_is_no_ascii_string_is_refused_not_raised(proof):
     primary, peer, _ = primary_and_peer(harness)
     vote = make_vote(PASSWORD, "n1", op="takeover", node_id=primary.mesh.node_id, epoch=4, after_ms=0,
                      user="meshgate", nonce="v1")
-    answer = answer_vote(peer.mesh, "n1", {**vote, "proof": proof})
+    answer = answer_vote(peer.mesh.votes, "n1", {**vote, "proof": proof})
     assert answer["granted"] is False and "no valid proof" in answer["reason"], answer
     assert check_voted(PASSWORD, "v1", {**answer, "proof": proof}) is None

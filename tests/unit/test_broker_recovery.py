@@ -17,7 +17,7 @@ def boot(path) -> tuple[Broker, LoopReactor]:
 
 def test_queues_and_a_mesh_peers_topic_backlog_survive_a_restart(tmp_path):
     broker, reactor = boot(tmp_path)
-    broker.link_binding("peer-1", ["news.>"])
+    broker.links.bind("peer-1", ["news.>"])
     broker.send(TOPIC, "news.eu", {}, b"for the peer", persistent=True)
     broker.send(TOPIC, "news.eu", {}, b"volatile", persistent=False)
     broker.send(QUEUE, "orders", {"k": "v"}, b"queued", persistent=True)
@@ -26,6 +26,6 @@ def test_queues_and_a_mesh_peers_topic_backlog_survive_a_restart(tmp_path):
     broker, _ = boot(tmp_path)
     link_queue = broker.bindings["link/peer-1"].queue
     assert [m.body for m in link_queue] == [b"for the peer"]
-    assert broker.link_patterns == {"peer-1": ["news.>"]}
+    assert broker.links.patterns == {"peer-1": ["news.>"]}
     (queued,) = list(broker.queues["orders"])
     assert queued.body == b"queued" and queued.headers == {"k": "v"} and queued.redelivered

@@ -47,6 +47,14 @@ def test_a_package_imports_only_the_layers_below_it(package):
     assert not wrong, "\n".join(wrong)
 
 
+def test_no_part_of_the_mesh_imports_the_node_that_assembles_it():
+    """mesh/node.py puts the parts together; none of them reaches back into it,
+    not even for a type (each is handed what it needs when it is made)."""
+    wrong = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "mesh").rglob("*.py"))
+             if path.name != "node.py" and "mesh.node" in imports_of(path)]
+    assert not wrong, f"these import mesh.node: {wrong}"
+
+
 def test_the_stomp_layer_knows_nothing_of_management():
     for path in (ROOT / "gateway" / "stomp").rglob("*.py"):
         assert not any(name.startswith(("management", "mesh")) for name in imports_of(path)), path

@@ -1,0 +1,221 @@
+"""Nodes that leave: this node scaling down (every message handed to another node
+before it stops), an administrator moving a queue's messages to a linked node,
+a peer that scaled down (LEAVING), and nodes forgotten — by an administrator
+(FORGET, passed on to every node) or after ``peer_retention_s`` unheard of."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any
+
+from twisted.internet import defer, task
+
+from gateway.broker.broker import Broker
+from gateway.broker.links import LinkRole, LinkSubscription
+from gateway.broker.message import QUEUE
+from gateway.broker.queue import CLIENT_INDIVIDUAL, Subscription
+from mesh.custody import Custody, RecentWindow
+from mesh.demand import Demand
+from mesh.identity import Identity
+from mesh.peers import LINK_WINDOW, PeerTable
+from mesh.settings import Clock, MeshSettings
+from mesh.topology import Topology
+from mesh.wire import DURABLE, FORGET, DurableSubscription, Forget, FrameTable, FrameType, LinkHandover, LinkSender
+from model.events import NodeLeft, ScaleDown
+
+log = logging.getLogger("mesh.node")
+_FORGET_WINDOW = 10_000  # FORGET request ids remembered, so one that comes round again is not passed on
+
+
+class Departures:
+    def __init__(self, identity: Identity, config: MeshSettings, broker: Broker, peers: PeerTable, custody: Custody,
+                 demand: Demand, topology: Topology, clock: Clock, frames: FrameTable) -> None:
+        self.identity = identity
+        self.node_id = identity.node_id
+        self.config = config
+        self.broker = broker
+        self.peers = peers
+        self.linked = peers.linked
+        self.custody = custody
+        self.demand = demand
+        self.topology = topology
+        self.clock = clock
+        self.events = broker.events
+        self.scaling_down = False
+        self._forget_requests = RecentWindow(_FORGET_WINDOW)  # FORGET ids seen lately (they go round the mesh)
+        frames.on(FrameType.DURABLE, DURABLE, self.durable_received)
+        frames.on_raw(FrameType.LEAVING, self.leaving_received)
+        frames.on(FrameType.FORGET, FORGET, self.forget_received)
+
+    # -- this node leaving -----------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def scale_down(self, patience: float = 30.0) -> Any:
+        """Hand every queued message to another node (of the same group_name, if
+        set) before this one stops; what cannot be handed over stays in the store."""
+        group = self.config.group_name
+        targets = [p for p in self.linked.values() if not group or p.hello.group == group]
+        if not targets:
+            log.warning("mesh: scale-down found no node to take the messages; they stay in this node's store")
+            return
+        target = targets[0]
+        peer_id = target.link.peer_id
+        self.scaling_down = True
+        self.demand.frozen = True
+        self.topology.leaving.add(self.node_id)
+        self.topology.gossip()
+        # This node is going: what a peer may hold is handed over too, marked
+        # redelivered, rather than left where no one would ever deliver it.
+        self.custody.release_doubts()
+        broker = self.broker
+        for name, queue in list(broker.queues.items()):
+            if not len(queue) or name in target.queue_subs:
+                continue
+            target.queue_subs[name] = target.session.subscribe(
+                target.subscription_id(name), QUEUE, name, CLIENT_INDIVIDUAL, LINK_WINDOW, None,
+                link=LinkSubscription(peer_id, LinkRole.HANDED_OVER))
+        for name, binding in list(broker.bindings.items()):
+            if not binding.durable or not len(binding.queue) or binding.peer == peer_id or name in target.durable_subs:
+                continue
+            spec: DurableSubscription | LinkHandover
+            if binding.peer is None:
+                spec = DurableSubscription(name, binding.pattern, binding.selector_text)
+            elif binding.peer in self.linked:
+                continue  # its own link is up: it drains there
+            else:
+                # Kept for a peer whose link is down: the target keeps it for that peer now.
+                spec = LinkHandover(name=name, link=binding.peer, patterns=broker.links.patterns[binding.peer])
+            target.link.send_control(FrameType.DURABLE, spec)
+            broker.links.attach_durable(target.session, "d:" + name, binding, LINK_WINDOW, peer_id,
+                                        LinkRole.HANDED_OVER)
+        for queue in broker.queues.values():
+            queue.mesh.remote_dispatch = True
+            queue.dispatch()
+        waited = 0.0
+        while waited < patience and self.linked.get(peer_id) is target and self._holding():
+            yield task.deferLater(self.clock, 0.05, lambda: None)  # type: ignore[arg-type]
+            waited += 0.05
+        durable = [b.queue for b in broker.bindings.values() if b.durable]
+        left = sum(len(q) + q.inflight + q.mesh.in_doubt for q in (*broker.queues.values(), *durable))
+        self.events.emit(ScaleDown(target=peer_id, left=left))
+        if left:
+            log.warning("mesh: scale-down left %d message(s) in this node's store", left)
+            return
+        log.info("mesh: scaled down: every message handed to %s", target.link.peer_name)
+        # Peers would otherwise wait for this node after their next restart, and
+        # keep duplicate markers for messages it will never resend.
+        for peer in self.linked.values():
+            peer.link.send_control(FrameType.LEAVING)
+
+    def _holding(self) -> bool:
+        durable = (b.queue for b in self.broker.bindings.values() if b.durable)
+        return any(len(q) or q.inflight or q.mesh.in_doubt for q in (*self.broker.queues.values(), *durable))
+
+    def hand_over(self, peer_id: str, queue_name: str, count: int | None = None) -> int:
+        """Move up to ``count`` waiting messages of a queue to a linked node, with
+        custody as for any forward: each leaves this node once the peer has it.
+        There they follow consumers as any message does."""
+        peer = self.linked.get(peer_id)
+        queue = self.broker.queues.get(queue_name)
+        if peer is None or queue is None:
+            return 0
+        messages = queue.take(count)
+        if not messages:
+            return 0
+        # A subscription with no window: dispatch never gives it anything; these go by hand.
+        sub = Subscription(peer.session, peer.subscription_id(queue_name), queue, CLIENT_INDIVIDUAL, 0, None)
+        # May go where it came from: an administrator sends it there.
+        sub.link = LinkSubscription(peer_id, LinkRole.HANDED_OVER, may_revisit=True)
+        queue.add_consumer(sub)
+        peer.session.subscriptions[sub.id] = sub
+        for message in messages:
+            peer.session.deliver(sub, message)
+        peer.retiring.add(sub)  # unsubscribed once the peer has confirmed them all
+        return len(messages)
+
+    def durable_received(self, link: LinkSender, spec: DurableSubscription | LinkHandover) -> None:
+        """A peer scaling down hands this node a durable subscription's backlog (or a
+        topic queue it kept for a peer whose link is down): it is made here first."""
+        if isinstance(spec, LinkHandover):
+            self.broker.links.bind(spec.link, spec.patterns)
+        else:
+            self.broker.links.ensure_durable(spec.name, spec.topic, spec.selector)
+
+    # -- other nodes leaving ---------------------------------------------------------------
+
+    def leaving_received(self, link: LinkSender, payload: bytes) -> None:
+        """The peer scaled down and holds nothing: it will not resend, nor hold
+        anything of ours after this node restarts."""
+        log.info("mesh: %s scaled down and left the mesh", link.peer_name)
+        self.topology.node_leaving(link.peer_id, link.peer_name)
+        self.custody.stop_counting_on(link.peer_id)
+
+    def forget(self, node_id: str) -> str | None:
+        """An administrator says a node crashed and will not come back: stop
+        waiting for it, release its duplicate markers, drop the topic messages kept
+        for it, and tell every node. Returns why not, if it cannot be forgotten."""
+        if node_id == self.node_id:
+            return "a node cannot forget itself"
+        if node_id in self.linked:
+            return f"node {node_id} is linked with this node; stop it before forgetting it"
+        ago = self.topology.heard_ago(node_id)
+        if ago is not None:
+            return (f"node {node_id} is still in the mesh (heard of {ago:.0f} s ago); a node is dropped "
+                    f"{self.topology.expiry():.0f} s after it was last heard of")
+        self._forget(node_id, str(uuid.uuid4()), None)
+        return None
+
+    def forget_departed(self) -> list[str]:
+        """Forget, as ``meshgate forget`` would, every node this node has linked with
+        that no node has heard of for ``peer_retention_s``: what is kept for it (a
+        topic backlog, markers, waits) would otherwise grow or wait forever. The
+        clock runs from when the last link with it went (kept in the store, so a
+        restart does not reset it), or from this node's start when it was linked
+        as this node stopped."""
+        retention, now = self.config.peer_retention_s, self.clock.seconds()
+        forgotten = []
+        for peer_id in list(self.custody.known_peers):
+            ago = self.topology.heard_ago(peer_id)
+            if peer_id in self.linked or (ago is not None and ago < retention):
+                continue
+            since = max(self.custody.last_linked(peer_id) or self.identity.started_at,
+                        self.peers.link_down_since.get(peer_id, 0.0))
+            if now - since < retention:
+                continue
+            departed = self.topology.departed.get(peer_id)
+            name = departed.node.name if departed is not None else peer_id
+            reason = f"not heard of for {_duration(now - since)} (mesh.peer_retention_s); forgotten"
+            log.warning("mesh: node %s %s, with what was kept for it", name, reason)
+            self.events.emit(NodeLeft(subject=peer_id, name=name, reason=reason))
+            self._forget(peer_id, str(uuid.uuid4()), None)
+            forgotten.append(peer_id)
+        return forgotten
+
+    def forget_received(self, link: LinkSender, request: Forget) -> None:
+        self._forget(request.node, request.id, link.peer_id)
+
+    def _forget(self, node_id: str, request_id: str, source: str | None) -> None:
+        if request_id in self._forget_requests:
+            return  # it came round another way
+        self._forget_requests.add(request_id)
+        request = Forget(node_id, request_id)
+        for peer_id, peer in self.linked.items():
+            if peer_id != source:
+                peer.link.send_control(FrameType.FORGET, request)
+        if node_id in self.linked:
+            log.warning("mesh: told to forget %s, which is linked with this node: kept", node_id)
+            return
+        log.warning("mesh: forgetting node %s: it is not waited for, and what was kept for it is dropped", node_id)
+        self.peers.forget(node_id)  # with its peer record: a node forgotten may come back at any epoch
+        self.custody.stop_counting_on(node_id)
+        self.broker.links.unbind(node_id)
+        self.topology.forget(node_id)
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.0f} hours"
+    return f"{seconds:.0f} s"
