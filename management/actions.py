@@ -66,6 +66,8 @@ class LocalActions:
         return self._done("purge", "/queue/" + name, len(messages))
 
     def delete_queue(self, name: str) -> Done:
+        """This node's part of the queue goes, with what waits in it (Broker.drop_queue);
+        its definition stays (``delete_definition`` deletes a queue's settings mesh-wide)."""
         queue = self._queue(name)
         if queue.consumers:
             raise ManagementError("conflict", f"queue {name!r} has {len(queue.consumers)} consumer(s) on this node; "
@@ -75,7 +77,7 @@ class LocalActions:
             raise ManagementError("conflict", f"{in_doubt} message(s) of queue {name!r} are in doubt on this "
                                               "node; try again once the peers have answered for them", self.node_id)
         count = len(queue)
-        self.broker.delete_queue(queue)
+        self.broker.drop_queue(queue)
         return self._done("delete_queue", "/queue/" + name, count)
 
     # -- mesh-wide definitions --------------------------------------------------------------

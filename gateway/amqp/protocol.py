@@ -536,14 +536,7 @@ class AmqpFactory(ServerFactory[AmqpProtocol]):
 
     def delete_queue(self, name: str) -> None:
         """Delete a queue on every node: its bindings, its definition, what waits in it."""
-        broker = self.broker
-        for binding in broker.exchanges.bound_to(name):
-            broker.unbind(binding)
-        if name in broker.queue_settings:
-            broker.define_queue(name, None)
-        queue = broker.queues.get(name)
-        if queue is not None and not queue.consumers:
-            broker.delete_queue(queue)
+        self.broker.delete_queue(name)
 
 
 def _credentials(mechanism: str, response: bytes) -> tuple[str | None, str | None]:

@@ -8,6 +8,7 @@ import logging
 import time
 from typing import Callable, Protocol
 
+from gateway.broker.dead_letters import DeadLetters
 from gateway.broker.definitions import DefiningMixin, Definitions
 from gateway.broker.errors import BrokerError
 from gateway.broker.events import EventSink, NullEvents
@@ -24,7 +25,7 @@ from model.definitions import (
     DurableSpec,
     QueueSettings,
 )
-from model.events import ConsumerAttached, ConsumerDetached, DeadLetter, Expired
+from model.events import ConsumerAttached, ConsumerDetached
 from model.names import quoted
 
 log = logging.getLogger(__name__)
@@ -93,9 +94,14 @@ class Broker(DefiningMixin):
         self.definitions = Definitions(node_id)
         self.queue_settings: dict[str, QueueSettings] = {}
         self.exchanges = Exchanges()
-        self._topic_queues = False  # some queue is bound to amq.topic: STOMP topic messages reach it too
+        self.topic_queues = False  # some queue is bound to amq.topic: STOMP topic messages reach it too
         self.on_definition: Callable[[Definition], None] | None = None  # the mesh ships changes made here
         self.links = BrokerLinks(self)  # mesh peers' topic queues
+        dead_letters = DeadLetters(self)
+        self.requeue = dead_letters.requeue
+        self.dead_letter = dead_letters.dead_letter
+        self.expire = dead_letters.expire
+        self.sweep_expired = dead_letters.sweep_expired
 
     # -- start-up -------------------------------------------------------------------------
 
@@ -103,7 +109,7 @@ class Broker(DefiningMixin):
         """Rebuild queues, durable subscriptions and persistent messages from the store."""
         catalog = self.store.load_catalog()
         for name in catalog.get("queues", []):
-            self._create_queue(name, save=False)
+            self.create_queue(name, save=False)
         self.definitions.load_catalog(catalog.get("definitions", []))
         for name, spec in catalog.get("durable", {}).items():  # written before definitions were
             if self.definitions.get(DURABLE_SUBSCRIPTION, name) is None:
@@ -111,7 +117,7 @@ class Broker(DefiningMixin):
                                         durable=DurableSpec(topic=spec["topic"], selector=spec.get("selector")))
         for record in self.definitions.records():
             if not record.deleted:
-                self._apply_definition(record, save=False)
+                self.apply_definition(record, save=False)
         for peer, patterns in catalog.get("links", {}).items():
             self.links.bind(peer, patterns, save=False)
         by_key = {q.key: q for q in self.queues.values()}
@@ -143,7 +149,7 @@ class Broker(DefiningMixin):
         return count
 
     def _queue_for_key(self, key: str) -> Queue:
-        return self._create_queue(key.partition(":")[2])
+        return self.create_queue(key.partition(":")[2])
 
     # -- time and ids ---------------------------------------------------------------------
 
@@ -157,9 +163,9 @@ class Broker(DefiningMixin):
 
     def queue(self, name: str) -> Queue:
         queue = self.queues.get(name)
-        return queue if queue is not None else self._create_queue(name)
+        return queue if queue is not None else self.create_queue(name)
 
-    def _create_queue(self, name: str, save: bool = True) -> Queue:
+    def create_queue(self, name: str, save: bool = True) -> Queue:
         if name in self.services:
             raise BrokerError(f"/queue/{name} is a service address: SEND requests to it with a reply-to header; "
                               "it holds no messages and cannot be subscribed to")
@@ -167,7 +173,7 @@ class Broker(DefiningMixin):
         self.queues[name] = queue
         self.queues_version += 1
         if save:
-            self._save_catalog(required=False)  # a queue works without it: recovery finds its messages' queue
+            self.save_catalog(required=False)  # a queue works without it: recovery finds its messages' queue
         return queue
 
     def create_temp_queue(self, session: Session, name: str) -> Queue:
@@ -183,10 +189,28 @@ class Broker(DefiningMixin):
         (left by a version that let clients create one) would hide the service: it goes."""
         queue = self.queues.get(address)
         if queue is not None:
-            self.delete_queue(queue)
+            self.drop_queue(queue)
         self.services[address] = handler
 
-    def delete_queue(self, queue: Queue, save: bool = True) -> None:
+    def delete_queue(self, name: str) -> int:
+        """Delete a queue: on every node its exchange bindings and its definition, and
+        here what waits in it (the queue itself stays while a consumer holds it here).
+        What AMQP's queue.delete, x-expires, auto-delete and exclusive queues mean;
+        returns how many messages were dropped here."""
+        for binding in self.exchanges.bound_to(name):
+            self.unbind(binding)
+        if name in self.queue_settings:
+            self.define_queue(name, None)
+        queue = self.queues.get(name)
+        if queue is None or queue.consumers:
+            return 0
+        count = len(queue)
+        self.drop_queue(queue)
+        return count
+
+    def drop_queue(self, queue: Queue, save: bool = True) -> None:
+        """This node's copy of a queue goes, with what waits in it (its definition, if
+        any, stays: a queue used again is made again)."""
         for message in queue.take_all():
             self.consumed(queue, message)
         if queue.temporary:
@@ -194,11 +218,11 @@ class Broker(DefiningMixin):
         elif self.queues.pop(queue.name, None) is not None:
             self.queues_version += 1
             if save:
-                self._save_catalog(required=False)
+                self.save_catalog(required=False)
             for watcher in self.queue_deleted_watchers:
                 watcher(queue.name)
 
-    def _save_catalog(self, required: bool = True) -> None:
+    def save_catalog(self, required: bool = True) -> None:
         """Write the catalog. When the store cannot (a full disk), the client request
         that changed it gets a BrokerError naming why (``required``); a change the
         mesh made is logged: the catalog is written whole at the next change."""
@@ -284,7 +308,7 @@ class Broker(DefiningMixin):
             if not message.expires and self.queue_settings:
                 copy.expires = self._queue_expiry(name)
             queue = self.queues.get(name)
-            self._enqueue(queue if queue is not None else self._create_queue(name), copy)
+            self.enqueue(queue if queue is not None else self.create_queue(name), copy)
 
     def route(self, message: Message, session: Session | None = None) -> bool:
         """Put a message (new, or arriving from another node) where it belongs."""
@@ -297,8 +321,8 @@ class Broker(DefiningMixin):
                 if service is not None:
                     service(message, session)
                     return True
-                queue = self._create_queue(address)
-            self._enqueue(queue, message)
+                queue = self.create_queue(address)
+            self.enqueue(queue, message)
         elif kind == TOPIC:
             bindings = self._topic_cache.get(address)
             if bindings is None:
@@ -317,9 +341,9 @@ class Broker(DefiningMixin):
                     # Every node holds each durable subscription and keeps what is published
                     # on it there, until the subscriber draws it: one copy in the mesh.
                     continue
-                self._enqueue(binding.queue, message if first else message.copy())
+                self.enqueue(binding.queue, message if first else message.copy())
                 first = False
-            if self._topic_queues and not path:
+            if self.topic_queues and not path:
                 # Queues bound to amq.topic take it too, on the node where it was published.
                 names = sorted(self.exchanges.queues_for(TOPIC_EXCHANGE, address, message.headers))
                 if names:
@@ -333,12 +357,12 @@ class Broker(DefiningMixin):
             if queue is None:
                 self.dropped += 1  # its owner has gone; nobody can ever read it
                 return False
-            self._enqueue(queue, message)
+            self.enqueue(queue, message)
         else:
             raise BrokerError(f"unknown destination kind {kind!r}")
         return True
 
-    def _enqueue(self, queue: Queue, message: Message) -> None:
+    def enqueue(self, queue: Queue, message: Message) -> None:
         if message.persistent and queue.durable:
             self.store.add(queue.key, message)
         self.memory_used += message.size
@@ -452,7 +476,7 @@ class Broker(DefiningMixin):
                        selector: str | None, durable_name: str | None) -> TopicBinding:
         if durable_name is None:
             name = f"{session.name}/{subscription_id}"
-            return self._bind(name, pattern, selector, durable=False, predicate=predicate)
+            return self.bind_topic(name, pattern, selector, durable=False, predicate=predicate)
         binding = self.bindings.get(durable_name)
         if binding is None:
             check_name("durable subscription name", durable_name)
@@ -463,12 +487,12 @@ class Broker(DefiningMixin):
             if binding.pattern == pattern and binding.selector_text == (selector or None):
                 return binding
             # A changed topic or selector makes a new subscription, as in JMS.
-            self._unbind(binding)
-        binding = self._bind(durable_name, pattern, selector, durable=True, predicate=predicate)
-        self._define(DURABLE_SUBSCRIPTION, durable_name, durable=DurableSpec(topic=pattern, selector=selector or None))
+            self.unbind_topic(binding)
+        binding = self.bind_topic(durable_name, pattern, selector, durable=True, predicate=predicate)
+        self.define(DURABLE_SUBSCRIPTION, durable_name, durable=DurableSpec(topic=pattern, selector=selector or None))
         return binding
 
-    def _bind(self, name: str, pattern: str, selector: str | None, durable: bool,
+    def bind_topic(self, name: str, pattern: str, selector: str | None, durable: bool,
               predicate: Callable | None = None) -> TopicBinding:
         if predicate is None and selector:
             predicate = self._selector(selector)
@@ -499,7 +523,7 @@ class Broker(DefiningMixin):
         else:
             return  # a mesh link that took the subscription's messages to its subscriber elsewhere
         if not binding.durable:
-            self._unbind(binding)
+            self.unbind_topic(binding)
 
     def remove_durable(self, name: str) -> None:
         """Delete a durable subscription here and, by its definition, on every node."""
@@ -509,16 +533,16 @@ class Broker(DefiningMixin):
         if here is None and (record is None or record.deleted):
             raise BrokerError(f"no durable subscription named {quoted(name)}")
         if here is not None:
-            self._drop_durable(here)
-        self._define(DURABLE_SUBSCRIPTION, name)
+            self.drop_durable(here)
+        self.define(DURABLE_SUBSCRIPTION, name)
 
-    def _drop_durable(self, binding: TopicBinding) -> None:
+    def drop_durable(self, binding: TopicBinding) -> None:
         if binding.active is not None:
             binding.active.queue.remove_consumer(binding.active)
             binding.active = None
-        self._unbind(binding)
+        self.unbind_topic(binding)
 
-    def _unbind(self, binding: TopicBinding) -> None:
+    def unbind_topic(self, binding: TopicBinding) -> None:
         del self.bindings[binding.queue.name]
         self.bindings_changed()
         for message in binding.queue.take_all():
@@ -528,80 +552,6 @@ class Broker(DefiningMixin):
         if message.persistent and queue.durable:
             self.store.remove(queue.key, message)
         self.release_memory(message.size)
-
-    def requeue(self, queue: Queue, messages: list[Message]) -> None:
-        """Unacked deliveries come back (NACK, unsubscribe, disconnect, rollback)."""
-        keep = []
-        settings = self.queue_settings.get(queue.name) if self.queue_settings else None
-        attempts, dead_letter_queue = self.max_delivery_attempts, self.dead_letter_queue
-        if settings is not None:
-            attempts = settings.max_delivery_attempts or attempts
-            dead_letter_queue = settings.dead_letter_queue or dead_letter_queue
-        for message in messages:
-            if message.deliveries >= attempts and queue.name != dead_letter_queue:
-                if settings is not None and settings.dead_letter_exchange is not None:
-                    self.dead_letter(queue, message, "max-delivery-attempts")
-                    continue
-                queue.dead_lettered += 1
-                self.events.count(DeadLetter(queue=queue.name, reason="max-delivery-attempts",
-                                             dead_letter_queue=dead_letter_queue, count=0))
-                self._move(queue, message, dead_letter_queue, "max-delivery-attempts")
-            else:
-                keep.append(message)
-        if keep:
-            queue.put_back(keep)
-            queue.dispatch()
-
-    def dead_letter(self, queue: Queue, message: Message, reason: str) -> None:
-        """A message refused for good (AMQP reject or nack without requeue): to the
-        queue's dead-letter exchange if it has one, else dropped, as RabbitMQ does."""
-        settings = self.queue_settings.get(queue.name) if self.queue_settings else None
-        exchange = settings.dead_letter_exchange if settings is not None else None
-        if settings is None or exchange is None or exchange not in self.exchanges.exchanges:
-            self.consumed(queue, message)
-            return
-        queue.dead_lettered += 1
-        self.events.count(DeadLetter(queue=queue.name, reason=reason, dead_letter_queue="exchange:" + exchange,
-                                     count=0))
-        self.consumed(queue, message)
-        routing_key = settings.dead_letter_routing_key or message.headers.get(ROUTING_KEY_HEADER, queue.name)
-        headers = {**message.headers, "original-destination": f"/queue/{queue.name}",
-                   "original-message-id": message.id, "dead-letter-reason": reason,
-                   EXCHANGE_HEADER: exchange, ROUTING_KEY_HEADER: routing_key}
-        headers.pop("expires", None)
-        self.publish(exchange, routing_key, headers, message.body, message.persistent, message.priority)
-
-    def expire(self, queue: Queue, message: Message) -> None:
-        self.expired += 1
-        queue.expired += 1
-        self.events.count(Expired(queue=queue.name, count=0))
-        settings = self.queue_settings.get(queue.name) if self.queue_settings else None
-        if settings is not None and settings.dead_letter_exchange is not None:
-            self.dead_letter(queue, message, "expired")
-            return
-        expiry_queue = self.expiry_queue if settings is None or settings.expiry_queue is None else settings.expiry_queue
-        if expiry_queue and queue.name != expiry_queue:
-            self._move(queue, message, expiry_queue, "expired")
-        else:
-            self.consumed(queue, message)
-
-    def sweep_expired(self) -> int:
-        now = self.now_ms()
-        count = 0
-        for queue in [*self.queues.values(), *(b.queue for b in self.bindings.values())]:
-            for message in queue.remove_expired(now):
-                self.expire(queue, message)
-                count += 1
-        return count
-
-    def _move(self, queue: Queue, message: Message, target: str, reason: str) -> None:
-        self.consumed(queue, message)
-        headers = dict(message.headers)
-        headers.setdefault("original-destination", f"/{message.kind}/{message.address}")
-        headers["original-message-id"] = message.id
-        headers["dead-letter-reason"] = reason
-        headers.pop("expires", None)
-        self.send(QUEUE, target, headers, message.body, message.persistent, message.priority)
 
     # -- sessions -------------------------------------------------------------------------
 

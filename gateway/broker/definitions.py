@@ -5,7 +5,7 @@ shipping them the mesh's."""
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import msgspec
 
@@ -21,6 +21,9 @@ from model.definitions import (
     ExchangeSpec,
     QueueSettings,
 )
+
+if TYPE_CHECKING:
+    from gateway.broker.core import BrokerCore
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +79,10 @@ class Definitions:
 class DefiningMixin:
     """The broker's side of the definitions: changes made here, records merged from
     peers, and what each means for queues, durable subscriptions and exchanges.
-    Mixed into gateway.broker.broker.Broker, whose state it changes."""
+    Mixed into gateway.broker.broker.Broker; what it uses of it is declared in
+    gateway.broker.core.BrokerCore (each method's ``self``)."""
 
-    def define_queue(self, name: str, settings: QueueSettings | None) -> Definition:
+    def define_queue(self: BrokerCore, name: str, settings: QueueSettings | None) -> Definition:
         """Set a queue's settings on every node (None: delete its definition
         everywhere, and the queue where no consumer holds it)."""
         if name in self.services:
@@ -89,71 +93,71 @@ class DefiningMixin:
                                  ("expiry queue", settings.expiry_queue or None)):
                 if target is not None:
                     check_name(what, target)
-        record = self._define(QUEUE_SETTINGS, name, queue=settings)
-        self._apply_definition(record, save=False)
+        record = self.define(QUEUE_SETTINGS, name, queue=settings)
+        self.apply_definition(record, save=False)
         return record
 
-    def declare_exchange(self, name: str, spec: ExchangeSpec) -> None:
+    def declare_exchange(self: BrokerCore, name: str, spec: ExchangeSpec) -> None:
         """Make an exchange on every node (nothing changes if it exists alike)."""
         current = self.definitions.get(EXCHANGE, name)
         if current is not None and current.exchange == spec:
             return
         if current is None:
             check_name("exchange name", name)
-        self._apply_definition(self._define(EXCHANGE, name, exchange=spec), save=False)
+        self.apply_definition(self.define(EXCHANGE, name, exchange=spec), save=False)
 
-    def delete_exchange(self, name: str) -> None:
+    def delete_exchange(self: BrokerCore, name: str) -> None:
         """Delete an exchange and the bindings from and to it, on every node."""
         for exchange in self.exchanges.exchanges.values():
             for binding, _ in list(exchange.bindings.values()):
                 if binding.source == name or (binding.destination == name and binding.destination_kind == EXCHANGE):
                     self.unbind(binding)
-        self._apply_definition(self._define(EXCHANGE, name), save=False)
+        self.apply_definition(self.define(EXCHANGE, name), save=False)
 
-    def bind(self, binding: BindingSpec) -> None:
+    def bind(self: BrokerCore, binding: BindingSpec) -> None:
         key = binding.key()
         current = self.definitions.get(BINDING, key)
         if current is None or current.deleted:
-            self._apply_definition(self._define(BINDING, key, binding=binding), save=False)
+            self.apply_definition(self.define(BINDING, key, binding=binding), save=False)
 
-    def unbind(self, binding: BindingSpec) -> None:
+    def unbind(self: BrokerCore, binding: BindingSpec) -> None:
         key = binding.key()
         current = self.definitions.get(BINDING, key)
         if current is not None and not current.deleted:
-            self._apply_definition(self._define(BINDING, key), save=False)
+            self.apply_definition(self.define(BINDING, key), save=False)
 
-    def _define(self, kind: str, name: str, **spec: Any) -> Definition:
+    def define(self: BrokerCore, kind: DefinitionKind, name: str, **spec: Any) -> Definition:
         """A definition changed here: record it, save it, let the mesh ship it."""
         record = self.definitions.change(kind, name, self.seconds(), **spec)
-        self._save_catalog()
+        self.save_catalog()
         if self.on_definition is not None:
             self.on_definition(record)
         return record
 
-    def forget_deletions(self, older_than: float) -> None:
+    def forget_deletions(self: BrokerCore, older_than: float) -> None:
         """Drop the record of deletions made before ``older_than`` (mesh.peer_retention_s)."""
         if self.definitions.drop_tombstones(older_than):
-            self._save_catalog(required=False)
+            self.save_catalog(required=False)
 
-    def merge_definition(self, record: Definition) -> bool:
+    def merge_definition(self: BrokerCore, record: Definition) -> bool:
         """A definition from another node: applied if it wins over the one held."""
         if not self.definitions.merge(record):
             return False
-        self._apply_definition(record)
+        self.apply_definition(record)
         return True
 
-    def _apply_definition(self, record: Definition, save: bool = True) -> None:
+    def apply_definition(self: BrokerCore, record: Definition, save: bool = True) -> None:
         name = record.name
         if record.kind == QUEUE_SETTINGS:
             if record.queue is not None:
                 self.queue_settings[name] = record.queue
                 if name not in self.queues and name not in self.services:
-                    self._create_queue(name, save=False)
+                    self.create_queue(name, save=False)
             else:
                 self.queue_settings.pop(name, None)
                 queue = self.queues.get(name)
                 if queue is not None and not queue.consumers:
-                    self.delete_queue(queue, save=False)
+                    self.drop_queue(queue, save=False)
         elif record.kind == EXCHANGE:
             if record.exchange is not None:
                 self.exchanges.declare(name, record.exchange)
@@ -164,18 +168,18 @@ class DefiningMixin:
                 self.exchanges.bind(record.binding)
             else:
                 self.exchanges.unbind_key(name)
-            self._topic_queues = self.exchanges.topic_bound()
+            self.topic_queues = self.exchanges.topic_bound()
         else:
             binding = self.bindings.get(name)
             spec = record.durable
             if binding is not None and binding.durable and binding.peer is None:
                 if spec is not None and (binding.pattern, binding.selector_text) == (spec.topic, spec.selector):
                     return
-                self._drop_durable(binding)  # deleted, or changed: a new subscription, as in JMS
+                self.drop_durable(binding)  # deleted, or changed: a new subscription, as in JMS
             if spec is not None:
                 try:
-                    self._bind(name, spec.topic, spec.selector, durable=True)
+                    self.bind_topic(name, spec.topic, spec.selector, durable=True)
                 except BrokerError as error:  # a selector this node cannot compile
                     log.error("durable subscription %r from node %s not made here: %s", name, record.origin, error)
         if save:
-            self._save_catalog(required=False)
+            self.save_catalog(required=False)

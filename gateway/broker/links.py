@@ -1,7 +1,7 @@
 """The broker's side of mesh links: what a link subscription is (whom it forwards
 to, and why), and the topic queues kept for mesh peers. The mesh (mesh/) decides
 which link subscriptions there are; the core only dispatches to them. Part of the
-core: it changes the broker's bindings through the broker's own (private) steps."""
+core: it changes the broker's bindings through the steps gateway.broker.core declares."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from gateway.wildcard import compile_pattern
 from model.definitions import DURABLE_SUBSCRIPTION, DurableSpec
 
 if TYPE_CHECKING:
-    from gateway.broker.broker import Broker
+    from gateway.broker.core import BrokerCore
     from gateway.broker.session import Session
 
 LINK_BINDING = "link/"  # + peer id: the name of a peer's topic queue among the bindings
@@ -56,7 +56,7 @@ class BrokerLinks:
     """The topic queues kept for mesh peers (``broker.links``), and the link
     subscriptions that take a topic queue or a durable subscription over a link."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerCore) -> None:
         self.broker = broker
         self.patterns: dict[str, list[str]] = {}  # peer id -> topic patterns subscribed beyond it
 
@@ -82,7 +82,7 @@ class BrokerLinks:
         self.patterns[peer] = sorted(patterns)
         broker.bindings_changed()
         if save:
-            broker._save_catalog(required=False)
+            broker.save_catalog(required=False)
         return binding
 
     def unbind(self, peer: str) -> None:
@@ -93,9 +93,9 @@ class BrokerLinks:
         if binding.active is not None:
             binding.queue.remove_consumer(binding.active)
             binding.active = None
-        self.broker._unbind(binding)
+        self.broker.unbind_topic(binding)
         self.patterns.pop(peer, None)
-        self.broker._save_catalog(required=False)
+        self.broker.save_catalog(required=False)
 
     def attach_topics(self, session: Session, binding: TopicBinding, prefetch: int) -> Subscription:
         """The link subscription that takes a peer's topic queue to it."""
@@ -123,8 +123,8 @@ class BrokerLinks:
         """Create a durable subscription with no subscriber, if it does not exist."""
         broker = self.broker
         if name not in broker.bindings:
-            broker._bind(name, pattern, selector, durable=True)
-            broker._define(DURABLE_SUBSCRIPTION, name, durable=DurableSpec(topic=pattern, selector=selector or None))
+            broker.bind_topic(name, pattern, selector, durable=True)
+            broker.define(DURABLE_SUBSCRIPTION, name, durable=DurableSpec(topic=pattern, selector=selector or None))
 
     def put_in_subscription(self, name: str, message: Message) -> bool:
         """Put a handed-over message straight into a durable subscription (or a
@@ -132,5 +132,5 @@ class BrokerLinks:
         binding = self.broker.bindings.get(name)
         if binding is None or not binding.durable:
             return False
-        self.broker._enqueue(binding.queue, message)
+        self.broker.enqueue(binding.queue, message)
         return True

@@ -12,7 +12,7 @@ from model.latency import TOP as _LATENCY_TOP
 from model.latency import empty_histogram
 
 if TYPE_CHECKING:
-    from gateway.broker.broker import Broker
+    from gateway.broker.core import BrokerCore
     from gateway.broker.links import LinkSubscription
     from gateway.broker.session import Session
 
@@ -104,7 +104,7 @@ class Queue:
     """Messages by priority (0-9, FIFO within one), dispatched round-robin to
     subscriptions that have credit and whose selector matches."""
 
-    def __init__(self, broker: Broker, name: str, key: str, durable: bool = True, temporary: bool = False) -> None:
+    def __init__(self, broker: BrokerCore, name: str, key: str, durable: bool = True, temporary: bool = False) -> None:
         self.broker = broker
         self.name = name
         # The store's name for the queue; distinct namespaces for queues and

@@ -262,5 +262,5 @@ class Session:
             self._detach(sub)
         self.subscriptions.clear()
         for queue in self.temp_queues.values():
-            self.broker.delete_queue(queue)
+            self.broker.drop_queue(queue)
         self.temp_queues.clear()

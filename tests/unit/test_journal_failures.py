@@ -138,7 +138,7 @@ def test_a_catalog_that_cannot_be_written_leaves_the_old_one_and_errs_the_reques
     monkeypatch.setattr(files.json, "dump", full)
     broker.queue("new")  # a queue works without its catalog entry: no error for it
     with pytest.raises(BrokerError, match="catalog could not be saved .No space left on device"):
-        broker._save_catalog()
+        broker.save_catalog()
     assert (tmp_path / "catalog.json").read_text() == before and json.loads(before)["queues"] == ["kept"]
     assert not list(tmp_path.glob("*.tmp"))
 
