@@ -1,19 +1,17 @@
 """An AMQP channel on the broker core: one core session per channel, one handler
 per method (``method_basic_publish`` …), deliveries numbered by delivery tag,
-publisher confirms sent once what they confirm is durable."""
+publisher confirms (gateway.amqp.confirms) sent once what they confirm is durable.
+Declaring, binding and purging exchanges and queues is gateway.amqp.declarations'."""
 
 from __future__ import annotations
 
 import itertools
-import secrets
 from collections import OrderedDict
 from typing import TYPE_CHECKING, cast
 
+from gateway.amqp import declarations, spec
 from gateway.amqp import properties as props
-from gateway.amqp import spec
 from gateway.amqp.codec import (
-    AmqpError,
-    Command,
     encode_consumer,
     encode_content,
     encode_delivery,
@@ -21,12 +19,14 @@ from gateway.amqp.codec import (
     encode_properties,
     encode_route,
 )
+from gateway.amqp.confirms import Confirms
+from gateway.amqp.properties import route_of
+from gateway.amqp.reader import Command
+from gateway.amqp.spec import AmqpError
 from gateway.broker.errors import BrokerError
-from gateway.broker.exchanges import PREDECLARED, TOPIC_EXCHANGE
+from gateway.broker.exchanges import TOPIC_EXCHANGE
 from gateway.broker.message import QUEUE, Message
 from gateway.broker.queue import AUTO, CLIENT_INDIVIDUAL, Queue, Subscription
-from model.amqp_arguments import ARGUMENT_SETTINGS, argument_problem
-from model.definitions import BindingSpec, ExchangeSpec, QueueSettings
 from model.mesh import ChannelSummary
 
 if TYPE_CHECKING:
@@ -60,13 +60,7 @@ class Channel:
         self.unacked: OrderedDict[int, tuple[Queue, Message, Subscription | None]] = OrderedDict()
         self._tags = itertools.count(1)
         self._consumer_tags = itertools.count(1)
-        self.confirming = False
-        # Publisher confirms settle in order: _confirmed is the last publish acked or nacked,
-        # _published the last one published, _refused those the store refused meanwhile.
-        self._published = self._confirmed = 0
-        self._confirm_scheduled = False  # a store waiter is to be registered for this reactor turn's publishes
-        self._confirm_waiters = 0  # registered, not fired yet
-        self._refused: set[int] = set()
+        self.confirms: Confirms | None = None  # from confirm.select on
         self.closing = False
         self.transactional = False
         self._tx: list[tuple] = []
@@ -122,7 +116,7 @@ class Channel:
         """What the management model shows of this channel."""
         return ChannelSummary(number=self.number, consumers=len(self.consumers), unacked=len(self.unacked),
                               prefetch=0 if self.prefetch == UNLIMITED else self.prefetch,
-                              global_prefetch=self.global_prefetch, confirm=self.confirming,
+                              global_prefetch=self.global_prefetch, confirm=self.confirms is not None,
                               transactional=self.transactional)
 
     def close_with(self, error: AmqpError) -> None:
@@ -157,128 +151,16 @@ class Channel:
         for name in queues:
             self.connection.factory.consumer_gone(name)
 
-    # -- exchanges ------------------------------------------------------------------------
+    # -- exchanges and queues ---------------------------------------------------------------
 
-    def method_exchange_declare(self, args, command: Command) -> None:
-        name = args.exchange
-        current = self.broker.exchanges.exchanges.get(name)
-        if args.passive:
-            if current is None:
-                raise self._error(spec.NOT_FOUND, f"no exchange {name!r}", command)
-        else:
-            if name.startswith("amq.") and name not in PREDECLARED:
-                raise self._error(spec.ACCESS_REFUSED, f"exchange names starting amq. are reserved ({name!r})",
-                                  command)
-            if args.type not in ("direct", "fanout", "topic", "headers"):
-                raise AmqpError(spec.COMMAND_INVALID, f"unknown exchange type {args.type!r}", 0,
-                                command.spec.class_id, command.spec.method_id)
-            wanted = ExchangeSpec(type=args.type, durable=args.durable, auto_delete=args.auto_delete,
-                                  internal=args.internal, arguments=args.arguments or {})
-            if current is not None and current.spec.type != wanted.type:
-                raise self._error(spec.PRECONDITION_FAILED, f"exchange {name!r} is of type {current.spec.type}, "
-                                                            f"not {wanted.type}", command)
-            if current is None:
-                self._allowed("admin", "/exchange/" + name, command)
-                self.broker.declare_exchange(name, wanted)
-        if not args.nowait:
-            self._reply("exchange.declare_ok")
-
-    def method_exchange_delete(self, args, command: Command) -> None:
-        name = args.exchange
-        if name in PREDECLARED:
-            raise self._error(spec.ACCESS_REFUSED, f"exchange {name or 'the default'!r} cannot be deleted", command)
-        exchange = self.broker.exchanges.exchanges.get(name)
-        if exchange is not None:
-            if args.if_unused and exchange.bindings:
-                raise self._error(spec.PRECONDITION_FAILED, f"exchange {name!r} has bindings", command)
-            self._allowed("admin", "/exchange/" + name, command)
-            self.broker.delete_exchange(name)
-        if not args.nowait:
-            self._reply("exchange.delete_ok")
-
-    def method_exchange_bind(self, args, command: Command) -> None:
-        self._exchange_binding(args, command, bind=True)
-        if not args.nowait:
-            self._reply("exchange.bind_ok")
-
-    def method_exchange_unbind(self, args, command: Command) -> None:
-        self._exchange_binding(args, command, bind=False)
-        if not args.nowait:
-            self._reply("exchange.unbind_ok")
-
-    def _exchange_binding(self, args, command: Command, bind: bool) -> None:
-        exchanges = self.broker.exchanges.exchanges
-        for name in (args.source, args.destination):
-            if name not in exchanges:
-                raise self._error(spec.NOT_FOUND, f"no exchange {name!r}", command)
-        self._allowed("admin", "/exchange/" + args.destination, command)
-        binding = BindingSpec(source=args.source, destination=args.destination, destination_kind="exchange",
-                              routing_key=args.routing_key, arguments=args.arguments or {})
-        (self.broker.bind if bind else self.broker.unbind)(binding)
-
-    # -- queues ---------------------------------------------------------------------------
-
-    def method_queue_declare(self, args, command: Command) -> None:
-        name = args.queue or "amq.gen-" + secrets.token_urlsafe(16)
-        broker = self.broker
-        if name in broker.services:
-            raise self._error(spec.ACCESS_REFUSED, f"{name!r} is a service address, not a queue", command)
-        self._not_exclusive_elsewhere(name, command)
-        queue = broker.queues.get(name)
-        if args.passive:
-            if queue is None:
-                raise self._error(spec.NOT_FOUND, f"no queue {name!r}", command)
-        else:
-            self._allowed("read", "/queue/" + name, command)
-            settings = _settings(args.arguments or {}, command, self)
-            current = broker.queue_settings.get(name)
-            if current is not None and (current.amqp_arguments or {}) != (settings.amqp_arguments or {}):
-                raise self._error(spec.PRECONDITION_FAILED,
-                                  f"queue {name!r} was declared with arguments {current.amqp_arguments or {}}, "
-                                  f"not {settings.amqp_arguments or {}}", command)
-            if current is None:
-                broker.define_queue(name, settings)
-            queue = broker.queues.get(name) or broker.queue(name)
-            factory = self.connection.factory
-            if args.exclusive:
-                factory.exclusive[name] = self.connection
-            if args.auto_delete:
-                factory.auto_delete.add(name)
-            expires = (args.arguments or {}).get("x-expires")  # checked by _settings
-            if expires is not None:
-                factory.expire_unused(name, expires)
-        if not args.nowait:
-            self._reply("queue.declare_ok", queue=name, message_count=len(queue), consumer_count=len(queue.consumers))
-
-    def method_queue_bind(self, args, command: Command) -> None:
-        binding = self._queue_binding(args, command)
-        self.broker.bind(binding)
-        if not args.nowait:
-            self._reply("queue.bind_ok")
-
-    def method_queue_unbind(self, args, command: Command) -> None:
-        self.broker.unbind(self._queue_binding(args, command))
-        self._reply("queue.unbind_ok")
-
-    def _queue_binding(self, args, command: Command) -> BindingSpec:
-        if args.exchange not in self.broker.exchanges.exchanges:
-            raise self._error(spec.NOT_FOUND, f"no exchange {args.exchange!r}", command)
-        if args.exchange == "":
-            raise self._error(spec.ACCESS_REFUSED, "the default exchange takes no bindings", command)
-        if args.queue not in self.broker.queues:
-            raise self._error(spec.NOT_FOUND, f"no queue {args.queue!r}", command)
-        self._allowed("write", "/queue/" + args.queue, command)
-        return BindingSpec(source=args.exchange, destination=args.queue, routing_key=args.routing_key,
-                           arguments=args.arguments or {})
-
-    def method_queue_purge(self, args, command: Command) -> None:
-        queue = self._existing_queue(args.queue, command)
-        self._allowed("read", "/queue/" + args.queue, command)
-        messages = queue.take_all()
-        for message in messages:
-            self.broker.consumed(queue, message)
-        if not args.nowait:
-            self._reply("queue.purge_ok", message_count=len(messages))
+    method_exchange_declare = declarations.method_exchange_declare
+    method_exchange_delete = declarations.method_exchange_delete
+    method_exchange_bind = declarations.method_exchange_bind
+    method_exchange_unbind = declarations.method_exchange_unbind
+    method_queue_declare = declarations.method_queue_declare
+    method_queue_bind = declarations.method_queue_bind
+    method_queue_unbind = declarations.method_queue_unbind
+    method_queue_purge = declarations.method_queue_purge
 
     def method_queue_delete(self, args, command: Command) -> None:
         queue = self.broker.queues.get(args.queue)
@@ -294,7 +176,7 @@ class Channel:
                 channel = sub.session.sink
                 if isinstance(channel, Channel):
                     channel.cancel_from_server(sub)
-            self.connection.factory.delete_queue(args.queue)
+            self.broker.delete_queue(args.queue)
         if not args.nowait:
             self._reply("queue.delete_ok", message_count=count)
 
@@ -432,7 +314,7 @@ class Channel:
         encoded = message.encoded.get("amqp")
         if encoded is None:  # shared by the copies a fan-out made, and by every redelivery
             encoded = message.encoded["amqp"] = (
-                encode_route(*_route_of(message)),
+                encode_route(*route_of(message)),
                 encode_properties(props.to_properties(message.headers, message.persistent, message.priority)))
         connection = self.connection
         # sub.tag: the consumer's part of basic.deliver, encoded at basic.consume
@@ -455,7 +337,7 @@ class Channel:
         else:
             self.unacked[tag] = (queue, message, None)
             self._gets += 1
-        exchange, routing_key = _route_of(message)
+        exchange, routing_key = route_of(message)
         frames = [encode_method(self.number, "basic.get_ok", delivery_tag=tag, redelivered=message.redelivered,
                                 exchange=exchange, routing_key=routing_key, message_count=len(queue))]
         properties = props.to_properties(message.headers, message.persistent, message.priority)
@@ -575,13 +457,9 @@ class Channel:
             routed = broker.publish(exchange, routing_key, headers, body, publish.persistent, publish.priority,
                                     publish.expires, self.session, publish.match, encoded)
         except BrokerError:
-            if not self.confirming:
+            if self.confirms is None:
                 raise  # the channel closes, saying why
-            self._published += 1  # a publisher with confirms hears nack (the store failed)
-            if self._confirmed == self._published - 1 and not self._confirms_pending():
-                self._settle(self._published, ok=False)
-            else:
-                self._refused.add(self._published)
+            self.confirms.refused()  # a publisher with confirms hears nack
             return
         if not routed and mandatory:
             frames = [encode_method(self.number, "basic.return", reply_code=spec.NO_ROUTE, reply_text="NO_ROUTE",
@@ -589,72 +467,27 @@ class Channel:
             frames += encode_content(self.number, props.to_properties(headers, publish.persistent, publish.priority),
                                      body, self.connection.frame_max)
             self.connection.writeSequence(frames)
-        if self.confirming:
-            self._published += 1
-            if store.position != before or self._confirms_pending() or self._confirmed != self._published - 1:
-                self._confirm_when_durable()
-            else:
-                self._settle(self._published, ok=True)
+        confirms = self.confirms
+        if confirms is not None:
+            confirms.published(store.position != before)
         connection = self.connection
         if broker.memory_full or (publish.persistent and store.blocked is not None):
             connection.pause_reading(store.when_room if store.blocked is not None and not broker.memory_full
                                      else broker.when_memory_available)
 
-    def _confirms_pending(self) -> bool:
-        return self._confirm_scheduled or self._confirm_waiters > 0
-
-    def _confirm_when_durable(self) -> None:
-        """One store waiter per reactor turn, for the publishes read in it: waiters
-        fire in order, each with one basic.ack (multiple) for its publishes, so a
-        sync that covers a thousand publishes costs one waiter and one frame."""
-        if not self._confirm_scheduled:
-            self._confirm_scheduled = True
-            self.connection.clock.callLater(0, self._wait_for_durable)
-
-    def _wait_for_durable(self) -> None:
-        self._confirm_scheduled = False
-        if self.session.closed:
-            return
-        self._confirm_waiters += 1
-        upto = self._published
-        self.broker.store.when_durable(told_of_failed_writes=True).addCallbacks(
-            self._durable, self._durable, callbackArgs=(upto, True), errbackArgs=(upto, False))
-
-    def _durable(self, _: object, upto: int, ok: bool) -> None:
-        self._confirm_waiters -= 1
-        if upto > self._confirmed:
-            self._settle(upto, ok)
-
-    def _settle(self, upto: int, ok: bool) -> None:
-        if self.session.closed:
-            return
-        refused = [sequence for sequence in self._refused if sequence <= upto]
-        if not refused or not ok:
-            method = "basic.ack" if ok else "basic.nack"
-            multiple = upto > self._confirmed + 1
-            values = {"requeue": False} if not ok else {}
-            self._reply(method, delivery_tag=upto, multiple=multiple, **values)
-        else:  # some in between were refused: each its own answer
-            for sequence in range(self._confirmed + 1, upto + 1):
-                if sequence in self._refused:
-                    self._reply("basic.nack", delivery_tag=sequence, multiple=False, requeue=False)
-                else:
-                    self._reply("basic.ack", delivery_tag=sequence, multiple=False)
-        self._refused.difference_update(refused)
-        self._confirmed = upto
-
     def method_confirm_select(self, args, command: Command) -> None:
         if self.transactional:
             raise self._error(spec.PRECONDITION_FAILED, "a transactional channel cannot be put in confirm mode",
                               command)
-        self.confirming = True
+        if self.confirms is None:
+            self.confirms = Confirms(self)
         if not args.nowait:
             self._reply("confirm.select_ok")
 
     # -- transactions ---------------------------------------------------------------------
 
     def method_tx_select(self, args, command: Command) -> None:
-        if self.confirming:
+        if self.confirms is not None:
             raise self._error(spec.PRECONDITION_FAILED, "a channel in confirm mode cannot be transactional", command)
         self.transactional = True
         self._reply("tx.select_ok")
@@ -673,22 +506,3 @@ class Channel:
                               command)
         self._tx = []
         self._reply("tx.rollback_ok")
-
-
-def _route_of(message: Message) -> tuple[str, str]:
-    headers = message.headers
-    if props.ROUTING_KEY in headers:
-        return headers.get(props.EXCHANGE, ""), headers[props.ROUTING_KEY]
-    if message.kind == QUEUE:
-        return "", message.address
-    return TOPIC_EXCHANGE, message.address
-
-
-def _settings(arguments: dict, command: Command, channel: Channel) -> QueueSettings:
-    problem = argument_problem(arguments)
-    if problem is not None:
-        raise channel._error(spec.PRECONDITION_FAILED, problem, command)
-    values = {field: arguments[key] for key, field in ARGUMENT_SETTINGS.items() if key in arguments}
-    if "message_ttl_ms" in values:
-        values["message_ttl_ms"] = values["message_ttl_ms"] or None
-    return QueueSettings(**values, amqp_arguments=dict(arguments) or None)

@@ -21,7 +21,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-from gateway.broker.message import EXCHANGE_HEADER, ROUTING_KEY_HEADER, TYPES_HEADER
+from gateway.broker.exchanges import TOPIC_EXCHANGE
+from gateway.broker.message import EXCHANGE_HEADER, QUEUE, ROUTING_KEY_HEADER, TYPES_HEADER, Message
 from gateway.numbers import whole_number
 
 _TO_HEADER = {
@@ -126,6 +127,16 @@ def to_properties(headers: dict[str, str], persistent: bool, priority: int) -> d
     if table:
         properties["headers"] = table
     return properties
+
+
+def route_of(message: Message) -> tuple[str, str]:
+    """The exchange and routing key a delivery of ``message`` names, whoever published it."""
+    headers = message.headers
+    if ROUTING_KEY in headers:
+        return headers.get(EXCHANGE, ""), headers[ROUTING_KEY]
+    if message.kind == QUEUE:
+        return "", message.address
+    return TOPIC_EXCHANGE, message.address
 
 
 def _types(text: str) -> dict:

@@ -21,18 +21,10 @@ from zope.interface import implementer
 from gateway import __version__
 from gateway.amqp import spec
 from gateway.amqp.channel import Channel
-from gateway.amqp.codec import (
-    AmqpError,
-    Command,
-    ContentRefused,
-    DecodeError,
-    FrameReader,
-    Heartbeat,
-    ProtocolHeader,
-    decode_table,
-    encode_heartbeat,
-    encode_method,
-)
+from gateway.amqp.codec import encode_heartbeat, encode_method
+from gateway.amqp.fields import DecodeError, decode_table
+from gateway.amqp.reader import Command, ContentRefused, FrameReader, Heartbeat, ProtocolHeader
+from gateway.amqp.spec import AmqpError
 from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.broker import Broker
 from gateway.broker.queue import Subscription
@@ -516,7 +508,7 @@ class AmqpFactory(ServerFactory[AmqpProtocol]):
                 self._expiring[name] = (expires_ms, now)
             elif now - since >= expires_ms / 1000.0:
                 del self._expiring[name]
-                self.delete_queue(name)
+                self.broker.delete_queue(name)
 
     def consumer_gone(self, queue: str) -> None:
         exclusive = self.exclusive_consumers.get(queue)
@@ -526,17 +518,14 @@ class AmqpFactory(ServerFactory[AmqpProtocol]):
             held = self.broker.queues.get(queue)
             if held is None or not held.consumers:
                 self.auto_delete.discard(queue)
-                self.delete_queue(queue)
+                self.broker.delete_queue(queue)
 
     def connection_gone(self, connection: AmqpProtocol) -> None:
         for queue in [name for name, owner in self.exclusive.items() if owner is connection]:
             del self.exclusive[queue]
             self.auto_delete.discard(queue)
-            self.delete_queue(queue)
+            self.broker.delete_queue(queue)
 
-    def delete_queue(self, name: str) -> None:
-        """Delete a queue on every node: its bindings, its definition, what waits in it."""
-        self.broker.delete_queue(name)
 
 
 def _credentials(mechanism: str, response: bytes) -> tuple[str | None, str | None]:

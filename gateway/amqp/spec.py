@@ -2,7 +2,8 @@
 name and argument types, the basic content properties, reply codes.
 
 The argument types are the specification's domains reduced to their wire types:
-``octet short long longlong shortstr longstr bit table timestamp``."""
+``octet short long longlong shortstr longstr bit table timestamp``. AmqpError is a
+reply code with what goes with it, what closes a channel or the connection."""
 
 from __future__ import annotations
 
@@ -36,6 +37,31 @@ NOT_IMPLEMENTED = 540
 INTERNAL_ERROR = 541
 
 CONNECTION_CLASS = 10  # its methods go on channel 0, and only they do
+_SHORTSTR_MAX = 255
+
+
+class AmqpError(Exception):
+    """What went wrong, with its reply code. ``channel`` 0 (or a hard code) closes
+    the connection; otherwise the channel. ``text`` goes to the client as the reply
+    text, so it is cut to fit one (and is what a log line quotes, bounded with it)."""
+
+    def __init__(self, code: int, text: str, channel: int = 0, class_id: int = 0, method_id: int = 0) -> None:
+        text = _fit_shortstr(text)
+        super().__init__(text)
+        self.code = code
+        self.text = text
+        self.channel = channel
+        self.class_id = class_id
+        self.method_id = method_id
+
+
+def _fit_shortstr(text: str) -> str:
+    """``text`` within the 255 bytes of a short string (a reply text), cut at a character."""
+    raw = text.encode(errors="replace")
+    if len(raw) <= _SHORTSTR_MAX:
+        return raw.decode()
+    return raw[:_SHORTSTR_MAX - 3].decode(errors="ignore") + "..."
+
 
 _METHODS = """
 10 10 connection.start         octet version_major, octet version_minor, table server_properties, longstr mechanisms, longstr locales

@@ -1,0 +1,159 @@
+"""exchange.* and queue.* (but queue.delete, which cancels consumers) for
+gateway.amqp.channel: what a client declares, binds and purges. Each handler here is
+one of Channel's methods (its class body lists them): it takes the channel the method
+came on and uses that channel's helpers (_reply, _error, _allowed), as the handlers
+written in the class do."""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING
+
+from gateway.amqp import spec
+from gateway.amqp.spec import AmqpError
+from gateway.broker.exchanges import PREDECLARED
+from model.amqp_arguments import ARGUMENT_SETTINGS, argument_problem
+from model.definitions import BindingSpec, ExchangeSpec, QueueSettings
+
+if TYPE_CHECKING:
+    from gateway.amqp.channel import Channel
+    from gateway.amqp.reader import Command
+
+
+def method_exchange_declare(channel: Channel, args, command: Command) -> None:
+    name = args.exchange
+    current = channel.broker.exchanges.exchanges.get(name)
+    if args.passive:
+        if current is None:
+            raise channel._error(spec.NOT_FOUND, f"no exchange {name!r}", command)
+    else:
+        if name.startswith("amq.") and name not in PREDECLARED:
+            raise channel._error(spec.ACCESS_REFUSED, f"exchange names starting amq. are reserved ({name!r})",
+                                 command)
+        if args.type not in ("direct", "fanout", "topic", "headers"):
+            raise AmqpError(spec.COMMAND_INVALID, f"unknown exchange type {args.type!r}", 0,
+                            command.spec.class_id, command.spec.method_id)
+        wanted = ExchangeSpec(type=args.type, durable=args.durable, auto_delete=args.auto_delete,
+                              internal=args.internal, arguments=args.arguments or {})
+        if current is not None and current.spec.type != wanted.type:
+            raise channel._error(spec.PRECONDITION_FAILED, f"exchange {name!r} is of type {current.spec.type}, "
+                                                           f"not {wanted.type}", command)
+        if current is None:
+            channel._allowed("admin", "/exchange/" + name, command)
+            channel.broker.declare_exchange(name, wanted)
+    if not args.nowait:
+        channel._reply("exchange.declare_ok")
+
+
+def method_exchange_delete(channel: Channel, args, command: Command) -> None:
+    name = args.exchange
+    if name in PREDECLARED:
+        raise channel._error(spec.ACCESS_REFUSED, f"exchange {name or 'the default'!r} cannot be deleted", command)
+    exchange = channel.broker.exchanges.exchanges.get(name)
+    if exchange is not None:
+        if args.if_unused and exchange.bindings:
+            raise channel._error(spec.PRECONDITION_FAILED, f"exchange {name!r} has bindings", command)
+        channel._allowed("admin", "/exchange/" + name, command)
+        channel.broker.delete_exchange(name)
+    if not args.nowait:
+        channel._reply("exchange.delete_ok")
+
+
+def method_exchange_bind(channel: Channel, args, command: Command) -> None:
+    _exchange_binding(channel, args, command, bind=True)
+    if not args.nowait:
+        channel._reply("exchange.bind_ok")
+
+
+def method_exchange_unbind(channel: Channel, args, command: Command) -> None:
+    _exchange_binding(channel, args, command, bind=False)
+    if not args.nowait:
+        channel._reply("exchange.unbind_ok")
+
+
+def _exchange_binding(channel: Channel, args, command: Command, bind: bool) -> None:
+    exchanges = channel.broker.exchanges.exchanges
+    for name in (args.source, args.destination):
+        if name not in exchanges:
+            raise channel._error(spec.NOT_FOUND, f"no exchange {name!r}", command)
+    channel._allowed("admin", "/exchange/" + args.destination, command)
+    binding = BindingSpec(source=args.source, destination=args.destination, destination_kind="exchange",
+                          routing_key=args.routing_key, arguments=args.arguments or {})
+    (channel.broker.bind if bind else channel.broker.unbind)(binding)
+
+
+def method_queue_declare(channel: Channel, args, command: Command) -> None:
+    name = args.queue or "amq.gen-" + secrets.token_urlsafe(16)
+    broker = channel.broker
+    if name in broker.services:
+        raise channel._error(spec.ACCESS_REFUSED, f"{name!r} is a service address, not a queue", command)
+    channel._not_exclusive_elsewhere(name, command)
+    queue = broker.queues.get(name)
+    if args.passive:
+        if queue is None:
+            raise channel._error(spec.NOT_FOUND, f"no queue {name!r}", command)
+    else:
+        channel._allowed("read", "/queue/" + name, command)
+        settings = _settings(args.arguments or {}, command, channel)
+        current = broker.queue_settings.get(name)
+        if current is not None and (current.amqp_arguments or {}) != (settings.amqp_arguments or {}):
+            raise channel._error(spec.PRECONDITION_FAILED,
+                                 f"queue {name!r} was declared with arguments {current.amqp_arguments or {}}, "
+                                 f"not {settings.amqp_arguments or {}}", command)
+        if current is None:
+            broker.define_queue(name, settings)
+        queue = broker.queues.get(name) or broker.queue(name)
+        factory = channel.connection.factory
+        if args.exclusive:
+            factory.exclusive[name] = channel.connection
+        if args.auto_delete:
+            factory.auto_delete.add(name)
+        expires = (args.arguments or {}).get("x-expires")  # checked by _settings
+        if expires is not None:
+            factory.expire_unused(name, expires)
+    if not args.nowait:
+        channel._reply("queue.declare_ok", queue=name, message_count=len(queue), consumer_count=len(queue.consumers))
+
+
+def method_queue_bind(channel: Channel, args, command: Command) -> None:
+    binding = _queue_binding(channel, args, command)
+    channel.broker.bind(binding)
+    if not args.nowait:
+        channel._reply("queue.bind_ok")
+
+
+def method_queue_unbind(channel: Channel, args, command: Command) -> None:
+    channel.broker.unbind(_queue_binding(channel, args, command))
+    channel._reply("queue.unbind_ok")
+
+
+def _queue_binding(channel: Channel, args, command: Command) -> BindingSpec:
+    if args.exchange not in channel.broker.exchanges.exchanges:
+        raise channel._error(spec.NOT_FOUND, f"no exchange {args.exchange!r}", command)
+    if args.exchange == "":
+        raise channel._error(spec.ACCESS_REFUSED, "the default exchange takes no bindings", command)
+    if args.queue not in channel.broker.queues:
+        raise channel._error(spec.NOT_FOUND, f"no queue {args.queue!r}", command)
+    channel._allowed("write", "/queue/" + args.queue, command)
+    return BindingSpec(source=args.exchange, destination=args.queue, routing_key=args.routing_key,
+                       arguments=args.arguments or {})
+
+
+def method_queue_purge(channel: Channel, args, command: Command) -> None:
+    queue = channel._existing_queue(args.queue, command)
+    channel._allowed("read", "/queue/" + args.queue, command)
+    messages = queue.take_all()
+    for message in messages:
+        channel.broker.consumed(queue, message)
+    if not args.nowait:
+        channel._reply("queue.purge_ok", message_count=len(messages))
+
+
+def _settings(arguments: dict, command: Command, channel: Channel) -> QueueSettings:
+    problem = argument_problem(arguments)
+    if problem is not None:
+        raise channel._error(spec.PRECONDITION_FAILED, problem, command)
+    values = {field: arguments[key] for key, field in ARGUMENT_SETTINGS.items() if key in arguments}
+    if "message_ttl_ms" in values:
+        values["message_ttl_ms"] = values["message_ttl_ms"] or None
+    return QueueSettings(**values, amqp_arguments=dict(arguments) or None)
