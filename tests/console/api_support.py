@@ -1,5 +1,6 @@
 """Checks the API tests share: an answer that must succeed, an error that must be
-JSON with the right status and code, and a log without tracebacks."""
+JSON with the right status and code, and a log without tracebacks; and a consumer's
+demand awaited on another node."""
 
 from __future__ import annotations
 
@@ -24,3 +25,12 @@ def expect_no_traceback(caplog) -> None:
     when it refuses a request itself (a body over the limit, too many parameters)."""
     logged = [record for record in caplog.records if record.levelno >= logging.ERROR or record.exc_info]
     assert not logged, [f"{record.name}: {record.getMessage()[:200]}" for record in logged]
+
+
+def subscribe_seen_on_a(mesh, viewer, consumer, queue: str) -> None:
+    """Subscribe ``consumer`` (a client of another node) to ``queue`` and wait until A lists
+    its demand: until then A keeps what it is sent for a while instead of forwarding it."""
+    consumer.subscribe(f"/queue/{queue}")
+    mesh.wait(lambda: any(d["node"] for q in viewer.get("/api/v1/nodes/A").json()["partial_queues"]
+                          if q["name"] == queue for d in q["remote_demand"]) or None,
+              f"the demand for {queue} seen on A")

@@ -6,7 +6,7 @@ reason)."""
 from __future__ import annotations
 
 import pytest
-from amqp_support import Pika, await_deliveries
+from amqp_support import Pika, channels_holding_unacked
 from e2e_support import unique
 
 from tests.console.api_support import expect_error, expect_ok
@@ -127,17 +127,9 @@ def test_an_amqp_connection_is_listed_with_its_channels(mesh, viewer):
     clients = Pika()
     try:
         connection = clients(mesh.b.proc)  # a real pika client on B's AMQP listener
-        confirming, consuming, transacting = (connection.channel() for _ in range(3))
-        queue = unique("amqp-cn")
-        confirming.queue_declare(queue)
-        confirming.confirm_delivery()
-        for i in range(2):
-            confirming.basic_publish("", queue, b"%d" % i)
-        consuming.basic_qos(prefetch_count=5)
-        consuming.basic_qos(prefetch_count=7, global_qos=True)
-        got: list[bytes] = []
-        consuming.basic_consume(queue, lambda channel, method, properties, body: got.append(body))
-        await_deliveries(connection, got, 2)  # delivered, not acked
+        confirming, consuming = channels_holding_unacked(connection, unique("amqp-cn"), published=2, held=2,
+                                                         prefetch=5, global_prefetch=7)
+        transacting = connection.channel()
         transacting.tx_select()
         items = _connections(viewer, page_size="500")["items"]
         (row,) = [r for r in items if r["protocol"] == "amqp"]

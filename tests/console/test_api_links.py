@@ -7,7 +7,7 @@ import pytest
 from e2e_support import unique
 from mesh_support import send_many
 
-from tests.console.api_support import expect_error, expect_ok
+from tests.console.api_support import expect_error, expect_ok, subscribe_seen_on_a
 
 pytestmark = pytest.mark.django_db
 
@@ -58,11 +58,7 @@ def test_link_forwarded_counts_messages_that_crossed_it(mesh, viewer):
     consumer = mesh.c.client()
     sender = mesh.a.client()
     try:
-        consumer.subscribe(f"/queue/{queue}")
-        # The consumer's demand must have reached A, or A keeps the messages for a while.
-        mesh.wait(lambda: any(d["node"] for q in viewer.get("/api/v1/nodes/A").json()["partial_queues"]
-                              if q["name"] == queue for d in q["remote_demand"]) or None,
-                  "C's demand for the queue on A")
+        subscribe_seen_on_a(mesh, viewer, consumer, queue)
         send_many(sender, f"/queue/{queue}", [f"m{i}" for i in range(4)])
         consumer.listener.wait_for(4)
         mesh.wait(lambda: forwarded("AC") >= before["AC"] + 4, "the link A–C to count 4 forwarded messages")

@@ -10,7 +10,7 @@ from e2e_support import unique
 from mesh_support import send_many
 
 from model.latency import padded
-from tests.console.api_support import expect_error
+from tests.console.api_support import expect_error, subscribe_seen_on_a
 
 pytestmark = pytest.mark.django_db
 
@@ -145,9 +145,7 @@ def test_a_message_forwarded_to_another_node_is_enqueued_once_in_the_rates(mesh,
     consumer = mesh.c.client()
     sender = mesh.a.client()
     try:
-        consumer.subscribe(f"/queue/{queue}")
-        mesh.wait(lambda: any(d["node"] for q in viewer.get("/api/v1/nodes/A").json()["partial_queues"]
-                              if q["name"] == queue for d in q["remote_demand"]) or None, "C's demand on A")
+        subscribe_seen_on_a(mesh, viewer, consumer, queue)
         started = time.time()
         for i in range(40):  # about 20 a second for 2 s
             sender.send(f"/queue/{queue}", f"m{i}")

@@ -50,6 +50,14 @@ def _wait_depths(mesh, client, queue: str, expected: dict[str, int], what: str) 
               f"{what}: {expected}")
 
 
+def _filled(mesh, client, queue: str, bodies: dict) -> None:
+    """Send each node (a key of ``bodies``) its bodies for ``queue``; wait until each holds them."""
+    for member, sent in bodies.items():
+        _fill(member, queue, sent)
+    _wait_depths(mesh, client, queue, {member.name: len(sent) for member, sent in bodies.items()},
+                 "the messages sent")
+
+
 def _admin_event(mesh, client, queue: str, action: str, ok: bool = True) -> dict:
     """The admin_action event of ``action`` on ``queue``, once it is in the events stream."""
     def find():
@@ -114,9 +122,7 @@ def test_actions_refuse_a_bad_queue_name_without_asking_the_mesh(mesh, admin, me
 def test_purge_one_node_drops_only_its_messages(mesh, admin):
     ids = _ids(admin)
     queue = unique("qp")
-    _fill(mesh.a, queue, ["a1", "a2", "a3"])
-    _fill(mesh.b, queue, ["b1", "b2", "b3", "b4"])
-    _wait_depths(mesh, admin, queue, {"A": 3, "B": 4}, "3 messages on A and 4 on B")
+    _filled(mesh, admin, queue, {mesh.a: ["a1", "a2", "a3"], mesh.b: ["b1", "b2", "b3", "b4"]})
     body = expect_ok(_post(admin, queue, "purge", {"node": "B"}))
     assert body["failures"] == []
     (done,) = body["result"]
@@ -129,9 +135,7 @@ def test_purge_one_node_drops_only_its_messages(mesh, admin):
 def test_purge_every_node(mesh, admin):
     ids = _ids(admin)
     queue = unique("qp")
-    _fill(mesh.a, queue, ["a1", "a2"])
-    _fill(mesh.c, queue, ["c1", "c2", "c3"])
-    _wait_depths(mesh, admin, queue, {"A": 2, "C": 3}, "2 messages on A and 3 on C")
+    _filled(mesh, admin, queue, {mesh.a: ["a1", "a2"], mesh.c: ["c1", "c2", "c3"]})
     body = expect_ok(_post(admin, queue, "purge", {}))
     # B has no such queue: it is simply not among the answers.
     assert body["failures"] == []
@@ -169,8 +173,7 @@ def test_purge_refuses_a_bad_body(mesh, admin, body):
 def test_move_to_another_queue_on_the_same_node(mesh, admin):
     ids = _ids(admin)
     queue, target = unique("qm"), unique("qm")
-    _fill(mesh.b, queue, [f"m{i}" for i in range(5)])
-    _wait_depths(mesh, admin, queue, {"B": 5}, "5 messages on B")
+    _filled(mesh, admin, queue, {mesh.b: [f"m{i}" for i in range(5)]})
     body = expect_ok(_post(admin, queue, "move", {"node": "B", "to_queue": target, "count": 2}))
     assert body["failures"] == []
     assert body["result"] == [{"node": ids["B"], "action": "move", "target": f"/queue/{queue}", "count": 2,
@@ -197,8 +200,7 @@ def test_move_to_another_node_then_consume_there(mesh, admin):
     ids = _ids(admin)
     queue = unique("qm")
     bodies = [f"m{i}" for i in range(4)]
-    _fill(mesh.b, queue, bodies)
-    _wait_depths(mesh, admin, queue, {"B": 4}, "4 messages on B")
+    _filled(mesh, admin, queue, {mesh.b: bodies})
     body = expect_ok(_post(admin, queue, "move", {"node": "B", "to_node": "C"}))
     assert body["failures"] == []
     assert body["result"] == [{"node": ids["B"], "action": "move", "target": f"/queue/{queue}", "count": 4,
@@ -373,9 +375,7 @@ def test_send_refuses_an_unknown_node(mesh, admin):
 def test_delete_on_one_node_then_everywhere(mesh, admin):
     ids = _ids(admin)
     queue = unique("qx")
-    _fill(mesh.a, queue, ["a1", "a2"])
-    _fill(mesh.b, queue, ["b1", "b2", "b3"])
-    _wait_depths(mesh, admin, queue, {"A": 2, "B": 3}, "2 messages on A and 3 on B")
+    _filled(mesh, admin, queue, {mesh.a: ["a1", "a2"], mesh.b: ["b1", "b2", "b3"]})
     body = expect_ok(admin.delete(f"/api/v1/queues/{queue}?node=B"))
     assert body == {"result": [{"node": ids["B"], "action": "delete_queue", "target": f"/queue/{queue}",
                                 "count": 3, "detail": ""}], "failures": []}
@@ -428,8 +428,7 @@ def test_delete_refuses_unknown_queues_and_nodes(mesh, admin):
 def test_move_to_a_node_that_is_not_linked_is_a_409_conflict(mesh, admin):
     ids = _ids(admin)
     queue = unique("qm")
-    _fill(mesh.b, queue, ["m0", "m1"])
-    _wait_depths(mesh, admin, queue, {"B": 2}, "2 messages on B")
+    _filled(mesh, admin, queue, {mesh.b: ["m0", "m1"]})
 
     def links_to_c_down():
         links = expect_ok(admin.get("/api/v1/links"))["items"]

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from amqp_support import Pika, await_deliveries
+from amqp_support import Pika, channels_holding_unacked
 from e2e_support import unique
 from mesh_support import send_many
 
@@ -214,16 +214,8 @@ def test_an_amqp_connections_channels_show_when_it_is_expanded(page, console, me
     try:
         stomp.subscribe(f"/queue/{unique('invoices')}")
         connection = clients(mesh.b.proc)  # a real pika client on B's AMQP listener
-        confirming, consuming = connection.channel(), connection.channel()
-        queue = unique("amqp-orders")
-        confirming.queue_declare(queue)
-        confirming.confirm_delivery()
-        for i in range(3):
-            confirming.basic_publish("", queue, b"%d" % i)
-        consuming.basic_qos(prefetch_count=10)
-        got: list[bytes] = []
-        consuming.basic_consume(queue, lambda channel, method, properties, body: got.append(body))
-        await_deliveries(connection, got, 3)  # delivered, not acked
+        confirming, consuming = channels_holding_unacked(connection, unique("amqp-orders"), published=3, held=3,
+                                                         prefetch=10)
         page.goto(console.url + "/connections/")
         row = page.locator("tr[data-connection^='B-amqp-']")
         row.wait_for()

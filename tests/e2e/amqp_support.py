@@ -57,6 +57,31 @@ class Pika:
                     pass
 
 
+def publish_numbered(channel, queue: str, count: int, properties: pika.BasicProperties | None = None) -> None:
+    """Publish the bodies ``b"0"``, ``b"1"``, … (``count`` of them) to ``queue`` through the default exchange."""
+    for i in range(count):
+        channel.basic_publish("", queue, b"%d" % i, properties)
+
+
+def channels_holding_unacked(connection: pika.BlockingConnection, queue: str, published: int, held: int,
+                             prefetch: int, global_prefetch: int | None = None) -> tuple:
+    """Two new channels of ``connection`` with something to list: the first in confirm mode,
+    having published ``published`` messages to a new ``queue``; the second consuming them
+    with ``prefetch`` (and a channel-wide ``global_prefetch``), once ``held`` deliveries sit
+    unacked on it. Returns (confirming, consuming)."""
+    confirming, consuming = connection.channel(), connection.channel()
+    confirming.queue_declare(queue)
+    confirming.confirm_delivery()
+    publish_numbered(confirming, queue, published)
+    consuming.basic_qos(prefetch_count=prefetch)
+    if global_prefetch is not None:
+        consuming.basic_qos(prefetch_count=global_prefetch, global_qos=True)
+    got: list[bytes] = []
+    consuming.basic_consume(queue, lambda channel, method, properties, body: got.append(body))
+    await_deliveries(connection, got, held)
+    return confirming, consuming
+
+
 def drain(channel, queue: str, count: int, timeout: float = 10.0) -> list:
     """``count`` deliveries (method, properties, body) from ``queue``, acked."""
     got = []

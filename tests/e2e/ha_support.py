@@ -1,7 +1,8 @@
 """Processes of HA nodes (docs/ha.md) for the end-to-end tests: a member of a pair
 (``meshgate broker`` with its own data dir, or a shared one, launched without
 waiting for listeners, since a backup or a standby has none), a ``meshgate
-witness`` and a TCP proxy the test can cut. Used by ``test_e2e_ha_replicated.py``,
+witness``, a TCP proxy the test can cut, and the set of them a test started,
+stopped at teardown. Used by ``test_e2e_ha_replicated.py``,
 ``test_e2e_ha_mesh_quorum.py``, ``test_e2e_ha_shared_store.py`` and
 ``test_e2e_chaos_pairs.py``."""
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import threading
@@ -195,3 +197,45 @@ class Proxy:
             except OSError:
                 pass
             s.close()
+
+
+class HAProcesses:
+    """The members, witnesses and proxies a test started, all stopped at teardown by ``cleanup``;
+    ``password`` is what the witnesses share with the members."""
+
+    def __init__(self, workdir: Path, password: str | None = None) -> None:
+        self.workdir = workdir
+        self.password = password
+        self.members: list[Member] = []
+        self.witnesses: list[Witness] = []
+        self.proxies: list[Proxy] = []
+
+    def member(self, label: str, config: str, node: str = "A") -> Member:
+        member = Member(self.workdir, label, config, node=node)
+        self.members.append(member)
+        return member
+
+    def witness(self) -> Witness:
+        assert self.password is not None, "a witness needs the members' password"
+        witness = Witness(self.workdir, self.password)
+        self.witnesses.append(witness)
+        return witness
+
+    def proxy(self, target: int) -> Proxy:
+        proxy = Proxy(target).start()
+        self.proxies.append(proxy)
+        return proxy
+
+    def cleanup(self) -> None:
+        for member in self.members:
+            try:
+                if member.running and member.pid is not None:
+                    os.kill(member.pid, signal.SIGCONT)  # a member frozen by the test could not stop
+            except OSError:
+                pass
+            print(member.describe())
+            member.cleanup()
+        for proxy in self.proxies:
+            proxy.stop()
+        for witness in self.witnesses:
+            witness.stop()

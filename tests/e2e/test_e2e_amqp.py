@@ -15,7 +15,16 @@ from collections import Counter
 import pika
 import pika.exceptions
 import pytest
-from amqp_support import amqp_broker, amqp_port, await_deliveries, declare_dead_lettered, drain, expect_no_more
+from amqp_support import (
+    amqp_broker,
+    amqp_port,
+    await_deliveries,
+    channels_holding_unacked,
+    declare_dead_lettered,
+    drain,
+    expect_no_more,
+    publish_numbered,
+)
 from e2e_support import HOST, manage_result, unique
 
 from model.mesh import ChannelSummary
@@ -122,8 +131,7 @@ def test_confirms_come_once_persistent_messages_are_durable(node, amqp):
     queue = unique("confirmed")
     channel.queue_declare(queue, durable=True)
     channel.confirm_delivery()
-    for i in range(500):
-        channel.basic_publish("", queue, b"%d" % i, pika.BasicProperties(delivery_mode=2))  # raises on a nack
+    publish_numbered(channel, queue, 500, pika.BasicProperties(delivery_mode=2))  # raises on a nack
     assert channel.queue_declare(queue, passive=True).method.message_count == 500
 
 
@@ -299,8 +307,7 @@ def test_a_max_length_queue_drops_its_oldest_into_the_dead_letter_exchange(node,
     channel = amqp(node).channel()
     queue, dropped = unique("bounded"), unique("dropped")
     declare_dead_lettered(channel, queue, dropped, {"x-max-length": 3})
-    for i in range(5):
-        channel.basic_publish("", queue, b"%d" % i)
+    publish_numbered(channel, queue, 5)
     assert [channel.basic_get(queue, auto_ack=True)[2] for _ in range(3)] == [b"2", b"3", b"4"]
     method, properties, body = channel.basic_get(dropped, auto_ack=True)
     assert body == b"0" and properties.headers["dead-letter-reason"] == "maxlen"
@@ -354,16 +361,21 @@ def _waiting(channel, queue: str) -> int:
     return channel.queue_declare(queue, passive=True).method.message_count
 
 
+def _consuming_and_publishing(connection, name: str) -> tuple:
+    """A channel to consume on, one to publish on, and a new queue named after ``name``."""
+    channel, publisher = connection.channel(), connection.channel()
+    queue = unique(name)
+    channel.queue_declare(queue)
+    return channel, publisher, queue
+
+
 def test_a_global_qos_is_one_limit_for_all_the_consumers_of_a_channel(node, amqp):
     connection = amqp(node)
-    channel, publisher = connection.channel(), connection.channel()
-    queue = unique("global")
-    channel.queue_declare(queue)
+    channel, publisher, queue = _consuming_and_publishing(connection, "global")
     channel.basic_qos(prefetch_count=3, global_qos=True)
     got: list[tuple[str, int]] = []
     consumers = {channel.basic_consume(queue, _consumer(got)) for _ in range(2)}
-    for i in range(10):
-        publisher.basic_publish("", queue, b"%d" % i)
+    publish_numbered(publisher, queue, 10)
     await_deliveries(connection, got, 3)
     expect_no_more(connection, got, 3)
     assert {consumer for consumer, _ in got} == consumers  # shared by the two, not 3 each
@@ -383,15 +395,12 @@ def test_a_global_qos_is_one_limit_for_all_the_consumers_of_a_channel(node, amqp
 
 def test_a_global_and_a_per_consumer_qos_both_hold_for_every_delivery(node, amqp):
     connection = amqp(node)
-    channel, publisher = connection.channel(), connection.channel()
-    queue = unique("both")
-    channel.queue_declare(queue)
+    channel, publisher, queue = _consuming_and_publishing(connection, "both")
     channel.basic_qos(prefetch_count=2)  # each consumer made from now on
     channel.basic_qos(prefetch_count=5, global_qos=True)  # the channel's consumers together
     got: list[tuple[str, int]] = []
     consumers = [channel.basic_consume(queue, _consumer(got)) for _ in range(3)]
-    for i in range(20):
-        publisher.basic_publish("", queue, b"%d" % i)
+    publish_numbered(publisher, queue, 20)
     await_deliveries(connection, got, 5)
     expect_no_more(connection, got, 5)
     held = Counter(consumer for consumer, _ in got)
@@ -409,14 +418,11 @@ def test_a_global_and_a_per_consumer_qos_both_hold_for_every_delivery(node, amqp
 
 def test_a_global_qos_of_zero_lifts_the_channel_limit(node, amqp):
     connection = amqp(node)
-    channel, publisher = connection.channel(), connection.channel()
-    queue = unique("unlimited")
-    channel.queue_declare(queue)
+    channel, publisher, queue = _consuming_and_publishing(connection, "unlimited")
     channel.basic_qos(prefetch_count=3, global_qos=True)
     got: list[tuple[str, int]] = []
     channel.basic_consume(queue, _consumer(got))
-    for i in range(10):
-        publisher.basic_publish("", queue, b"%d" % i)
+    publish_numbered(publisher, queue, 10)
     await_deliveries(connection, got, 3)
     expect_no_more(connection, got, 3)
     channel.basic_qos(prefetch_count=0, global_qos=True)  # 0: no limit, for the consumers there are too
@@ -427,17 +433,10 @@ def test_a_global_qos_of_zero_lifts_the_channel_limit(node, amqp):
 def test_the_model_lists_an_amqp_connections_channels(node, amqp, connect):
     connect(node)  # a STOMP connection: no channels
     connection = amqp(node)
-    confirming, consuming, transacting = (connection.channel() for _ in range(3))
     queue = unique("channels")
-    confirming.queue_declare(queue)
-    confirming.confirm_delivery()
-    for i in range(3):
-        confirming.basic_publish("", queue, b"%d" % i)
-    consuming.basic_qos(prefetch_count=2)
-    consuming.basic_qos(prefetch_count=4, global_qos=True)
-    got: list[tuple[str, int]] = []
-    consuming.basic_consume(queue, _consumer(got))
-    await_deliveries(connection, got, 2)
+    confirming, consuming = channels_holding_unacked(connection, queue, published=3, held=2, prefetch=2,
+                                                     global_prefetch=4)
+    transacting = connection.channel()
     transacting.tx_select()
     assert transacting.basic_get(queue)[0] is not None  # the third message, not acked
     connections = manage_result(node.port, Connections())
@@ -489,8 +488,7 @@ def test_a_full_channel_holds_back_a_consumer_that_joins_it_but_not_a_no_ack_one
     first, second, free = unique("first"), unique("second"), unique("free")
     for queue in (first, second, free):
         channel.queue_declare(queue)
-        for i in range(5):
-            publisher.basic_publish("", queue, b"%d" % i)
+        publish_numbered(publisher, queue, 5)
     channel.basic_qos(prefetch_count=2, global_qos=True)
     got: list[tuple[str, int]] = []
     channel.basic_consume(first, _consumer(got))
@@ -512,8 +510,7 @@ def test_deliveries_that_basic_recover_sends_again_can_be_acked(node, amqp):
     channel = connection.channel()
     queue = unique("recovered")
     channel.queue_declare(queue)
-    for i in range(2):
-        channel.basic_publish("", queue, b"%d" % i)
+    publish_numbered(channel, queue, 2)
     got: list = []
     channel.basic_consume(queue, lambda ch, method, props, body: got.append(method))
     await_deliveries(connection, got, 2)

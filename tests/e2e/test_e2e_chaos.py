@@ -12,9 +12,9 @@ import threading
 import time
 
 import pytest
-from chaos_support import CHAOS_SECONDS, chaos_rng, queue_depths
+from chaos_support import CHAOS_SECONDS, chaos_rng, wait_all_consumed
 from e2e_support import HOST, unique
-from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
+from mesh_support import mesh_fixture  # noqa: F401  (the fixture)
 
 from gateway.stomp.codec import FrameParser, encode_frame
 
@@ -126,12 +126,7 @@ def test_random_kill9_loses_nothing_strands_nothing(mesh):
             victim.restart(graceful=False)
         producers_stop.set()
         mesh.wait_links([(a, b) for i, a in enumerate(nodes) for b in nodes[i + 1:]])
-        consumed = lambda: {d[1] for d in deliveries}  # noqa: E731
-        wait_until(lambda: receipted <= consumed(), "every receipted message consumed", timeout=90,
-                   describe=lambda: f"missing {len(receipted - consumed())} of {len(receipted)}: "
-                                    f"{sorted(receipted - consumed())[:10]}; depths {queue_depths(nodes, address)}")
-        wait_until(lambda: sum(queue_depths(nodes, address).values()) == 0, "no message left on any node",
-                   timeout=60, describe=lambda: str(queue_depths(nodes, address)))
+        wait_all_consumed(receipted, deliveries, nodes, address, consumed_within=90, emptied_within=60)
     finally:
         producers_stop.set()
         consumers_stop.set()

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from chaos_support import CHAOS_SECONDS, chaos_rng, queue_depths
+from chaos_support import CHAOS_SECONDS, chaos_rng, wait_all_consumed
 from e2e_support import HOST, BrokerProcess, manage, unique
 from ha_support import Member, Witness, ha_table, listening, mesh_table
 from mesh_support import free_port, wait_until
@@ -281,12 +281,7 @@ def test_random_kill9_of_pair_members_loses_nothing_strands_nothing(pairs_mesh):
         assert not any(thread.is_alive() for thread in producers), "a producer is stuck"
         for pair in (p, q):
             pair.wait_whole()
-        consumed = lambda: {d[1] for d in deliveries}  # noqa: E731
-        wait_until(lambda: receipted <= consumed(), "every receipted message consumed", timeout=60,
-                   describe=lambda: f"missing {len(receipted - consumed())} of {len(receipted)}: "
-                                    f"{sorted(receipted - consumed())[:10]}; depths {queue_depths(views, address)}")
-        wait_until(lambda: sum(queue_depths(views, address).values()) == 0, "no message left on any node",
-                   timeout=30, describe=lambda: str(queue_depths(views, address)))
+        wait_all_consumed(receipted, deliveries, views, address, consumed_within=60, emptied_within=30)
     finally:
         stop.set()
         for conn in consumers:

@@ -123,6 +123,14 @@ def dlq_broker(broker_factory):
     return broker_factory(sets=["broker.max_delivery_attempts=2"])
 
 
+def _moved_message(connect, broker, destination: str, to: str):
+    """The one message a new consumer receives from ``to``, checked to be one the broker
+    moved there from ``destination``."""
+    [moved] = connect(broker).receive(to, 1)
+    assert moved.headers.get("original-destination") == destination, moved.headers
+    return moved
+
+
 def test_nacked_message_goes_to_dlq_after_max_delivery_attempts(dlq_broker, connect):
     destination = "/queue/" + unique("poison")
     consumer = connect(dlq_broker)
@@ -135,10 +143,8 @@ def test_nacked_message_goes_to_dlq_after_max_delivery_attempts(dlq_broker, conn
     consumer.nack(second, receipt=True)
     consumer.send(destination, "fence")
     assert [m.body for m in consumer.listener.wait_for_body("fence")] == ["poison", "poison", "fence"]
-    dlq = connect(dlq_broker)
-    [dead] = dlq.receive("/queue/DLQ", 1)
+    dead = _moved_message(connect, dlq_broker, destination, "/queue/DLQ")
     assert dead.body == "poison"
-    assert dead.headers.get("original-destination") == destination, dead.headers
     assert dead.headers.get("x-keep") == "me"
     assert dead.headers["destination"] == "/queue/DLQ"
 
@@ -155,10 +161,7 @@ def test_message_left_unacked_twice_goes_to_dlq(dlq_broker, connect):
         consumer.drop()
     survivor = connect(dlq_broker)
     assert [m.body for m in survivor.fenced(destination)] == ["fence"]
-    dlq = connect(dlq_broker)
-    [dead] = dlq.receive("/queue/DLQ", 1)
-    assert dead.body == "crashes consumers"
-    assert dead.headers.get("original-destination") == destination
+    assert _moved_message(connect, dlq_broker, destination, "/queue/DLQ").body == "crashes consumers"
 
 
 def test_default_max_delivery_attempts_is_ten(broker, connect):
@@ -251,15 +254,19 @@ CANDIDATES = [
 ]
 
 
+def _send_candidates(producer, destination: str) -> list[str]:
+    """Send every candidate, then a fence that matches: returns what the selector picks, fence last."""
+    for body, headers, _ in CANDIDATES:
+        producer.send(destination, body, headers=headers)
+    producer.send(destination, "fence", headers={"color": "red", "size": "100"})
+    return [body for body, _, match in CANDIDATES if match] + ["fence"]
+
+
 def test_selector_filters_on_queue(broker, connect, version):
     destination = queue()
     picky = connect(broker, version)
     picky.subscribe(destination, headers={"selector": SELECTOR})
-    producer = connect(broker)
-    for body, headers, _ in CANDIDATES:
-        producer.send(destination, body, headers=headers)
-    producer.send(destination, "fence", headers={"color": "red", "size": "100"})
-    expected = [body for body, _, match in CANDIDATES if match] + ["fence"]
+    expected = _send_candidates(connect(broker), destination)
     assert [m.body for m in picky.listener.wait_for_body("fence")] == expected
     # What did not match stays on the queue for other consumers.
     anyone = connect(broker, version)
@@ -274,11 +281,7 @@ def test_selector_filters_on_topic(broker, connect, version):
     picky.subscribe(destination, headers={"selector": SELECTOR})
     everything = connect(broker, version)
     everything.subscribe(destination)
-    producer = connect(broker)
-    for body, headers, _ in CANDIDATES:
-        producer.send(destination, body, headers=headers)
-    producer.send(destination, "fence", headers={"color": "red", "size": "100"})
-    expected = [body for body, _, match in CANDIDATES if match] + ["fence"]
+    expected = _send_candidates(connect(broker), destination)
     assert [m.body for m in picky.listener.wait_for_body("fence")] == expected
     assert [m.body for m in everything.listener.wait_for_body("fence")] == [b for b, _, _ in CANDIDATES] + ["fence"]
 
@@ -349,9 +352,7 @@ def test_configured_dead_letter_queue_name(broker_factory, connect):
     consumer.subscribe(destination, ack="client-individual")
     consumer.send(destination, "once only")
     consumer.nack(consumer.listener.wait_for(1)[0], receipt=True)
-    graveyard = connect(broker)
-    [dead] = graveyard.receive("/queue/graveyard", 1)
-    assert dead.body == "once only" and dead.headers.get("original-destination") == destination
+    assert _moved_message(connect, broker, destination, "/queue/graveyard").body == "once only"
 
 
 def test_expiry_queue_receives_expired_messages(broker_factory, connect):
@@ -362,10 +363,8 @@ def test_expiry_queue_receives_expired_messages(broker_factory, connect):
     time.sleep(0.5)  # let it expire while queued (not synchronisation)
     consumer = connect(broker)
     assert [m.body for m in consumer.fenced(destination)] == ["fence"]
-    expired = connect(broker)
-    [message] = expired.receive("/queue/expired", 1)
+    message = _moved_message(connect, broker, destination, "/queue/expired")
     assert message.body == "will expire"
-    assert message.headers.get("original-destination") == destination
     assert message.headers.get("x") == "y"
 
 

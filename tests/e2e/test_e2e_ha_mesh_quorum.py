@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import re
 from functools import partial
-from pathlib import Path
 
 import pytest
 from e2e_support import manage_result, open_client, unique
-from ha_support import Member, Proxy, ha_table, listening, mesh_table
+from ha_support import HAProcesses, Member, ha_table, listening, mesh_table
 from mesh_support import free_port, wait_until
 
 from model.requests import Summary
@@ -30,47 +29,29 @@ TAKEOVER_DEADLINE = 15.0
 mesh_config = partial(mesh_table, PASSWORD, max_retry_interval_ms=500, check_period_ms=300, connection_ttl_ms=1500)
 
 
-class QuorumMesh:
+class QuorumMesh(HAProcesses):
     """Node A as a replicated pair (no witness) and two other nodes, C and D, which
     list both of A's mesh addresses; A's members list C and D."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self.processes: list[Member] = []
-        self.proxies: list[Proxy] = []
 
     def start(self, *, cut_able: bool = False) -> None:
         a_mesh, b_mesh, c_mesh, d_mesh = (free_port() for _ in range(4))
         a_repl, b_repl = free_port(), free_port()
-        self.c = self._process("C", "C", mesh_config(c_mesh, [a_mesh, b_mesh, d_mesh])).start()
-        self.d = self._process("D", "D", mesh_config(d_mesh, [a_mesh, b_mesh])).start()
+        self.c = self.member("C", mesh_config(c_mesh, [a_mesh, b_mesh, d_mesh]), node="C").start()
+        self.d = self.member("D", mesh_config(d_mesh, [a_mesh, b_mesh]), node="D").start()
         self.c.wait_log(r"mesh: linked with D$")
         peer = a_repl
         if cut_able:
-            self.link_proxy = Proxy(a_repl).start()  # backup -> the primary's replication listener
-            self.proxies.append(self.link_proxy)
+            self.link_proxy = self.proxy(a_repl)  # backup -> the primary's replication listener
             peer = self.link_proxy.port
-        self.primary = self._process("primary", "A", mesh_config(a_mesh, [c_mesh, d_mesh])
-                                     + ha_table("primary", a_repl, b_repl)).start()
+        self.primary = self.member("primary", mesh_config(a_mesh, [c_mesh, d_mesh])
+                                   + ha_table("primary", a_repl, b_repl)).start()
         for other in (self.c, self.d):
             other.wait_log(r"mesh: linked with A$")
-        self.backup = self._process("backup", "A", mesh_config(b_mesh, [c_mesh, d_mesh])
-                                    + ha_table("backup", b_repl, peer)).launch(free_port())
+        self.backup = self.member("backup", mesh_config(b_mesh, [c_mesh, d_mesh])
+                                  + ha_table("backup", b_repl, peer)).launch(free_port())
         self.backup.wait_log(r"replication: caught up with the primary")
         wait_until(lambda: manage_result(self.primary.port, Summary()).node.replication_state == "in-sync",
                    "the primary to see its backup in sync")
-
-    def _process(self, label: str, node: str, config: str) -> Member:
-        member = Member(self.tmp_path, label, config, node=node)
-        self.processes.append(member)
-        return member
-
-    def cleanup(self) -> None:
-        for proxy in self.proxies:
-            proxy.stop()
-        for member in self.processes:
-            print(member.describe())
-            member.cleanup()
 
 
 @pytest.fixture

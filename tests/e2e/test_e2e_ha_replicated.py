@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from e2e_support import HOST, manage_result, open_client, unique
-from ha_support import Member, Producing, Proxy, Witness, ha_table, listening
+from ha_support import HAProcesses, Member, Producing, Witness, ha_table, listening
 from mesh_support import free_port, wait_until
 
 from meshgate.client import FailoverConnection
@@ -37,55 +37,17 @@ N = 300
 member_config = partial(ha_table, password=PASSWORD)
 
 
-# -- processes and a proxy ------------------------------------------------------------------------
-
-
-class Pair:
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self.members: list[Member] = []
-        self.witnesses: list[Witness] = []
-        self.proxies: list[Proxy] = []
-
-    def witness(self) -> Witness:
-        witness = Witness(self.tmp_path, PASSWORD)
-        self.witnesses.append(witness)
-        return witness
-
-    def proxy(self, target: int) -> Proxy:
-        proxy = Proxy(target).start()
-        self.proxies.append(proxy)
-        return proxy
-
-    def member(self, label: str, config: str) -> Member:
-        member = Member(self.tmp_path, label, config)
-        self.members.append(member)
-        return member
-
-    def cleanup(self) -> None:
-        for member in self.members:
-            if member.proc is not None and member.proc.poll() is not None:
-                pass
-            try:
-                os.kill(member.pid, signal.SIGCONT) if member.running else None
-            except OSError:
-                pass
-            print(member.describe())
-            member.cleanup()
-        for proxy in self.proxies:
-            proxy.stop()
-        for witness in self.witnesses:
-            witness.stop()
+# -- the processes a test starts ------------------------------------------------------------------
 
 
 @pytest.fixture
 def pair(tmp_path):
-    made = Pair(tmp_path)
+    made = HAProcesses(tmp_path, PASSWORD)
     yield made
     made.cleanup()
 
 
-def start_pair(pair: Pair, *, witness: Witness | None, backup_peer: int | None = None,
+def start_pair(pair: HAProcesses, *, witness: Witness | None, backup_peer: int | None = None,
                primary_witness: int | None = None, extra: str = "") -> tuple[Member, Member, int, int]:
     """A primary and its backup, the backup caught up. Returns (primary, backup,
     the primary's replication port, the backup's)."""

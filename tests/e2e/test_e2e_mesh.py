@@ -26,6 +26,11 @@ def dupes(bodies) -> dict[str, int]:
     return {body: count for body, count in Counter(bodies).items() if count > 1}
 
 
+def besides_fence(consumer, fence: str) -> list[str]:
+    """What ``consumer`` received so far, the fence left out."""
+    return [body for body in consumer.listener.bodies() if body != fence]
+
+
 # ---------------------------------------------------------------------------------------
 # 1. Two nodes, static link
 # ---------------------------------------------------------------------------------------
@@ -96,7 +101,7 @@ def test_chain_max_hops_1_does_not_reach_the_far_end(mesh):
     fence = b.fence(q, consumer, "fenceB")
     sent = send_many(a.client(), q, [f"h{i}" for i in range(N)])
     time.sleep(QUIET)  # the negative check: nothing of A's may reach C (two hops)
-    crossed = [body for body in consumer.listener.bodies() if body != fence]
+    crossed = besides_fence(consumer, fence)
     assert crossed == [], f"with max_hops=1, C received {len(crossed)} messages sent on A: {crossed[:10]}"
     consumer.disconnect()
     left = bodies_of(drain(a, q))
@@ -228,7 +233,7 @@ def test_load_balancing_off_keeps_messages_where_sent(mesh):
     fence = b.fence(q, consumer, "fenceB")
     sent = send_many(a.client(), q, [f"o{i}" for i in range(20)])
     time.sleep(QUIET)
-    crossed = [body for body in consumer.listener.bodies() if body != fence]
+    crossed = besides_fence(consumer, fence)
     assert crossed == [], f"OFF: B's consumer received messages sent on A: {crossed}"
     consumer.disconnect()
     assert bodies_of(drain(a, q)) == sent
@@ -283,6 +288,22 @@ def test_load_balancing_strict_round_robins_to_nodes_with_the_queue(mesh):
                                   f"A's consumer got {len(at_a)}, B holds {len(at_b)}")
 
 
+def _moved_only_after_the_delay(a, q: str, consumer, fence: str, sent: list[str], since: float,
+                                quiet: float) -> None:
+    """With redistribution_delay_ms = 3000: nothing of ``sent`` reaches ``consumer`` (on B) for ``quiet``
+    seconds, then all of it does, once each, no sooner than 2.5 s after ``since``; A keeps none."""
+    time.sleep(quiet)
+    early = besides_fence(consumer, fence)
+    assert early == [], f"{len(early)} moved to B within {quiet} s, before the 3 s redistribution delay: {early}"
+    consumer.listener.wait_for(21, timeout=15)
+    elapsed = time.monotonic() - since
+    got = besides_fence(consumer, fence)
+    assert sorted(got) == sorted(sent) and not dupes(got), f"B got {got}"
+    assert elapsed >= 2.5, f"the backlog moved after {elapsed:.1f} s, before the 3 s delay"
+    consumer.disconnect()
+    assert drain(a, q) == []
+
+
 def test_load_balancing_off_with_redistribution_does_not_forward_on_send(mesh):
     """docs: OFF_WITH_REDISTRIBUTION = "Never forward on send (like OFF), but when the queue has
     no consumers on this node, redistribute its backlog to nodes that have some (after the
@@ -293,16 +314,7 @@ def test_load_balancing_off_with_redistribution_does_not_forward_on_send(mesh):
     fence = b.fence(q, consumer, "fenceB")
     started = time.monotonic()
     sent = send_many(a.client(), q, [f"w{i}" for i in range(20)])
-    time.sleep(1.0)
-    early = [body for body in consumer.listener.bodies() if body != fence]
-    assert early == [], f"forwarded on send ({len(early)} within 1 s), before the 3 s redistribution delay"
-    consumer.listener.wait_for(21, timeout=15)
-    elapsed = time.monotonic() - started
-    got = [body for body in consumer.listener.bodies() if body != fence]
-    assert sorted(got) == sorted(sent) and not dupes(got)
-    assert elapsed >= 2.5, f"backlog moved after {elapsed:.1f}s, before the 3 s delay"
-    consumer.disconnect()
-    assert drain(a, q) == []
+    _moved_only_after_the_delay(a, q, consumer, fence, sent, started, quiet=1.0)  # not forwarded on send
 
 
 def test_load_balancing_off_with_redistribution_backlog_follows_after_the_delay(mesh):
@@ -318,20 +330,10 @@ def test_load_balancing_off_with_redistribution_backlog_follows_after_the_delay(
     sent = send_many(a.client(), q, [f"x{i}" for i in range(20)])
     local.listener.wait_for(1)
     time.sleep(QUIET)
-    early = [body for body in remote.listener.bodies() if body != fence]
+    early = besides_fence(remote, fence)
     assert early == [], f"{len(early)} left A while A had a consumer: {early}"
     local.disconnect()  # its unacked message goes back; A now has no consumer
-    gone = time.monotonic()
-    time.sleep(1.5)
-    early = [body for body in remote.listener.bodies() if body != fence]
-    assert early == [], f"{len(early)} moved to B within 1.5 s of A's consumer leaving (delay is 3 s)"
-    remote.listener.wait_for(21, timeout=15)
-    elapsed = time.monotonic() - gone
-    got = [body for body in remote.listener.bodies() if body != fence]
-    assert sorted(got) == sorted(sent) and not dupes(got), f"B got {got}"
-    assert elapsed >= 2.5, f"backlog moved {elapsed:.1f}s after the consumer left, before the 3 s delay"
-    remote.disconnect()
-    assert drain(a, q) == []
+    _moved_only_after_the_delay(a, q, remote, fence, sent, time.monotonic(), quiet=1.5)
 
 
 # ---------------------------------------------------------------------------------------
@@ -354,7 +356,7 @@ def test_selector_demand_only_matching_messages_cross(mesh):
     producer.send(q, fence, receipt=True, headers={"color": "red"})
     consumer.listener.wait_for_body(fence, timeout=15)
     time.sleep(QUIET)
-    got = [body for body in consumer.listener.bodies() if body != fence]
+    got = besides_fence(consumer, fence)
     assert got == reds, f"B (selector color = 'red') got {got}"
     consumer.disconnect()
     left = bodies_of(drain(a, q))

@@ -79,3 +79,9 @@ def mismatches(client, expected: Expected, prefix: str = "meshgate") -> list[str
         if got != count:
             problems.append(f"{RESOLUTION_NAMES[seconds]} window {start:.0f}: {got} {kind} events, expected {count}")
     return problems
+
+
+def assert_rollups_agree(client, expected: Expected) -> None:
+    """The rollups in Redis are what the traffic did, or the assertion lists every difference."""
+    problems = mismatches(client, expected)
+    assert problems == [], "\n".join(problems)

@@ -22,9 +22,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from rollup_support import mismatches, status
+from rollup_support import assert_rollups_agree, status
 from test_pipeline_rollups import drive
-from traffic import Mesh
+from traffic import Mesh, started_mesh
 
 REPO = Path(__file__).resolve().parents[2]
 ENTRY = REPO / "deploy" / "spark" / "meshgate_pipeline.py"
@@ -162,10 +162,7 @@ def submit_env(tmp_path: Path, worker_python: str) -> dict[str, str]:
 
 def traffic(client) -> tuple[Mesh, int]:
     """90 s of three nodes' snapshots and events (the rollups test's traffic), ending a minute ago."""
-    mesh = Mesh(client)
-    base = float(int(time.time() // 60) * 60 - 180)
-    for node in ("a", "b", "c"):
-        mesh.start(node, base - 1)
+    mesh, base = started_mesh(client, 180)
     return mesh, drive(mesh, base, 90)
 
 
@@ -187,8 +184,7 @@ def ran_on_the_cluster(standalone: Standalone, before: set[str]) -> dict:
 
 
 def check_rollups(client, mesh: Mesh, written: int, master: str) -> None:
-    problems = mismatches(client, mesh.expected)
-    assert problems == [], "\n".join(problems)
+    assert_rollups_agree(client, mesh.expected)
     applied = status(client)
     assert (applied.entries, applied.malformed, applied.late) == (written, 0, 0)
     assert applied.master == master

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
-from rollup_support import cluster, mismatches, queue, status
+from rollup_support import assert_rollups_agree, cluster, queue, status
 from test_pipeline_rollups import drive, options
-from traffic import Mesh
+from traffic import Mesh, started_mesh
 
 from pipeline.job import run_once
 
@@ -28,9 +28,7 @@ MALFORMED = [
 
 
 def test_malformed_entries_are_counted_and_skipped_and_the_rest_still_counts(spark, client, redis_server, tmp_path):
-    mesh = Mesh(client)
-    base = float(int(time.time() // 60) * 60 - 120)
-    mesh.start("a", base - 1)
+    mesh, base = started_mesh(client, 120, nodes=("a",))
     for tick in range(20):
         t = base + tick + 0.5
         mesh.send(t, "a", "orders", 5)
@@ -43,8 +41,7 @@ def test_malformed_entries_are_counted_and_skipped_and_the_rest_still_counts(spa
     applied = status(client)
     assert applied.malformed == len(MALFORMED)
     assert applied.entries == 40 + len(MALFORMED)
-    problems = mismatches(client, mesh.expected)
-    assert problems == [], "\n".join(problems)
+    assert_rollups_agree(client, mesh.expected)
 
 
 def test_late_entries_inside_the_watermark_count_and_outside_are_dropped(spark, client, redis_server, tmp_path):
@@ -68,15 +65,12 @@ def test_late_entries_inside_the_watermark_count_and_outside_are_dropped(spark, 
     assert applied.late == 1
     assert cluster(client, 10, float(int(inside // 10) * 10)).events == {"link_up": 1}
     assert cluster(client, 10, float(int(outside // 10) * 10)) is None
-    problems = mismatches(client, mesh.expected)
-    assert problems == [], "\n".join(problems)
+    assert_rollups_agree(client, mesh.expected)
 
 
 def test_a_node_restart_starts_its_counters_again_without_a_negative_or_a_spike(spark, client, redis_server,
                                                                                 tmp_path):
-    mesh = Mesh(client)
-    base = float(int(time.time() // 60) * 60 - 180)
-    mesh.start("a", base - 1)
+    mesh, base = started_mesh(client, 180, nodes=("a",))
     for tick in range(30):
         t = base + tick + 0.5
         mesh.send(t, "a", "orders", 100)
@@ -89,8 +83,7 @@ def test_a_node_restart_starts_its_counters_again_without_a_negative_or_a_spike(
         mesh.ack(t, "a", "orders", 1)
         mesh.snapshot(t, "a")
     run_once(spark, options(redis_server, tmp_path))
-    problems = mismatches(client, mesh.expected)
-    assert problems == [], "\n".join(problems)
+    assert_rollups_agree(client, mesh.expected)
     after = queue(client, 10, base + 40, "orders")
     assert (after.total.enqueued, after.total.acked) == (20, 10)
 
@@ -112,8 +105,7 @@ def test_a_node_start_the_pipeline_joins_late_is_a_baseline_not_a_spike(spark, c
         mesh.send(t, "a", "orders", 3)
         mesh.snapshot(t, "a")
     run_once(spark, options(redis_server, tmp_path))
-    problems = mismatches(client, mesh.expected)
-    assert problems == [], "\n".join(problems)
+    assert_rollups_agree(client, mesh.expected)
     window = queue(client, 10, base + 20, "orders")
     assert window.total.enqueued == 9 * 3  # ticks 21..29: the 20,007 before them are the baseline
 
@@ -132,13 +124,9 @@ def test_a_backlog_read_in_small_batches_counts_every_window(spark, client, redi
     the end of the backlog in the first batch, and its event time would carry the
     watermark past the snapshots still to come, dropping them as late. The streams
     are read in step instead."""
-    mesh = Mesh(client, seed=3)
-    base = float(int(time.time() // 60) * 60 - 480)
-    for node in ("a", "b", "c"):
-        mesh.start(node, base - 1)
+    mesh, base = started_mesh(client, 480, seed=3)
     written = drive(mesh, base, 400)
     run_once(spark, options(redis_server, tmp_path, watermark_s=60, max_entries=300))
     applied = status(client)
     assert (applied.entries, applied.late) == (written, 0)
-    problems = mismatches(client, mesh.expected)
-    assert problems == [], "\n".join(problems)
+    assert_rollups_agree(client, mesh.expected)

@@ -8,15 +8,12 @@ import time
 
 import pyarrow.parquet as pq
 from test_pipeline_rollups import drive
-from traffic import COUNTER_NAMES, Mesh
+from traffic import COUNTER_NAMES, started_mesh
 
 
 def test_the_export_writes_per_window_rows_by_day_and_node_and_replaces_on_a_second_run(
         client, redis_server, tmp_path, pipeline_process):
-    mesh = Mesh(client, seed=3)
-    base = float(int(time.time() // 60) * 60 - 120)
-    for node in ("a", "b", "c"):
-        mesh.start(node, base - 1)
+    mesh, base = started_mesh(client, 120, seed=3)
     drive(mesh, base, 30)
     target = tmp_path / "history"
     for _ in range(2):

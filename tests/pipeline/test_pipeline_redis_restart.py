@@ -8,9 +8,9 @@ import time
 
 import msgspec
 import redis
-from rollup_support import mismatches
+from rollup_support import assert_rollups_agree
 from test_pipeline_rollups import drive
-from traffic import Mesh
+from traffic import started_mesh
 
 from meshgate.redis_server import RedisServer
 from model.rollups import PipelineStatus, status_key
@@ -36,10 +36,7 @@ def await_condition(condition, what: str, process, timeout: float = 180.0) -> No
 
 def test_redis_restarting_mid_job_loses_nothing_and_counts_nothing_twice(
         client, redis_server, tmp_path, pipeline_process):
-    mesh = Mesh(client, seed=5)
-    base = float(int(time.time() // 60) * 60 - 300)
-    for node in ("a", "b", "c"):
-        mesh.start(node, base - 1)
+    mesh, base = started_mesh(client, 300, seed=5)
     written = drive(mesh, base, 40)
     job = pipeline_process(redis_server.url, "--trigger", "0.5", "--max-entries", "40",
                            "--checkpoint", str(tmp_path / "checkpoint"), "--log-level", "info")
@@ -55,8 +52,7 @@ def test_redis_restarting_mid_job_loses_nothing_and_counts_nothing_twice(
         await_condition(lambda: applied_entries(revived.url) == written, "the backlog applied", job)
         written += drive(mesh, base + 40, 20)
         await_condition(lambda: applied_entries(revived.url) == written, "the new traffic applied", job)
-        problems = mismatches(fresh, mesh.expected)
-        assert problems == [], "\n".join(problems)
+        assert_rollups_agree(fresh, mesh.expected)
         fresh.close()
     finally:
         revived.stop()

@@ -5,26 +5,19 @@ a micro-batch and its rollups being written, and with a new checkpoint."""
 from __future__ import annotations
 
 import logging
-import time
+from functools import partial
 
-from rollup_support import mismatches, status
+from rollup_support import assert_rollups_agree, status
 from test_pipeline_rollups import drive, options
-from traffic import Mesh
+from traffic import Mesh, started_mesh
 
 from pipeline.job import EXIT_AFTER_BATCH, EXIT_WITH_BATCH_UNAPPLIED, run_once
 
-
-def started_mesh(client) -> tuple[Mesh, float]:
-    mesh = Mesh(client, seed=11)
-    base = float(int(time.time() // 60) * 60 - 300)
-    for node in ("a", "b", "c"):
-        mesh.start(node, base - 1)
-    return mesh, base
+replay_mesh = partial(started_mesh, back=300, seed=11)
 
 
 def assert_agrees(client, mesh: Mesh, written: int) -> None:
-    problems = mismatches(client, mesh.expected)
-    assert problems == [], "\n".join(problems)
+    assert_rollups_agree(client, mesh.expected)
     assert status(client).entries == written
 
 
@@ -37,7 +30,7 @@ def crash_in_batches_of_50(pipeline_process, redis_server, checkpoint, hook: str
 
 
 def test_a_restart_from_the_checkpoint_counts_new_entries_once(spark, client, redis_server, tmp_path):
-    mesh, base = started_mesh(client)
+    mesh, base = replay_mesh(client)
     written = drive(mesh, base, 40)
     run_once(spark, options(redis_server, tmp_path))
     first = status(client)
@@ -49,7 +42,7 @@ def test_a_restart_from_the_checkpoint_counts_new_entries_once(spark, client, re
 
 def test_a_batch_applied_but_not_committed_is_replayed_without_counting_twice(
         spark, client, redis_server, tmp_path, pipeline_process, caplog):
-    mesh, base = started_mesh(client)
+    mesh, base = replay_mesh(client)
     written = drive(mesh, base, 60)
     checkpoint = tmp_path / "checkpoint"
     crash_in_batches_of_50(pipeline_process, redis_server, checkpoint, EXIT_AFTER_BATCH, 17)
@@ -64,7 +57,7 @@ def test_a_batch_applied_but_not_committed_is_replayed_without_counting_twice(
 
 def test_a_batch_committed_but_not_applied_is_read_again_and_counted_once(
         spark, client, redis_server, tmp_path, pipeline_process):
-    mesh, base = started_mesh(client)
+    mesh, base = replay_mesh(client)
     written = drive(mesh, base, 60)
     checkpoint = tmp_path / "checkpoint"
     crash_in_batches_of_50(pipeline_process, redis_server, checkpoint, EXIT_WITH_BATCH_UNAPPLIED, 18)
@@ -76,7 +69,7 @@ def test_a_batch_committed_but_not_applied_is_read_again_and_counted_once(
 
 
 def test_a_new_checkpoint_carries_on_from_what_redis_says_was_applied(spark, client, redis_server, tmp_path):
-    mesh, base = started_mesh(client)
+    mesh, base = replay_mesh(client)
     written = drive(mesh, base, 40)
     run_once(spark, options(redis_server, tmp_path))
     written += drive(mesh, base + 40, 30)

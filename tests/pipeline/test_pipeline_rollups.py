@@ -3,11 +3,9 @@ rollups in Redis equal what the test works out from the traffic itself."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
-from rollup_support import cluster, mismatches, status
-from traffic import Mesh
+from rollup_support import assert_rollups_agree, cluster, status
+from traffic import Mesh, started_mesh
 
 from pipeline.job import JobOptions, run_once
 
@@ -44,14 +42,10 @@ def drive(mesh: Mesh, base: float, seconds: int, nodes=("a", "b", "c"), queues=(
 
 @pytest.mark.parametrize("headed", [True, False], ids=["as-nodes-write", "without-head-fields"])
 def test_rollups_equal_what_the_traffic_did_at_both_resolutions(spark, client, redis_server, tmp_path, headed):
-    mesh = Mesh(client, headed=headed)
-    base = float(int(time.time() // 60) * 60 - 240)
-    for node in ("a", "b", "c"):
-        mesh.start(node, base - 1)
+    mesh, base = started_mesh(client, 240, headed=headed)
     written = drive(mesh, base, 150)
     run_once(spark, options(redis_server, tmp_path))
-    problems = mismatches(client, mesh.expected)
-    assert problems == [], "\n".join(problems)
+    assert_rollups_agree(client, mesh.expected)
     applied = status(client)
     assert (applied.entries, applied.malformed, applied.late) == (written, 0, 0)
     whole_minute = cluster(client, 60, base + 60)

@@ -6,6 +6,7 @@ against something it did not compute."""
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 
 import msgspec
@@ -163,3 +164,13 @@ class Mesh:
 
     def raw(self, stream: str, fields: dict) -> None:
         self.client.xadd(f"{self.prefix}:{stream}", fields)
+
+
+def started_mesh(client, back: int, nodes: tuple[str, ...] = ("a", "b", "c"), **options) -> tuple[Mesh, float]:
+    """A ``Mesh`` (made with ``options``) whose ``nodes`` started a second before ``base``, which
+    is ``back`` seconds before the last whole minute; returns (mesh, base)."""
+    mesh = Mesh(client, **options)
+    base = float(int(time.time() // 60) * 60 - back)
+    for node in nodes:
+        mesh.start(node, base - 1)
+    return mesh, base
