@@ -1,8 +1,8 @@
 """Fixtures for the end-to-end suite: broker processes and clients, always cleaned up.
 
-The helpers live in ``e2e_support.py`` next to this file (importable by the test
-modules under ``--import-mode=importlib`` because this directory is put on
-``sys.path`` here)."""
+The helpers live in ``e2e_support.py``, ``stomp_client.py`` and ``raw_stomp.py`` next
+to this file (importable by the test modules under ``--import-mode=importlib``
+because this directory is put on ``sys.path`` here)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,9 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from e2e_support import (  # noqa: E402
-    BrokerProcess,
-    Client,
-    RawClient,
-    open_client,
-    password_hash,
-)
+from e2e_support import BrokerProcess, password_hash
+from raw_stomp import RawClient
+from stomp_client import Client, open_client
 
 
 @pytest.fixture

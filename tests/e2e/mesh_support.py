@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
-from e2e_support import HOST, TIMEOUT, BrokerProcess, Client, open_client, unique
+from e2e_support import HOST, TIMEOUT, BrokerProcess, unique
+from stomp_client import Client, open_client
 
 LINK_TIMEOUT = 20.0  # links normally come up in well under a second
 QUIET = 1.5  # how long a negative check waits for something that must not happen

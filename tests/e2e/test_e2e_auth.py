@@ -9,7 +9,8 @@ import pika
 import pika.exceptions
 import pytest
 from amqp_support import AMQP_ON, amqp_port
-from e2e_support import ConnectRefused, manage, module_broker, security_config, unique
+from e2e_support import manage, module_broker, security_config, unique
+from stomp_client import ConnectRefused
 
 from model.events import USER_LIMIT
 from model.requests import Events
@@ -231,7 +232,7 @@ def test_durable_subscription_removal_needs_admin(secure_broker, connect):
 
 
 def test_frames_pipelined_after_connect_wait_for_authentication(secure_broker, raw, connect):
-    from e2e_support import encode
+    from raw_stomp import encode
 
     destination = "/queue/" + unique("pipelined")
     client = raw(secure_broker)
@@ -248,7 +249,7 @@ def test_frames_pipelined_after_connect_wait_for_authentication(secure_broker, r
 
 
 def test_frames_pipelined_after_a_refused_connect_are_not_executed(secure_broker, raw, connect):
-    from e2e_support import encode
+    from raw_stomp import encode
 
     destination = "/queue/" + unique("intruder")
     watcher = connect(secure_broker, **ALICE)

@@ -6,7 +6,8 @@ import threading
 import time
 
 import pytest
-from e2e_support import encode, unique
+from e2e_support import unique
+from raw_stomp import encode
 
 pytestmark = pytest.mark.shared_broker
 

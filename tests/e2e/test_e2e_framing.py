@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from e2e_support import encode, queue, unique
+from e2e_support import queue, unique
+from raw_stomp import encode
 
 pytestmark = pytest.mark.shared_broker
 

@@ -17,9 +17,10 @@ import re
 from functools import partial
 
 import pytest
-from e2e_support import manage_result, open_client, unique
+from e2e_support import manage_result, unique
 from ha_support import HAProcesses, Member, ha_table, listening, mesh_table
 from mesh_support import free_port, wait_until
+from stomp_client import open_client
 
 from model.requests import Summary
 

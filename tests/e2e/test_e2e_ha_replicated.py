@@ -23,9 +23,10 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from e2e_support import HOST, manage_result, open_client, unique
+from e2e_support import HOST, manage_result, unique
 from ha_support import HAProcesses, Member, Producing, Witness, ha_table, listening
 from mesh_support import free_port, wait_until
+from stomp_client import open_client
 
 from meshgate.client import FailoverConnection
 from meshgate.datadir import read_epoch

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_support import HOST, manage_result, open_client, unique
+from e2e_support import HOST, manage_result, unique
 from ha_support import Member, listening, mesh_table
 from mesh_support import free_port, send_many, wait_until
+from stomp_client import open_client
 
 from meshgate.datadir import read_epoch, write_epoch
 from model.requests import Nodes, Summary

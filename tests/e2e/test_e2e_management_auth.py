@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from e2e_support import RawClient, manage, module_broker, run_meshgate, security_config, unique
+from e2e_support import manage, module_broker, run_meshgate, security_config, unique
+from raw_stomp import RawClient
 
 from model.requests import ADMIN_ACTIONS, Browse, Events, Nodes, Purge, Queues, Send
 

@@ -8,7 +8,8 @@ import threading
 import time
 
 import pytest
-from e2e_support import RawClient, encode, unique
+from e2e_support import unique
+from raw_stomp import RawClient, encode
 
 COUNT = 50_000
 BODY_SIZE = 1024

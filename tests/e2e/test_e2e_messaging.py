@@ -4,7 +4,9 @@ and header escaping, with stomp.py clients (and a raw socket where bytes matter)
 from __future__ import annotations
 
 import pytest
-from e2e_support import Client, RawClient, RawFrame, encode, queue, topic, unique
+from e2e_support import queue, topic, unique
+from raw_stomp import RawClient, RawFrame, encode
+from stomp_client import Client
 
 pytestmark = pytest.mark.shared_broker
 

@@ -9,7 +9,9 @@ import pika
 import pika.exceptions
 import pytest
 from amqp_support import amqp_broker, drain
-from e2e_support import RawClient, manage_result, open_client, unique
+from e2e_support import manage_result, unique
+from raw_stomp import RawClient
+from stomp_client import open_client
 
 from model.requests import Queues
 

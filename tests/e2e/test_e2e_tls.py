@@ -11,7 +11,8 @@ from pathlib import Path
 import pika
 import pytest
 from cryptography.hazmat.primitives import serialization
-from e2e_support import ConnectRefused, unique
+from e2e_support import unique
+from stomp_client import ConnectRefused
 from tls_support import issue as _issue
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 import stomp
-from e2e_support import Client, Collector, unique
+from e2e_support import unique
 from mesh_support import mesh_fixture, send_many  # noqa: F401
+from stomp_client import Client, Collector
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
