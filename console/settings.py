@@ -6,9 +6,12 @@ value from the environment in production.
 - ``MESHGATE_REDIS_URL``, ``MESHGATE_STREAM_PREFIX``: where the nodes' snapshots and
   events are (the nodes' ``[metrics]``), and the channel layer.
 - ``MESHGATE_CONSOLE_STOMP``: nodes to send management requests to
-  (``host:port[,host:port…]``, the first that answers), with
+  (``host:port[,stomp+ssl://host:port…]``, the first that answers), with
   ``MESHGATE_CONSOLE_LOGIN`` / ``MESHGATE_CONSOLE_PASSCODE`` (a user with the admin
-  permission on the management address; none for an anonymous mesh).
+  permission on the management address; none for an anonymous mesh). For the
+  ``stomp+ssl://`` ones: ``MESHGATE_CONSOLE_CA`` (the CA that signed the nodes'
+  certificates; else the system's), ``MESHGATE_CONSOLE_CERT`` / ``MESHGATE_CONSOLE_KEY``
+  (for nodes that require client certificates), ``MESHGATE_CONSOLE_VERIFY_HOSTNAME=0``.
 - ``MESHGATE_CONSOLE_SECRET`` (else generated into the data dir),
   ``MESHGATE_CONSOLE_HOSTS`` (allowed host names), ``MESHGATE_CONSOLE_TLS=1``
   (secure cookies, behind TLS), ``MESHGATE_CONSOLE_DEBUG=1``.
@@ -21,7 +24,9 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("MESHGATE_CONSOLE_DATA", "data/console")).resolve()
@@ -53,13 +58,26 @@ CONSOLE_LOGIN_THROTTLE = {"per_user": 5, "per_address": 20, "window": 300}
 # /metrics answers without a token (Prometheus on a trusted network); else it needs one.
 CONSOLE_METRICS_OPEN = os.environ.get("MESHGATE_CONSOLE_METRICS_OPEN", "0") == "1"
 
+
+
+def management_settings(environ: Mapping[str, str]) -> dict[str, Any]:
+    """The nodes the console asks, and how (the MESHGATE_CONSOLE_* variables above)."""
+    return {
+        "STOMP": [address.strip() for address in environ.get("MESHGATE_CONSOLE_STOMP", "127.0.0.1:61613").split(",")
+                  if address.strip()],
+        "LOGIN": environ.get("MESHGATE_CONSOLE_LOGIN") or None,
+        "PASSCODE": environ.get("MESHGATE_CONSOLE_PASSCODE") or None,
+        "CA": environ.get("MESHGATE_CONSOLE_CA") or None,
+        "CERT": environ.get("MESHGATE_CONSOLE_CERT") or None,
+        "KEY": environ.get("MESHGATE_CONSOLE_KEY") or None,
+        "VERIFY_HOSTNAME": environ.get("MESHGATE_CONSOLE_VERIFY_HOSTNAME", "1") != "0",
+    }
+
+
 MESHGATE = {
     "REDIS_URL": os.environ.get("MESHGATE_REDIS_URL", "redis://127.0.0.1:6379/0"),
     "STREAM_PREFIX": os.environ.get("MESHGATE_STREAM_PREFIX", "meshgate"),
-    "STOMP": [address.strip() for address in os.environ.get("MESHGATE_CONSOLE_STOMP", "127.0.0.1:61613").split(",")
-              if address.strip()],
-    "LOGIN": os.environ.get("MESHGATE_CONSOLE_LOGIN") or None,
-    "PASSCODE": os.environ.get("MESHGATE_CONSOLE_PASSCODE") or None,
+    **management_settings(os.environ),
 }
 
 INSTALLED_APPS = [

@@ -13,12 +13,20 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 import msgspec
 
 from management import format as fmt
-from management.client import ManagementClient, ManagementClientError, RequestFailed
+from management.client import (
+    PLAIN_SCHEME,
+    ManagementClient,
+    ManagementClientError,
+    RequestFailed,
+    TlsFiles,
+    parse_address,
+)
 from model.definitions import QueueSettings
 from model.events import KINDS
 from model.names import InvalidName, check_name, quoted
@@ -185,9 +193,7 @@ def add_commands(commands) -> None:
     for name, (help_text, kind, extra, _, _) in COMMANDS.items():
         parser = commands.add_parser(name, help=help_text)
         extra(parser)
-        parser.add_argument("--stomp", metavar="HOST:PORT", default="127.0.0.1:61613", help="the node to ask")
-        parser.add_argument("--login")
-        parser.add_argument("--passcode")
+        add_node_arguments(parser, "the node to ask")
         if name not in ("nodes", "topology", "forget", "define-queue", "undefine"):
             # (An empty group would break argparse's usage line, and with it every error message.)
             where = parser.add_mutually_exclusive_group()
@@ -199,16 +205,62 @@ def add_commands(commands) -> None:
         parser.add_argument("--json", action="store_true", help="print the reply as JSON")
 
 
+def add_node_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """--stomp, the credential and the TLS options of a command that asks a node."""
+    parser.add_argument("--stomp", metavar="[stomp+ssl://]HOST:PORT", default="127.0.0.1:61613",
+                        help=what + " (stomp+ssl://: its port speaks TLS)")
+    parser.add_argument("--login")
+    parser.add_argument("--passcode")
+    tls = parser.add_argument_group("TLS", "for a node whose STOMP port speaks TLS ([stomp.tls])")
+    tls.add_argument("--tls", action="store_true", help="HOST:PORT speaks TLS (the same as stomp+ssl://HOST:PORT)")
+    tls.add_argument("--ca", metavar="FILE", help="the CA certificate that signed the node's "
+                                                  "(default: the system's trust store)")
+    tls.add_argument("--cert", metavar="FILE", help="this client's certificate, for a node that requires one")
+    tls.add_argument("--key", metavar="FILE", help="the private key of --cert")
+    tls.add_argument("--no-verify-hostname", action="store_true",
+                     help="accept a node certificate that does not name HOST")
+
+
+class BadArguments(Exception):
+    """The address or the TLS options cannot be used as given (exit status 2)."""
+
+
+def node_client(args: argparse.Namespace, timeout: float = 15.0) -> ManagementClient:
+    """The client for the node that ``add_node_arguments``' options name; BadArguments if they do not add up."""
+    try:
+        host, port, tls = parse_address(args.stomp)
+    except ValueError as error:
+        raise BadArguments(f"--stomp: {error}") from None
+    if args.tls and args.stomp.startswith(PLAIN_SCHEME):
+        raise BadArguments(f"--tls and --stomp {args.stomp} disagree: stomp:// is plaintext")
+    tls = tls or args.tls
+    files = TlsFiles(args.ca, args.cert, args.key, not args.no_verify_hostname)
+    if not tls and files != TlsFiles():
+        raise BadArguments("--ca, --cert, --key and --no-verify-hostname are for a node that speaks TLS: "
+                           "use --stomp stomp+ssl://HOST:PORT (or --tls)")
+    for option, path in (("--ca", args.ca), ("--cert", args.cert), ("--key", args.key)):
+        if path is not None and not Path(path).is_file():
+            raise BadArguments(f"{option}: no such file: {path}")
+    if (args.cert is None) != (args.key is None):
+        raise BadArguments("--cert needs --key, and --key needs --cert")
+    try:
+        context = files.context() if tls else None
+    except ManagementClientError as error:
+        raise BadArguments(str(error)) from None
+    return ManagementClient(host, port, args.login, args.passcode, timeout, context)
+
+
 def run(args: argparse.Namespace) -> int:
     help_text, kind, _, make_request, render = COMMANDS[args.command]
-    host, _, port = args.stomp.rpartition(":")
-    if not host or not port.isdigit():
-        print(f"meshgate {args.command}: --stomp must be HOST:PORT", file=sys.stderr)
+    try:
+        node = node_client(args)
+    except BadArguments as error:
+        print(f"meshgate {args.command}: {error}", file=sys.stderr)
         return 2
     args.node = ALL if getattr(args, "all", False) else getattr(args, "node", None)
     try:
         request = make_request(args)
-        with ManagementClient(host.strip("[]"), int(port), args.login, args.passcode) as client:
+        with node as client:
             reply = client.ask(request)
             names = _names(client) if reply.ok and not args.json else {}
     except ManagementClientError as error:

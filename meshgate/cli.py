@@ -7,11 +7,16 @@ import gc
 import getpass
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from gateway import __version__
 from meshgate.admin_cli import COMMANDS as ADMIN_COMMANDS
+from meshgate.admin_cli import BadArguments, add_node_arguments, node_client
 from meshgate.admin_cli import add_commands as add_admin_commands
 from meshgate.admin_cli import run as run_admin_command
+
+if TYPE_CHECKING:
+    from management.client import ManagementClient
 
 _GC_YOUNG_THRESHOLD = 20_000  # container allocations (net) between young-generation collections
 
@@ -73,9 +78,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ha = commands.add_parser("ha", help="a replicated pair: status, failback (docs/ha.md)")
     ha.add_argument("action", choices=["status", "failback"])
-    ha.add_argument("--stomp", metavar="HOST:PORT", default="127.0.0.1:61613", help="the serving member")
-    ha.add_argument("--login")
-    ha.add_argument("--passcode")
+    add_node_arguments(ha, "the serving member")
     ha.add_argument("--json", action="store_true")
     ha.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                     help="failback: how long to wait for the handover (default 60)")
@@ -128,16 +131,20 @@ def _ha(args: argparse.Namespace) -> int:
 
     import msgspec
 
-    from management.client import ManagementClient, ManagementClientError
+    from management.client import ManagementClientError
     from model.requests import Summary
 
-    if args.action == "failback":
-        return _failback(args)
-    host, _, port = args.stomp.rpartition(":")
     try:
-        with ManagementClient(host.strip("[]"), int(port), args.login, args.passcode) as client:
+        node = node_client(args, timeout=args.timeout if args.action == "failback" else 15.0)
+    except BadArguments as error:
+        print(f"meshgate ha {args.action}: {error}", file=sys.stderr)
+        return 2
+    if args.action == "failback":
+        return _failback(node, args)
+    try:
+        with node as client:
             reply = client.ask(Summary())
-    except (ManagementClientError, ValueError) as error:
+    except ManagementClientError as error:
         print(f"meshgate ha status: {error}", file=sys.stderr)
         return 1
     node = reply.result.node
@@ -153,20 +160,18 @@ def _ha(args: argparse.Namespace) -> int:
     return 0
 
 
-def _failback(args: argparse.Namespace) -> int:
+def _failback(node: ManagementClient, args: argparse.Namespace) -> int:
     """``meshgate ha failback``: the serving member hands the node over to its in-sync
     backup and rejoins as that one's backup (docs/ha.md#failback)."""
     import json
 
-    from management.client import ManagementClient, ManagementClientError, RequestFailed
+    from management.client import ManagementClientError, RequestFailed
     from model.requests import HaFailback
 
-    host, _, port = args.stomp.rpartition(":")
     try:
-        with ManagementClient(host.strip("[]"), int(port), args.login, args.passcode,
-                              timeout=args.timeout) as client:
+        with node as client:
             done = client.call(HaFailback())
-    except (ManagementClientError, RequestFailed, ValueError) as error:
+    except (ManagementClientError, RequestFailed) as error:
         print(f"meshgate ha failback: {error}", file=sys.stderr)
         return 1
     if args.json:

@@ -18,6 +18,7 @@ from console.mesh import shared
 from console.mesh.actions import Management
 from console.mesh.snapshots import latest
 from console.mesh.view import MeshView
+from management.client import TlsFiles
 from model.mesh import Snapshot
 
 VIEW_REFRESH = 0.5  # seconds between a web process's looks at the snapshot stream (no worker)
@@ -109,4 +110,5 @@ def mesh_view(fresh: bool = False):
 @cache
 def management() -> Management:
     config = settings.MESHGATE
-    return Management(config["STOMP"], config["LOGIN"], config["PASSCODE"])
+    tls = TlsFiles(config.get("CA"), config.get("CERT"), config.get("KEY"), config.get("VERIFY_HOSTNAME", True))
+    return Management(config["STOMP"], config["LOGIN"], config["PASSCODE"], tls=tls)
