@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable
 
+from gateway.hostile_log import PeerLog
+from gateway.tls import TlsMaterial
 from mesh.link import LinkClientFactory, LinkContext
 
 log = logging.getLogger("mesh.node")
@@ -14,8 +16,10 @@ class Connector:
     """Dials one peer address and keeps dialling, with backoff, while not linked."""
 
     def __init__(self, context: LinkContext, address: tuple[str, int], reactor: Any,
-                 reached_itself: Callable[[tuple[str, int]], None]) -> None:
+                 reached_itself: Callable[[tuple[str, int]], None],
+                 tls: tuple[TlsMaterial, PeerLog] | None = None) -> None:
         self.context = context
+        self.tls = tls  # every dial speaks TLS, checking the peer's certificate against the host dialled
         self.config = context.config
         self.address = address
         self.reactor = reactor  # connectTCP and callLater
@@ -41,7 +45,11 @@ class Connector:
             self._schedule(self.config.retry_interval_ms / 1000.0)  # linked already, perhaps the other way
             return
         host, port = self.address
-        self.reactor.connectTCP(host, port, LinkClientFactory(self.context, self), timeout=5)
+        factory: Any = LinkClientFactory(self.context, self)
+        if self.tls is not None:
+            material, tls_log = self.tls
+            factory = material.client_factory(factory, host, port, tls_log, self.reactor)
+        self.reactor.connectTCP(host, port, factory, timeout=5)
 
     def connected(self, peer_id: str) -> None:
         self.peer_id = peer_id

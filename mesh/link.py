@@ -62,6 +62,7 @@ __all__ = ["PROTOCOL_VERSION", "SELF_LINK", "LinkContext", "LinkProtocol", "Link
 
 log = logging.getLogger(__name__)
 REASON_LIMIT = 200  # characters of a peer's refusal reason that are logged and passed on
+_TLS_RECORDS = (b"\x16\x03", b"\x15\x03")  # a TLS handshake or alert record where a HELLO should be
 
 
 class LinkState(enum.Enum):
@@ -157,6 +158,10 @@ class LinkProtocol(TwistedProtocol):
         self._health = clock.callLater(context.config.check_period_ms / 1000.0, self._check)
 
     def connectionLost(self, reason: Failure | None = None) -> None:
+        if self.dialled and self.state is LinkState.AWAITING_HELLO and reason is not None \
+                and reason.check(ConnectionDone):
+            self.context.peer_log.warning(self.peer_host, "mesh link to %s closed before its HELLO: does it "
+                                          "require TLS ([mesh.tls] on one side only)?", self.peer_name)
         self.state = _CLOSED
         self.context.identity.own_nonces.discard(self.nonce)
         if self.large is not None:
@@ -292,7 +297,10 @@ class LinkProtocol(TwistedProtocol):
                     return
                 self._handle(kind, payload)
         except LinkError as error:
-            self.refuse(str(error))
+            reason = str(error)
+            if self.state is LinkState.AWAITING_HELLO and data[:2] in _TLS_RECORDS:
+                reason = f"peer {self.peer_host} speaks TLS; this node has no [mesh.tls] (docs/mesh.md)"
+            self.refuse(reason)
         except BrokerError as error:  # what the peer asked of the broker is refused (a selector that does not parse)
             self.refuse(str(error)[:REASON_LIMIT])
         except Exception as error:  # a bug of ours on what the peer sent: this link goes, the node goes on

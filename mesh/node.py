@@ -28,6 +28,8 @@ from twisted.internet import reactor as default_reactor
 
 from gateway import __version__
 from gateway.broker.broker import Broker
+from gateway.hostile_log import PeerLog
+from gateway.tls import TlsMaterial
 from mesh.custody import Custody
 from mesh.definitions import DefinitionSync
 from mesh.demand import Demand
@@ -51,8 +53,11 @@ class MeshNode:
     def __init__(self, config: MeshSettings, *, node_id: str, name: str, broker: Broker, started_at: float,
                  stomp_address: tuple[str, int], reactor: Any = default_reactor,
                  on_fatal: Callable[[str], None] | None = None, epoch: int = 0,
-                 on_fenced: Callable[[str], None] | None = None) -> None:
+                 on_fenced: Callable[[str], None] | None = None, tls: TlsMaterial | None = None) -> None:
         self.config = config
+        self.tls = tls  # [mesh.tls]: every link speaks TLS; None: plain TCP, unwrapped
+        # A refused handshake is logged once a minute per peer: anyone can connect, and diallers retry.
+        self.tls_log = PeerLog(logging.getLogger("mesh.tls"), reactor.seconds, per_minute=1)
         self.node_id = node_id
         self.name = name
         self.broker = broker
@@ -218,7 +223,10 @@ class MeshNode:
     def _listen(self, host: str, port: int) -> defer.Deferred:
         from twisted.internet import endpoints
 
-        return endpoints.TCP4ServerEndpoint(self.reactor, port, interface=host).listen(LinkServerFactory(self.links))
+        factory: Any = LinkServerFactory(self.links)
+        if self.tls is not None:
+            factory = self.tls.server_factory(factory, self.tls_log, self.reactor)
+        return endpoints.TCP4ServerEndpoint(self.reactor, port, interface=host).listen(factory)
 
     @defer.inlineCallbacks
     def stop(self) -> Any:
@@ -240,7 +248,8 @@ class MeshNode:
         if address == tuple(self.link_address) or address in self.own_addresses or any(
                 c.address == address for c in self.connectors):
             return
-        connector = Connector(self.links, address, self.reactor, self._reached_itself)
+        connector = Connector(self.links, address, self.reactor, self._reached_itself,
+                              None if self.tls is None else (self.tls, self.tls_log))
         self.connectors.append(connector)
         connector.start()
 

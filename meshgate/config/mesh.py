@@ -7,9 +7,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.auth import destination_matcher
+from meshgate.config.ha import _pem
 from meshgate.config.schema import (
     _NODE_NAME,
     ConfigError,
@@ -20,12 +21,16 @@ from meshgate.config.schema import (
     _key,
     _number,
     _parse,
+    _path,
     _pattern,
     _string,
     _table,
     _upper_choice,
     parse_address,
 )
+
+if TYPE_CHECKING:
+    from gateway.tls import TlsMaterial
 
 
 def _peers(value: Any, key: str) -> tuple[tuple[str, int], ...]:
@@ -154,6 +159,36 @@ class RedistributionOverride:
     delay_ms: int = _key(parse=_integer(-1))
 
 
+@dataclass(frozen=True)
+class MeshTlsConfig:
+    """``[mesh.tls]``: mutual TLS on every mesh link. The listener speaks only TLS and
+    every dial does; both sides present ``certificate`` and accept only a certificate
+    ``ca_certificate`` signed; a dialler also checks that the peer's certificate names
+    the host it dialled (``verify_hostname``)."""
+
+    certificate: str = _key(parse=_path(must_exist=True))
+    private_key: str = _key(parse=_path(must_exist=True))
+    ca_certificate: str = _key(parse=_path(must_exist=True))
+    verify_hostname: bool = _key(True, _boolean)
+
+    def __post_init__(self) -> None:
+        from gateway.tls import TlsError
+
+        _pem(self.certificate, "mesh.tls.certificate", "CERTIFICATE")
+        _pem(self.private_key, "mesh.tls.private_key", "PRIVATE KEY")
+        _pem(self.ca_certificate, "mesh.tls.ca_certificate", "CERTIFICATE")
+        try:
+            self.material()
+        except TlsError as problem:  # a key that does not match its certificate
+            raise ConfigError("mesh.tls.private_key", str(problem)) from None
+
+    def material(self) -> TlsMaterial:
+        from gateway.tls import TlsMaterial
+
+        return TlsMaterial(self.certificate, self.private_key, self.ca_certificate,
+                           verify_hostname=self.verify_hostname, ca_name="the mesh CA")
+
+
 LOAD_BALANCING_MODES = ("OFF", "STRICT", "ON_DEMAND", "OFF_WITH_REDISTRIBUTION")
 # The value shown in docs/configuration.md; a node refuses it like an empty password.
 EXAMPLE_CLUSTER_PASSWORD = "change-me"
@@ -186,6 +221,8 @@ class MeshConfig:
     scale_down: bool = _key(False, _boolean)
     group_name: str = _key("", _string(*_NODE_NAME, empty=True))
     peer_retention_s: int = _key(7 * 24 * 3600, _integer(0))  # 0: only `meshgate forget` forgets
+    # None (no [mesh.tls] table) = plain TCP links.
+    tls: MeshTlsConfig | None = field(default=None, metadata=_parse(_table(MeshTlsConfig)))
 
     def __post_init__(self) -> None:
         if self.network_ttl is not None:

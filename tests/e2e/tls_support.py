@@ -17,13 +17,21 @@ def _name(common_name: str):
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
+def _san(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
 def issue(directory: Path, stem: str, common_name: str, issuer=None, ca: bool = False, server: bool = True,
-          client: bool = False):
+          client: bool = False, names: tuple[str, ...] = ("localhost", "127.0.0.1"), expired: bool = False):
     """Write stem.crt/stem.key; issuer is (cert, key) or None for self-signed. A leaf is
-    for a server (with localhost and 127.0.0.1 as names) unless ``server`` is false; with
-    ``client`` it may also authenticate as a client (both ends of a replication link)."""
+    for a server (with ``names``, DNS names or IP addresses) unless ``server`` is false; with
+    ``client`` it may also authenticate as a client (both ends of a link). ``expired``: valid
+    until yesterday."""
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=2 if expired else 0)
     issuer_cert, issuer_key = issuer if issuer is not None else (None, key)
     builder = (
         x509.CertificateBuilder()
@@ -42,8 +50,7 @@ def issue(directory: Path, stem: str, common_name: str, issuer=None, ca: bool = 
         builder = builder.add_extension(x509.ExtendedKeyUsage(usages), critical=False)
         if server:
             builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                             x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                x509.SubjectAlternativeName([_san(name) for name in names]),
                 critical=False,
             )
     cert = builder.sign(issuer_key, hashes.SHA256())

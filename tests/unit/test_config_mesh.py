@@ -654,3 +654,59 @@ def test_peer_retention_defaults_to_a_week_and_zero_turns_it_off(tmp_path: Path)
     assert mesh(tmp_path, "peer_retention_s = 0\n").peer_retention_s == 0
     exc = mesh_error(tmp_path, "peer_retention_s = -1\n")
     assert exc.key == "mesh.peer_retention_s"
+
+
+# --- [mesh.tls] ----------------------------------------------------------------
+
+
+def _tls_files(tmp_path: Path) -> dict[str, Path]:
+    from tests.e2e.tls_support import issue
+
+    ca = issue(tmp_path, "ca", "mesh CA", ca=True)
+    _, _, cert, key = issue(tmp_path, "node", "node", issuer=ca[:2], client=True)
+    _, _, _, other_key = issue(tmp_path, "other", "other", issuer=ca[:2], client=True)
+    return {"certificate": cert, "private_key": key, "ca_certificate": ca[2], "other_key": other_key}
+
+
+def _tls_table(files: dict[str, Path], **changes: str) -> str:
+    keys = {name: str(files[name]) for name in ("certificate", "private_key", "ca_certificate")} | changes
+    return "[mesh.tls]\n" + "".join(f'{name} = "{value}"\n' if name != "verify_hostname" else f"{name} = {value}\n"
+                                    for name, value in keys.items())
+
+
+def test_no_mesh_tls_table_means_plain_links(tmp_path: Path) -> None:
+    assert mesh(tmp_path).tls is None
+
+
+def test_mesh_tls_reads_the_three_files_and_verifies_hostnames_by_default(tmp_path: Path) -> None:
+    files = _tls_files(tmp_path)
+    tls = mesh(tmp_path, _tls_table(files)).tls
+    assert tls is not None
+    assert (tls.certificate, tls.private_key, tls.ca_certificate) == (
+        str(files["certificate"]), str(files["private_key"]), str(files["ca_certificate"]))
+    assert tls.verify_hostname is True
+    assert tls.material().verify_hostname is True
+    off = mesh(tmp_path, _tls_table(files, verify_hostname="false")).tls
+    assert off is not None and off.verify_hostname is False
+
+
+@pytest.mark.parametrize("missing", ["certificate", "private_key", "ca_certificate"])
+def test_mesh_tls_needs_all_three_files(tmp_path: Path, missing: str) -> None:
+    files = _tls_files(tmp_path)
+    table = "".join(line + "\n" for line in _tls_table(files).splitlines() if not line.startswith(missing + " "))
+    assert mesh_error(tmp_path, table).key.startswith("mesh.tls")
+
+
+def test_mesh_tls_refuses_a_file_that_is_not_pem_naming_key_and_file(tmp_path: Path) -> None:
+    files = _tls_files(tmp_path)
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate")
+    exc = mesh_error(tmp_path, _tls_table(files, ca_certificate=str(junk)))
+    assert exc.key == "mesh.tls.ca_certificate" and "junk.pem" in str(exc)
+
+
+def test_mesh_tls_refuses_a_key_that_does_not_match_the_certificate(tmp_path: Path) -> None:
+    files = _tls_files(tmp_path)
+    exc = mesh_error(tmp_path, _tls_table(files, private_key=str(files["other_key"])))
+    assert exc.key == "mesh.tls.private_key"
+    assert "other.key" in str(exc) and "does not match the certificate" in str(exc) and "node.crt" in str(exc)
