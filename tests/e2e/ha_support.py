@@ -172,10 +172,13 @@ class Proxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def relayed(self, data: bytes) -> None:
+        """Each chunk on its way through, in either direction (a test may keep them)."""
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(65536):
+                self.relayed(data)
                 sink.sendall(data)
         except OSError:
             pass
