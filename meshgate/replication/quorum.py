@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 from twisted.internet import defer, endpoints, error
 from twisted.internet.protocol import ClientFactory, Protocol
 from twisted.python.failure import Failure
 
+from gateway.hostile_log import PeerLog
+from gateway.tls import TlsMaterial
 from mesh.codec import LinkParser, encode_control
 from mesh.quorum import check_voted, make_vote
 from mesh.wire import FrameType, LinkError, decode_control
@@ -90,8 +93,11 @@ class MeshQuorum:
     """Asks the peers of ``[mesh] static`` (``peers``) about the primary's node id."""
 
     def __init__(self, reactor, peers: tuple[tuple[str, int], ...], password: str, user: str,
-                 timeout_s: float = 1.0) -> None:
+                 timeout_s: float = 1.0, tls: TlsMaterial | None = None) -> None:
         self.reactor = reactor
+        # [mesh.tls]: the peers' mesh listeners speak only TLS; a vote is asked over it, as a link dials.
+        self.tls = tls
+        self._tls_log = PeerLog(log, reactor.seconds, per_minute=1) if tls is not None else None
         self.peers = tuple(peers)
         self.password = password
         self.user = user
@@ -106,12 +112,15 @@ class MeshQuorum:
     def _ask_one(self, address: tuple[str, int], **fields):
         factory = _AskFactory(password=self.password, user=self.user, **fields)
         host, port = address
+        dialled: Any = factory  # the factory, or TLS wrapping it (Twisted types factories by zope interface)
+        if self.tls is not None and self._tls_log is not None:
+            dialled = self.tls.client_factory(factory, host, port, self._tls_log, self.reactor)
         endpoint = endpoints.TCP4ClientEndpoint(self.reactor, host, port, timeout=max(1, int(self.timeout_s)))
         timer = self.reactor.callLater(self.timeout_s * 2, lambda: factory.done.called or factory.done.callback(
             {"granted": False, "reason": "gave no answer in time", "error": True}))
         protocol = None
         try:
-            protocol = yield endpoint.connect(factory)
+            protocol = yield endpoint.connect(dialled)
             answer = yield factory.done
         except (error.ConnectError, error.TimeoutError, OSError) as problem:
             answer = {"granted": False, "reason": f"cannot be reached ({problem.__class__.__name__})",

@@ -21,34 +21,40 @@ from e2e_support import manage_result, unique
 from ha_support import HAProcesses, Member, ha_table, listening, mesh_table
 from mesh_support import free_port, wait_until
 from stomp_client import open_client
+from tls_support import Certificates
 
 from model.requests import Summary
 
 PASSWORD = "e2e-" + unique("quorum")
 TAKEOVER_DEADLINE = 15.0
 # Quicker retries and liveness checks than the other HA tests' meshes.
-mesh_config = partial(mesh_table, PASSWORD, max_retry_interval_ms=500, check_period_ms=300, connection_ttl_ms=1500)
+quick_mesh = partial(mesh_table, PASSWORD, max_retry_interval_ms=500, check_period_ms=300, connection_ttl_ms=1500)
 
 
 class QuorumMesh(HAProcesses):
     """Node A as a replicated pair (no witness) and two other nodes, C and D, which
     list both of A's mesh addresses; A's members list C and D."""
 
-    def start(self, *, cut_able: bool = False) -> None:
+    def start(self, *, cut_able: bool = False, tls: Certificates | None = None) -> None:
+        """``tls``: every mesh listener and link over mutual TLS, the backup's votes included."""
         a_mesh, b_mesh, c_mesh, d_mesh = (free_port() for _ in range(4))
         a_repl, b_repl = free_port(), free_port()
-        self.c = self.member("C", mesh_config(c_mesh, [a_mesh, b_mesh, d_mesh]), node="C").start()
-        self.d = self.member("D", mesh_config(d_mesh, [a_mesh, b_mesh]), node="D").start()
+
+        def mesh_config(bind: int, peers: list[int], name: str) -> str:
+            return quick_mesh(bind, peers) + (tls.table(name) if tls is not None else "")
+
+        self.c = self.member("C", mesh_config(c_mesh, [a_mesh, b_mesh, d_mesh], "c"), node="C").start()
+        self.d = self.member("D", mesh_config(d_mesh, [a_mesh, b_mesh], "d"), node="D").start()
         self.c.wait_log(r"mesh: linked with D$")
         peer = a_repl
         if cut_able:
             self.link_proxy = self.proxy(a_repl)  # backup -> the primary's replication listener
             peer = self.link_proxy.port
-        self.primary = self.member("primary", mesh_config(a_mesh, [c_mesh, d_mesh])
+        self.primary = self.member("primary", mesh_config(a_mesh, [c_mesh, d_mesh], "primary")
                                    + ha_table("primary", a_repl, b_repl)).start()
         for other in (self.c, self.d):
             other.wait_log(r"mesh: linked with A$")
-        self.backup = self.member("backup", mesh_config(b_mesh, [c_mesh, d_mesh])
+        self.backup = self.member("backup", mesh_config(b_mesh, [c_mesh, d_mesh], "backup")
                                   + ha_table("backup", b_repl, peer)).launch(free_port())
         self.backup.wait_log(r"replication: caught up with the primary")
         wait_until(lambda: manage_result(self.primary.port, Summary()).node.replication_state == "in-sync",
@@ -75,8 +81,10 @@ def lines(member: Member) -> int:
 # -- (1) kill -9: the mesh's majority agrees, the backup takes over ---------------------------------
 
 
-def test_without_a_witness_the_mesh_majority_lets_the_backup_take_over_a_killed_primary(quorum_mesh):
-    quorum_mesh.start()
+@pytest.mark.parametrize("over_tls", [False, True], ids=["plain links", "links over mutual TLS"])
+def test_without_a_witness_the_mesh_majority_lets_the_backup_take_over_a_killed_primary(quorum_mesh, over_tls,
+                                                                                       tmp_path):
+    quorum_mesh.start(tls=Certificates(tmp_path / "certificates") if over_tls else None)
     primary, backup, c, d = quorum_mesh.primary, quorum_mesh.backup, quorum_mesh.c, quorum_mesh.d
     before = manage_result(primary.port, Summary()).node
     assert not listening(backup.port), "the backup listens for clients"

@@ -13,24 +13,9 @@ import pytest
 from e2e_support import HOST, unique
 from ha_support import Proxy
 from mesh_support import QUIET, mesh_fixture, send_many  # noqa: F401 (mesh_fixture is the mesh fixture)
-from tls_support import issue
+from tls_support import Certificates, issue
 
 pytestmark = pytest.mark.timeout(120)
-
-
-class Certificates:
-    """A mesh CA and a certificate per node, all in one directory."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.ca = issue(directory, "mesh-ca", "mesh CA", ca=True)
-
-    def table(self, stem: str, ca=None, **leaf) -> str:
-        """The [mesh.tls] table of a node whose certificate ``ca`` (default: the mesh CA) signed."""
-        signer = ca or self.ca
-        _, _, cert, key = issue(self.directory, stem, stem, issuer=signer[:2], client=True, **leaf)
-        return (f'\n[mesh.tls]\ncertificate = "{cert}"\nprivate_key = "{key}"\n'
-                f'ca_certificate = "{self.ca[2]}"\n')
 
 
 @pytest.fixture

@@ -59,3 +59,19 @@ def issue(directory: Path, stem: str, common_name: str, issuer=None, ca: bool = 
     key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return cert, key, cert_path, key_path
+
+
+class Certificates:
+    """A mesh CA and a certificate per node, all in one directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        self.ca = issue(directory, "mesh-ca", "mesh CA", ca=True)
+
+    def table(self, stem: str, ca=None, **leaf) -> str:
+        """The [mesh.tls] table of a node whose certificate ``ca`` (default: the mesh CA) signed."""
+        signer = ca or self.ca
+        _, _, cert, key = issue(self.directory, stem, stem, issuer=signer[:2], client=True, **leaf)
+        return (f'\n[mesh.tls]\ncertificate = "{cert}"\nprivate_key = "{key}"\n'
+                f'ca_certificate = "{self.ca[2]}"\n')
