@@ -315,7 +315,7 @@ class Node:
             on_fatal=self._fatal,
             epoch=self.epoch,
             on_fenced=self._replaced,
-            tls=None if config.mesh.tls is None else config.mesh.tls.material(),
+            tls=None if config.mesh.tls is None else config.mesh.tls.material,
         )
 
     def _start_discovery(self, mesh: MeshNode, mesh_config: MeshConfig, discovery: DiscoveryConfig):

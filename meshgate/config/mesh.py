@@ -178,11 +178,13 @@ class MeshTlsConfig:
         _pem(self.private_key, "mesh.tls.private_key", "PRIVATE KEY")
         _pem(self.ca_certificate, "mesh.tls.ca_certificate", "CERTIFICATE")
         try:
-            self.material()
+            self.material  # noqa: B018 -- read once here, so a key that does not match fails at load
         except TlsError as problem:  # a key that does not match its certificate
             raise ConfigError("mesh.tls.private_key", str(problem)) from None
 
+    @cached_property
     def material(self) -> TlsMaterial:
+        """One material for the node's links and its quorum votes (so a reload reaches both)."""
         from gateway.tls import TlsMaterial
 
         return TlsMaterial(self.certificate, self.private_key, self.ca_certificate,

@@ -290,7 +290,7 @@ class HaLifecycle:
         if not peers:
             return None
         timeout_s = max(0.5, min(self.ha.takeover_after_ms / 1000.0, 2.0))
-        tls = mesh.tls.material() if mesh.tls is not None else None  # votes go to TLS-only listeners over TLS
+        tls = mesh.tls.material if mesh.tls is not None else None  # votes go to TLS-only listeners over TLS
         return MeshQuorum(self.reactor, peers, mesh.cluster_password, mesh.cluster_user, timeout_s, tls)
 
     # -- failback: a controlled switch of roles (meshgate ha failback) -----------------------------------

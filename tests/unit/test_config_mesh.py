@@ -685,7 +685,7 @@ def test_mesh_tls_reads_the_three_files_and_verifies_hostnames_by_default(tmp_pa
     assert (tls.certificate, tls.private_key, tls.ca_certificate) == (
         str(files["certificate"]), str(files["private_key"]), str(files["ca_certificate"]))
     assert tls.verify_hostname is True
-    assert tls.material().verify_hostname is True
+    assert tls.material.verify_hostname is True
     off = mesh(tmp_path, _tls_table(files, verify_hostname="false")).tls
     assert off is not None and off.verify_hostname is False
 
