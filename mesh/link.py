@@ -35,6 +35,7 @@ from zope.interface import implementer
 
 from gateway.broker.errors import BrokerError
 from gateway.hostile_log import PeerLog
+from gateway.transport import Transport
 from mesh.codec import LinkParser, encode_control, encode_frame
 from mesh.identity import PROTOCOL_VERSION, SELF_LINK, Identity
 from mesh.large import ChunkedSender
@@ -94,22 +95,10 @@ class LinkContext:
         self.peer_log = PeerLog(log, clock.seconds)
 
 
-class _Transport(Protocol):
-    """What a link uses of its Twisted transport."""
+class _Transport(Transport, Protocol):
+    """What a link uses of its Twisted transport: a stream's, and whose producer it has."""
 
     producer: Any
-
-    def write(self, data: bytes) -> None: ...
-
-    def loseConnection(self) -> None: ...
-
-    def abortConnection(self) -> None: ...
-
-    def getPeer(self) -> Any: ...
-
-    def registerProducer(self, producer: Any, streaming: bool) -> None: ...
-
-    def unregisterProducer(self) -> None: ...
 
 
 def _proof(password: str, nonce: str, node_id: str) -> str:
