@@ -14,11 +14,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
 
+import msgspec
 from OpenSSL import SSL, crypto
 from service_identity import VerificationError
 from service_identity.cryptography import verify_certificate_hostname, verify_certificate_ip_address
 from twisted.internet.abstract import isIPAddress, isIPv6Address
-from twisted.internet.interfaces import IOpenSSLClientConnectionCreator, IOpenSSLServerConnectionCreator
+from twisted.internet.interfaces import (
+    IOpenSSLClientConnectionCreator,
+    IOpenSSLContextFactory,
+    IOpenSSLServerConnectionCreator,
+)
 from twisted.internet.protocol import Factory, connectionDone
 from twisted.internet.ssl import CertificateOptions
 from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOFactory
@@ -46,7 +51,21 @@ def _read(path: str, what: str) -> bytes:
         raise TlsError(f"cannot read the {what} {path!r}: {problem.strerror or problem}") from None
 
 
-def _context(certificate: str, private_key: str, ca_certificate: str) -> SSL.Context:
+class CertificateSummary(msgspec.Struct, frozen=True):
+    """What an operator needs of a certificate in use: who it names and when it ends."""
+
+    subject: str
+    not_after: float  # Unix time
+
+
+def _summary(cert: crypto.X509) -> CertificateSummary:
+    leaf = cert.to_cryptography()
+    return CertificateSummary(subject=leaf.subject.rfc4514_string(),
+                              not_after=leaf.not_valid_after_utc.timestamp())
+
+
+def _context(certificate: str, private_key: str,
+             ca_certificate: str | None) -> tuple[SSL.Context, CertificateSummary]:
     try:
         cert = crypto.load_certificate(crypto.FILETYPE_PEM, _read(certificate, "certificate"))
     except crypto.Error:
@@ -55,32 +74,43 @@ def _context(certificate: str, private_key: str, ca_certificate: str) -> SSL.Con
         key = crypto.load_privatekey(crypto.FILETYPE_PEM, _read(private_key, "private key"))
     except crypto.Error:
         raise TlsError(f"the private key {private_key!r} holds no PEM private key (or it is encrypted)") from None
+    authorities = []
+    if ca_certificate is not None:
+        try:
+            authorities.append(crypto.load_certificate(crypto.FILETYPE_PEM, _read(ca_certificate, "CA certificate")))
+        except crypto.Error:
+            raise TlsError(f"the CA certificate {ca_certificate!r} holds no PEM certificate") from None
     try:
-        ca = crypto.load_certificate(crypto.FILETYPE_PEM, _read(ca_certificate, "CA certificate"))
-    except crypto.Error:
-        raise TlsError(f"the CA certificate {ca_certificate!r} holds no PEM certificate") from None
-    try:
-        return CertificateOptions(privateKey=key, certificate=cert, caCerts=[ca], verify=True,
-                                  requireCertificate=True).getContext()
+        options = CertificateOptions(privateKey=key, certificate=cert, caCerts=authorities or None,
+                                     verify=bool(authorities), requireCertificate=bool(authorities))
+        return options.getContext(), _summary(cert)
     except SSL.Error:
         raise TlsError(f"the private key {private_key!r} does not match the certificate {certificate!r}") from None
 
 
+@implementer(IOpenSSLContextFactory)
 class TlsMaterial:
-    """The current context made from three PEM files; ``ca_name`` names the CA in logs
+    """The current context made from PEM files; ``ca_name`` names the CA in logs
     ("the mesh CA"), ``verify_hostname``: a dialler checks the peer's certificate names
-    the host it dialled (subjectAltName DNS or IP)."""
+    the host it dialled (subjectAltName DNS or IP). Without ``ca_certificate`` (a
+    client-facing listener) no peer certificate is asked for; with it, one the CA
+    signed is required. ``certificate`` summarises the certificate in use."""
 
-    def __init__(self, certificate: str, private_key: str, ca_certificate: str, *, verify_hostname: bool = True,
-                 ca_name: str = "the CA") -> None:
+    def __init__(self, certificate: str, private_key: str, ca_certificate: str | None, *,
+                 verify_hostname: bool = True, ca_name: str = "the CA") -> None:
         self.files = (certificate, private_key, ca_certificate)
         self.verify_hostname = verify_hostname
         self.ca_name = ca_name
-        self.context = _context(*self.files)
+        self.context, self.certificate = _context(*self.files)
 
     def reload(self) -> None:
         """Read the files again; new handshakes use them. On a TlsError the old stay."""
-        self.context = _context(*self.files)
+        self.context, self.certificate = _context(*self.files)
+
+    def getContext(self) -> SSL.Context:
+        """Twisted's ``IOpenSSLContextFactory``: a listener endpoint given this material
+        asks it for every new connection, so it gets the files of the last reload."""
+        return self.context
 
     def server_factory(self, wrapped: Factory, log: PeerLog, clock: Any,
                        timeout: float = HANDSHAKE_TIMEOUT_S) -> TLSMemoryBIOFactory:
@@ -217,4 +247,4 @@ class _ClientCreator:
         return connection
 
 
-__all__ = ["HANDSHAKE_TIMEOUT_S", "TlsError", "TlsMaterial"]
+__all__ = ["HANDSHAKE_TIMEOUT_S", "CertificateSummary", "TlsError", "TlsMaterial"]
