@@ -125,11 +125,21 @@ class AdminAction(Event, kw_only=True, tag="admin_action"):
     result: str  # what it did, or why not
 
 
+class CertificateExpiring(Event, kw_only=True, tag="certificate_expiring"):
+    """A certificate in use expires within 14 days (fired once per certificate and
+    day while it does; again after a reload that still leaves it short)."""
+
+    listener: str  # as ListenerCertificate.listener
+    subject: str
+    not_after: float  # epoch seconds
+
+
 EVENT_TYPES: tuple[type[Event], ...] = (
     NodeJoined, NodeLeft, NodeLeaving, LinkUp, LinkDown, Redistribution, ScaleDown, DeadLetter, Expired,
     ConsumerAttached, ConsumerDetached, AuthenticationFailed, ProducersBlocked, ProducersResumed, AdminAction,
+    CertificateExpiring,
 )
 KINDS: tuple[str, ...] = tuple(cast(str, t.__struct_config__.tag) for t in EVENT_TYPES)  # each class sets tag="…"
 AnyEvent = NodeJoined | NodeLeft | NodeLeaving | LinkUp | LinkDown | Redistribution | ScaleDown | DeadLetter | \
     Expired | ConsumerAttached | ConsumerDetached | AuthenticationFailed | ProducersBlocked | ProducersResumed | \
-    AdminAction
+    AdminAction | CertificateExpiring

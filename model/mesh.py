@@ -50,6 +50,14 @@ class Standby(_Model, kw_only=True):
     since: float  # when it started waiting
 
 
+class ListenerCertificate(_Model, kw_only=True):
+    """The certificate a TLS listener or dialler of the node presents (docs/mesh.md "Security")."""
+
+    listener: str  # "stomp+ssl" | "wss" | "amqps" | "mesh" | "replication"
+    subject: str  # RFC 4514, e.g. "CN=node-a,O=Example"
+    not_after: float  # expiry, epoch seconds
+
+
 class Node(_Model, kw_only=True):
     id: str
     name: str
@@ -80,6 +88,7 @@ class Node(_Model, kw_only=True):
     replication_lag: int = 0  # journal bytes written and not yet acknowledged by the backup
     replication_sync: bool = False  # receipts wait for the backup (ha.sync) once it is in sync
     replication_backup: str = ""  # the backup's address, as the replication listener sees it
+    certificates: list[ListenerCertificate] = []  # one per TLS listener/dialler, as last (re)loaded
 
 
 class Link(_Model, kw_only=True):
