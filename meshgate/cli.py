@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     local.add_argument("--console-port", type=int, help=f"the web console's port (default {8161}, else a free one)")
     local.add_argument("--no-console", action="store_true", help="do not start the web console")
     local.add_argument("--no-pipeline", action="store_true", help="do not start the metrics pipeline (Spark)")
+    local.add_argument("--tls", action="store_true",
+                       help="run the mesh links, a STOMP and an AMQP port per node and the console's requests over "
+                            "TLS, with a throw-away CA made under the data directory")
 
     pipeline = commands.add_parser("pipeline", help="roll the nodes' metrics streams up on Spark (docs/pipeline.md)")
     pipeline.add_argument("--redis", metavar="URL", default="redis://127.0.0.1:6379/0",
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         from meshgate.local_mesh import default_data, run
 
         return run(args.nodes, args.base_port, Path(args.data) if args.data else default_data(), args.redis,
-                   args.console_port, not args.no_console, not args.no_pipeline)
+                   args.console_port, not args.no_console, not args.no_pipeline, args.tls)
     return _broker(args)
 
 

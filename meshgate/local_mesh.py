@@ -2,7 +2,9 @@
 nodes that find each other by multicast on 127.0.0.1 (each a ``meshgate broker``
 process of its own), a redis-server for their metrics, the web console with its
 live worker, and the metrics pipeline on local Spark. For trying the mesh out;
-Ctrl-C stops everything."""
+Ctrl-C stops everything. With ``--tls`` the mesh links, a TLS client port per
+protocol and the console's management requests use certificates of a throw-away CA
+made under the data dir (meshgate/throwaway_ca.py)."""
 
 from __future__ import annotations
 
@@ -18,9 +20,14 @@ import threading
 import time
 from pathlib import Path
 
+from meshgate import throwaway_ca
 from meshgate.redis_server import RedisServer, free_port
 
 CONSOLE_PORT = 8161  # ActiveMQ's web console port, where its users look first
+# Beside a node's STOMP port (base+10*i): +1 WebSocket, +2 AMQP, +3 mesh link, and with
+# --tls +4 STOMP over TLS, +5 AMQPS (ActiveMQ's 61614 is taken by the WebSocket port).
+STOMP_TLS_OFFSET = 4
+AMQPS_OFFSET = 5
 
 
 class _Processes:
@@ -85,10 +92,18 @@ def _secret(path: Path, make) -> str:
 
 
 def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, console_port: int | None = None,
-        console: bool = True, pipeline: bool = True) -> int:
+        console: bool = True, pipeline: bool = True, tls: bool = False) -> int:
     """``redis_url``: where nodes write their metrics; None starts a redis-server of
     our own (if one is installed), "none" turns metrics off (and the console)."""
     data.mkdir(parents=True, exist_ok=True)
+    pki = None
+    if tls:
+        try:
+            pki = throwaway_ca.ensure(data / "tls", [f"node{i + 1}" for i in range(nodes)])
+        except OSError as problem:
+            print(f"meshgate local mesh: cannot write the throw-away certificates under {data / 'tls'}: "
+                  f"{problem.strerror or problem}", file=sys.stderr)
+            return 2
     processes = _Processes()
     started = time.monotonic()
 
@@ -113,15 +128,20 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
     stomp_ports = [base_port + 10 * i for i in range(nodes)]
     # AMQP on RabbitMQ's 5672 (5682, …) with the default ports, else beside each node's STOMP port.
     amqp_ports = [(5672 if base_port == 61613 else base_port + 2) + 10 * i for i in range(nodes)]
+    # AMQPS likewise on RabbitMQ's 5671 (5681, …), else beside the STOMP port.
+    amqps_ports = [(5671 if base_port == 61613 else base_port + AMQPS_OFFSET) + 10 * i for i in range(nodes)]
     for i, port in enumerate(stomp_ports):
         name = f"node{i + 1}"
         config = data / f"{name}.toml"
         metrics = f'\n[metrics]\nredis_url = "{redis_url}"\n' if redis_url else ""
+        tables = {"stomp": "", "amqp": "", "mesh": ""}
+        if pki is not None:
+            tables = _tls_tables(pki.nodes[name], pki.ca_certificate, port + STOMP_TLS_OFFSET, amqps_ports[i])
         config.write_text(
             f'name = "{name}"\ndata_dir = "{data / name}"\n\n[stomp]\nbind = "127.0.0.1:{port}"\n\n'
-            f'[stomp.websocket]\nbind = "127.0.0.1:{port + 1}"\n\n'
-            f'[amqp]\nbind = "127.0.0.1:{amqp_ports[i]}"\n\n'
-            f'[mesh]\nbind = "127.0.0.1:{port + 3}"\ncluster_password = "{password}"\n\n'
+            f'{tables["stomp"]}[stomp.websocket]\nbind = "127.0.0.1:{port + 1}"\n\n'
+            f'[amqp]\nbind = "127.0.0.1:{amqp_ports[i]}"\n\n{tables["amqp"]}'
+            f'[mesh]\nbind = "127.0.0.1:{port + 3}"\ncluster_password = "{password}"\n\n{tables["mesh"]}'
             f'[mesh.discovery]\ngroup = "{group}"\ninterface = "127.0.0.1"\n' + metrics
         )
         processes.start(name, [sys.executable, "-m", "meshgate", "broker", "--config", str(config),
@@ -129,8 +149,13 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
     print(f"meshgate local mesh: {nodes} nodes finding each other on {group} (127.0.0.1), data under {data}",
           flush=True)
     for i, port in enumerate(stomp_ports):
+        secured = (f", stomp+ssl://127.0.0.1:{port + STOMP_TLS_OFFSET}, amqps://127.0.0.1:{amqps_ports[i]}"
+                   if pki is not None else "")
         print(f"  node{i + 1}: stomp://127.0.0.1:{port}, ws://127.0.0.1:{port + 1}/ws, "
-              f"amqp://127.0.0.1:{amqp_ports[i]}  (mesh link 127.0.0.1:{port + 3})", flush=True)
+              f"amqp://127.0.0.1:{amqp_ports[i]}{secured}  (mesh link 127.0.0.1:{port + 3}"
+              f"{', TLS only' if pki is not None else ''})", flush=True)
+    if pki is not None:
+        _print_tls(pki, stomp_ports[0] + STOMP_TLS_OFFSET)
     print("  access: anonymous, any client may connect (the local default, on 127.0.0.1 only); to require "
           "logins add [security.users] to the nodes' configs: docs/configuration.md", flush=True)
     if redis_url:
@@ -139,23 +164,55 @@ def run(nodes: int, base_port: int, data: Path, redis_url: str | None = None, co
     else:
         print("  metrics: off (no redis-server installed; give --redis URL to use one)", flush=True)
     if console and redis_url and not processes.stopping:
-        _start_console(processes, data / "console", redis_url, stomp_ports, console_port)
+        management = {"MESHGATE_CONSOLE_STOMP": ",".join(f"127.0.0.1:{port}" for port in stomp_ports)}
+        if pki is not None:
+            management = {"MESHGATE_CONSOLE_CA": str(pki.ca_certificate), "MESHGATE_CONSOLE_STOMP": ",".join(
+                f"stomp+ssl://127.0.0.1:{port + STOMP_TLS_OFFSET}" for port in stomp_ports)}
+        _start_console(processes, data / "console", redis_url, management, console_port)
     if pipeline and redis_url and not processes.stopping:
         _start_pipeline(processes, data / "pipeline", redis_url)
-    print(f"  command line: meshgate nodes --stomp 127.0.0.1:{stomp_ports[0]}; Ctrl-C stops everything", flush=True)
+    node = (f"stomp+ssl://127.0.0.1:{stomp_ports[0] + STOMP_TLS_OFFSET} --ca {pki.ca_certificate}"
+            if pki is not None else f"127.0.0.1:{stomp_ports[0]}")
+    print(f"  command line: meshgate nodes --stomp {node}; Ctrl-C stops everything", flush=True)
     status = processes.wait(started)
     if redis is not None:
         redis.stop()
     return status
 
 
-def _start_console(processes: _Processes, data: Path, redis_url: str, stomp_ports: list[int],
+def _tls_tables(files: throwaway_ca.KeyPair, ca_certificate: Path, stomp_tls_port: int,
+                amqps_port: int) -> dict[str, str]:
+    """A node's [stomp.tls], [amqp.tls] and [mesh.tls] tables. The client ports ask for no
+    client certificate (any client that trusts the CA connects, as on a broker's usual
+    TLS port); the mesh links are mutual TLS, the only way [mesh.tls] works."""
+    keys = f'certificate = "{files.certificate}"\nprivate_key = "{files.private_key}"\n'
+    return {"stomp": f'[stomp.tls]\nbind = "127.0.0.1:{stomp_tls_port}"\n{keys}\n',
+            "amqp": f'[amqp.tls]\nbind = "127.0.0.1:{amqps_port}"\n{keys}\n',
+            "mesh": f'[mesh.tls]\n{keys}ca_certificate = "{ca_certificate}"\n\n'}
+
+
+def _print_tls(pki: throwaway_ca.ThrowawayPki, port: int) -> None:
+    """Where the CA is and how to see TLS from a client, for a newcomer."""
+    state = "made now" if pki.made else "reused"
+    print(f"  TLS: certificates of a throw-away CA ({state}; valid until {pki.not_after:%Y-%m-%d}, remade when "
+          f"less than a day is left), naming 127.0.0.1 and localhost. CA: {pki.ca_certificate}\n"
+          f"    mesh links: mutual TLS only; the console asks the nodes over stomp+ssl; the plaintext client "
+          f"ports stay open on 127.0.0.1 for tools without TLS\n"
+          f"    see it: openssl s_client -connect 127.0.0.1:{port} -CAfile {pki.ca_certificate} -brief "
+          f"</dev/null\n"
+          f"    or: python -c \"import stomp; c = stomp.Connection([('127.0.0.1', {port})]); "
+          f"c.set_ssl([('127.0.0.1', {port})], ca_certs='{pki.ca_certificate}'); c.connect(wait=True); "
+          f"print('connected over TLS')\"", flush=True)
+
+
+def _start_console(processes: _Processes, data: Path, redis_url: str, management: dict[str, str],
                    port: int | None) -> None:
+    """``management``: the console's MESHGATE_CONSOLE_STOMP and, for TLS entries, its CA."""
     if importlib.util.find_spec("daphne") is None or importlib.util.find_spec("django") is None:
         print("  console: not installed (pip install 'meshgate[console]')", flush=True)
         return
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="console.settings", MESHGATE_CONSOLE_DATA=str(data),
-               MESHGATE_REDIS_URL=redis_url, MESHGATE_CONSOLE_STOMP=",".join(f"127.0.0.1:{p}" for p in stomp_ports))
+               MESHGATE_REDIS_URL=redis_url, **management)
     django = [sys.executable, "-m", "django"]
     subprocess.run([*django, "migrate", "--verbosity", "0"], env=env, check=True)
     sign_in = subprocess.run([*django, "ensureadmin"], env=env, check=True, capture_output=True, text=True)
