@@ -117,6 +117,18 @@
     time(epoch) {
       return new Date(epoch * 1000).toLocaleString();
     },
+    // A calendar day that reads the same in any locale: "Dec 2, 2026".
+    date(epoch) {
+      return new Date(epoch * 1000).toLocaleDateString("en", { year: "numeric", month: "short", day: "numeric" });
+    },
+    // The time from `from` (default: now) to `epoch`: "12 days", "1 day", "7 h"; "expired" once past.
+    until(epoch, from) {
+      const seconds = epoch - (from === undefined ? Date.now() / 1000 : from);
+      if (seconds <= 0) return "expired";
+      if (seconds < 86400) return Math.ceil(seconds / 3600) + " h";
+      const days = Math.round(seconds / 86400);
+      return days + (days === 1 ? " day" : " days");
+    },
     // A wait, in milliseconds: "850 ms", "42 s", "7.1 min", "2.3 h".
     duration(value) {
       if (value === null || value === undefined) return "–";

@@ -7,7 +7,7 @@
   const KINDS = {  // kind -> tone of its badge
     node_joined: "good", node_left: "bad", node_leaving: "warn", link_up: "good", link_down: "bad",
     redistribution: "", scale_down: "warn", dead_letter: "warn", expiry: "warn", consumer_attached: "",
-    consumer_detached: "", authentication_failed: "bad", admin_action: "admin",
+    consumer_detached: "", authentication_failed: "bad", admin_action: "admin", certificate_expiring: "warn",
   };
   const DEFAULTS = { kind: [], node: "", q: "", page: 1, size: 50 };
   const state = MG.readQuery(DEFAULTS);
@@ -51,6 +51,11 @@
     admin_action: (e) => [strong(e.user), " ran ", el("span", { class: "mono" }, e.action), " on ",
       el("span", { class: "mono" }, e.target), " — ", el("span", { class: e.ok ? "good" : "bad" }, e.ok ? "done" : "refused"),
       e.result ? ": " + e.result : ""],
+    // How long it had left when the node saw it, which stays true as the page ages.
+    certificate_expiring: (e) => [strong(e.listener), " certificate ", el("span", { class: "mono", title: e.subject }, e.subject),
+      " ", el("span", { class: e.not_after > e.time ? "warn" : "bad", title: fmt.time(e.not_after) },
+        (e.not_after > e.time ? "expires " : "expired ") + fmt.date(e.not_after) +
+        (e.not_after > e.time ? " (in " + fmt.until(e.not_after, e.time) + ")" : ""))],
   };
 
   function when(event) {

@@ -7,6 +7,7 @@
   const { el, fmt } = MG;
   const POSITIONS_KEY = "meshgate.topology.positions";
   const FLOW_LENGTH = 12;  // redistribution events listed under the graph
+  const CERTIFICATE_WARNING_DAYS = 14;  // as the node's certificate_expiring event
   const STATE_COLORS = { up: "#1f9d55", down: "#d63b3b", leaving: "#c98a06", silent: "#98a2b3" };
   const side = document.getElementById("side");
   const summary = document.getElementById("summary");
@@ -178,6 +179,34 @@
     return [el("dt", null, label), el("dd", null, value)];
   }
 
+  // An RFC 4514 name that may wrap after its commas ("CN=a,O=b" → "CN=a,", "O=b"), not within a part.
+  function breakable(subject) {
+    return subject.split(",").flatMap((part, index) => (index ? [",", el("wbr"), el("span", null, part)] : [el("span", null, part)]));
+  }
+
+  // The certificates its TLS listeners present, the soonest to expire first; none without TLS.
+  function certificates(node) {
+    if (!node || !node.certificates || !node.certificates.length) return null;
+    const rows = [...node.certificates].sort((a, b) => a.not_after - b.not_after || a.listener.localeCompare(b.listener));
+    return [
+      el("h3", null, "Certificates"),
+      MG.table([
+        { label: "Listener", value: (c) => el("span", { class: "mono" }, c.listener) },
+        { label: "Subject", value: (c) => el("span", { class: "mono subject" }, breakable(c.subject)) },
+        { label: "Expires", value: (c) => el("span", { title: fmt.time(c.not_after) }, fmt.date(c.not_after)) },
+        { label: "Left", num: true, title: "time until it expires", value: (c) => fmt.until(c.not_after) },
+      ], rows, {
+        rowAttributes: (c) => {
+          const left = c.not_after - Date.now() / 1000;
+          const tone = left <= 0 ? "bad" : left <= CERTIFICATE_WARNING_DAYS * 86400 ? "warn" : null;
+          const title = tone && (tone === "bad" ? "expired" : "under " + CERTIFICATE_WARNING_DAYS + " days left") +
+            ": renew it, then send the node SIGHUP or run meshgate reload-tls";
+          return { class: tone, title, dataset: { listener: c.listener, tone: tone || "ok" } };
+        },
+      }),
+    ];
+  }
+
   function renderNode(detail) {
     const node = detail.node;
     const messages = (q) => q.depth + q.in_flight + q.forwarding + q.in_doubt;
@@ -187,6 +216,7 @@
       detail.state === "down" ? el("p", { class: "note bad" }, "Down: what follows is its last snapshot, " + fmt.ago(detail.age) + ".") : null,
       node ? el("dl", { class: "facts" },
         fact("STOMP", el("span", { class: "mono" }, node.addresses.stomp || "–")),
+        node.addresses.stomp_tls ? fact("STOMP TLS", el("span", { class: "mono" }, node.addresses.stomp_tls)) : null,
         fact("Mesh link", el("span", { class: "mono" }, node.addresses.link || "–")),
         fact("Version", node.version + (node.group_name ? " · group " + node.group_name : "")),
         fact("Started", fmt.since(node.started_at)),
@@ -198,6 +228,7 @@
         fact("Journal", fmt.bytes(node.store_bytes)),
         fact("Metrics", node.metrics.state + (node.metrics.dropped ? " · " + fmt.n(node.metrics.dropped) + " dropped" : ""))) :
         el("p", { class: "note" }, "This node writes no snapshots: it is known only from its peers' links."),
+      certificates(node),
       el("h3", null, "Partial queues"),
       MG.table([
         { label: "Queue", value: (q) => el("a", { href: "/queues/" + encodeURIComponent(q.name) + "/" }, q.name) },
