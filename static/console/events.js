@@ -8,6 +8,7 @@
     node_joined: "good", node_left: "bad", node_leaving: "warn", link_up: "good", link_down: "bad",
     redistribution: "", scale_down: "warn", dead_letter: "warn", expiry: "warn", consumer_attached: "",
     consumer_detached: "", authentication_failed: "bad", admin_action: "admin", certificate_expiring: "warn",
+    producers_blocked: "warn", producers_resumed: "good",
   };
   const DEFAULTS = { kind: [], node: "", q: "", page: 1, size: 50 };
   const state = MG.readQuery(DEFAULTS);
@@ -51,6 +52,8 @@
     admin_action: (e) => [strong(e.user), " ran ", el("span", { class: "mono" }, e.action), " on ",
       el("span", { class: "mono" }, e.target), " — ", el("span", { class: e.ok ? "good" : "bad" }, e.ok ? "done" : "refused"),
       e.result ? ": " + e.result : ""],
+    producers_blocked: (e) => ["producers of persistent messages wait: ", e.reason],
+    producers_resumed: (e) => ["producers of persistent messages resumed after ", strong(fmt.duration(e.blocked_s * 1000))],
     // How long it had left when the node saw it, which stays true as the page ages.
     certificate_expiring: (e) => [strong(e.listener), " certificate ", el("span", { class: "mono", title: e.subject }, e.subject),
       " ", el("span", { class: e.not_after > e.time ? "warn" : "bad", title: fmt.time(e.not_after) },
