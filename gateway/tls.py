@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import msgspec
+from cryptography import x509
 from OpenSSL import SSL, crypto
 from service_identity import VerificationError
 from service_identity.cryptography import verify_certificate_hostname, verify_certificate_ip_address
@@ -26,7 +27,7 @@ from twisted.internet.interfaces import (
 )
 from twisted.internet.protocol import Factory, connectionDone
 from twisted.internet.ssl import CertificateOptions
-from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOFactory
+from twisted.protocols.tls import BufferingTLSTransport, TLSMemoryBIOFactory, TLSMemoryBIOProtocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -41,14 +42,22 @@ _PLAINTEXT = ("wrong version number", "packet length too long", "http request", 
 
 
 class TlsError(Exception):
-    """A file of the material cannot be used; the message names it."""
+    """A file of the material cannot be used; the message names it, ``key`` says which
+    one is at fault ("certificate", "private_key" or "ca_certificate", as in a config table)."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+_KEYS = {"certificate": "certificate", "private key": "private_key", "CA certificate": "ca_certificate"}
 
 
 def _read(path: str, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as problem:
-        raise TlsError(f"cannot read the {what} {path!r}: {problem.strerror or problem}") from None
+        raise TlsError(f"cannot read the {what} {path!r}: {problem.strerror or problem}", _KEYS[what]) from None
 
 
 class CertificateSummary(msgspec.Struct, frozen=True):
@@ -64,28 +73,35 @@ def _summary(cert: crypto.X509) -> CertificateSummary:
                               not_after=leaf.not_valid_after_utc.timestamp())
 
 
+def _certificates(path: str, what: str, key: str) -> list[crypto.X509]:
+    """Every PEM certificate in the file, in order (a chain, or a bundle of CAs)."""
+    try:
+        found = x509.load_pem_x509_certificates(_read(path, what))
+    except ValueError:
+        raise TlsError(f"the {what} {path!r} holds no PEM certificate", key) from None
+    return [crypto.X509.from_cryptography(certificate) for certificate in found]
+
+
 def _context(certificate: str, private_key: str,
              ca_certificate: str | None) -> tuple[SSL.Context, CertificateSummary]:
-    try:
-        cert = crypto.load_certificate(crypto.FILETYPE_PEM, _read(certificate, "certificate"))
-    except crypto.Error:
-        raise TlsError(f"the certificate {certificate!r} holds no PEM certificate") from None
+    """The context of the files: the certificate file's first certificate is this side's,
+    any after it the chain sent with it; every certificate of the CA file is trusted
+    (several while a CA is being replaced)."""
+    leaf, *chain = _certificates(certificate, "certificate", "certificate")
     try:
         key = crypto.load_privatekey(crypto.FILETYPE_PEM, _read(private_key, "private key"))
     except crypto.Error:
-        raise TlsError(f"the private key {private_key!r} holds no PEM private key (or it is encrypted)") from None
-    authorities = []
-    if ca_certificate is not None:
-        try:
-            authorities.append(crypto.load_certificate(crypto.FILETYPE_PEM, _read(ca_certificate, "CA certificate")))
-        except crypto.Error:
-            raise TlsError(f"the CA certificate {ca_certificate!r} holds no PEM certificate") from None
+        raise TlsError(f"the private key {private_key!r} holds no PEM private key (or it is encrypted)",
+                       "private_key") from None
+    authorities = _certificates(ca_certificate, "CA certificate", "ca_certificate") if ca_certificate else []
     try:
-        options = CertificateOptions(privateKey=key, certificate=cert, caCerts=authorities or None,
-                                     verify=bool(authorities), requireCertificate=bool(authorities))
-        return options.getContext(), _summary(cert)
+        options = CertificateOptions(privateKey=key, certificate=leaf, extraCertChain=chain or None,
+                                     caCerts=authorities or None, verify=bool(authorities),
+                                     requireCertificate=bool(authorities))
+        return options.getContext(), _summary(leaf)
     except SSL.Error:
-        raise TlsError(f"the private key {private_key!r} does not match the certificate {certificate!r}") from None
+        raise TlsError(f"the private key {private_key!r} does not match the certificate {certificate!r}",
+                       "private_key") from None
 
 
 @implementer(IOpenSSLContextFactory)
@@ -119,6 +135,11 @@ class TlsMaterial:
     def client_factory(self, wrapped: Factory, host: str, port: int, log: PeerLog, clock: Any,
                        timeout: float = HANDSHAKE_TIMEOUT_S) -> TLSMemoryBIOFactory:
         return _Factory(_ClientCreator(self, host), True, wrapped, clock, log, f"{host}:{port}", timeout)
+
+    def client_creator(self, host: str) -> IOpenSSLClientConnectionCreator:
+        """For ``endpoints.wrapClientTLS``: each dial takes the context of the last
+        reload, verifies the peer against the CA and (``verify_hostname``) ``host``."""
+        return cast(IOpenSSLClientConnectionCreator, _EndpointCreator(self, host))
 
 
 class _Tls(BufferingTLSTransport):
@@ -202,19 +223,25 @@ def _verify(tls: _Tls, material: TlsMaterial, host: str | None) -> Callable[...,
             else:
                 tls.verify_problem = f"certificate of {peer} refused (X509 error {error})"
             return False
-        if depth == 0 and host is not None:
-            try:
-                leaf = cert.to_cryptography()
-                if isIPAddress(host) or isIPv6Address(host):
-                    verify_certificate_ip_address(leaf, host)
-                else:
-                    verify_certificate_hostname(leaf, host)
-            except VerificationError:
-                tls.verify_problem = f"name mismatch: the certificate of {peer} does not name {host}"
-                return False
+        if depth == 0 and host is not None and not _names(cert, host):
+            tls.verify_problem = f"name mismatch: the certificate of {peer} does not name {host}"
+            return False
         return True
 
     return verify
+
+
+def _names(cert: crypto.X509, host: str) -> bool:
+    """Whether the certificate names ``host`` (subjectAltName DNS name or IP address)."""
+    leaf = cert.to_cryptography()
+    try:
+        if isIPAddress(host) or isIPv6Address(host):
+            verify_certificate_ip_address(leaf, host)
+        else:
+            verify_certificate_hostname(leaf, host)
+    except VerificationError:
+        return False
+    return True
 
 
 @implementer(IOpenSSLServerConnectionCreator)
@@ -245,6 +272,30 @@ class _ClientCreator:
             connection.set_tlsext_host_name(self.host.encode("idna"))
         connection.set_verify(_VERIFY, _verify(tls, material, self.host if material.verify_hostname else None))
         return connection
+
+
+@implementer(IOpenSSLClientConnectionCreator)
+class _EndpointCreator:
+    """A dial through a Twisted client endpoint (``endpoints.wrapClientTLS``): the
+    material's context current at that moment (its CA's verification) and, with
+    ``verify_hostname``, the check that the peer's certificate names ``host``."""
+
+    def __init__(self, material: TlsMaterial, host: str) -> None:
+        self.material = material
+        self.host = host
+
+    def clientConnectionForTLS(self, tls: TLSMemoryBIOProtocol) -> SSL.Connection:
+        connection = SSL.Connection(self.material.context, None)
+        connection.set_app_data(tls)
+        connection.set_connect_state()
+        if not (isIPAddress(self.host) or isIPv6Address(self.host)):
+            connection.set_tlsext_host_name(self.host.encode("idna"))
+        if self.material.verify_hostname:
+            connection.set_verify(_VERIFY, self._verify)
+        return connection
+
+    def _verify(self, connection: SSL.Connection, cert: crypto.X509, error: int, depth: int, ok: int) -> bool:
+        return bool(ok) and (depth > 0 or _names(cert, self.host))
 
 
 __all__ = ["HANDSHAKE_TIMEOUT_S", "CertificateSummary", "TlsError", "TlsMaterial"]

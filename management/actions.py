@@ -15,7 +15,7 @@ from gateway.broker.message import NOT_FROM_SENDERS, QUEUE, TOPIC, Message
 from gateway.broker.queue import Queue
 from model.definitions import QUEUE_SETTINGS, Definition, DefinitionKind, QueueSettings
 from model.names import name_problem, quoted
-from model.requests import BrowsedMessage, BrowsePage, Done, ManagementError
+from model.requests import BrowsedMessage, BrowsePage, Done, ListenerReload, ManagementError, TlsReload
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
@@ -28,9 +28,11 @@ MAX_BROWSE = 500
 class LocalActions:
     def __init__(self, *, node_id: str, broker: Broker, mesh: MeshNode | None, clock,
                  scale_down_and_stop: Callable[[], None] | None = None,
-                 failback: Callable[[], Deferred] | None = None) -> None:
+                 failback: Callable[[], Deferred] | None = None,
+                 reload_tls: Callable[[], list[ListenerReload]] | None = None) -> None:
         self.node_id = node_id
         self.failback_node = failback
+        self.reload_node_tls = reload_tls
         self.broker = broker
         self.mesh = mesh
         self.clock = clock
@@ -195,6 +197,11 @@ class LocalActions:
         self.clock.callLater(0.2, self.scale_down_and_stop)
         return self._done("scale_down", self.node_id, detail="handing every message over, then stopping")
 
+    def reload_tls(self) -> TlsReload:
+        """Re-read the node's certificate, key and CA files (as SIGHUP does)."""
+        if self.reload_node_tls is None:
+            raise ManagementError("conflict", "this node cannot reload its TLS files", self.node_id)
+        return TlsReload(node=self.node_id, listeners=self.reload_node_tls())
 
     def failback(self) -> Deferred:
         """Hand a replicated pair's node over to its in-sync backup; fires with a Done

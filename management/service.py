@@ -40,6 +40,7 @@ from model.requests import (
     Reply,
     Request,
     Summary,
+    TlsReload,
     action_of,
     decode_request,
 )
@@ -83,6 +84,7 @@ class ManagementService:
             "forget": lambda r: actions.forget(r.forget),
             "scale_down": lambda r: actions.scale_down(),
             "ha_failback": lambda r: actions.failback(),
+            "reload_tls": lambda r: actions.reload_tls(),
             "definitions": lambda r: actions.definitions(),
             "define_queue": lambda r: actions.define_queue(r.queue, r.settings),
             "delete_definition": lambda r: actions.delete_definition(r.kind, r.name),
@@ -246,12 +248,15 @@ class ManagementService:
         return self._record(action, target, user, result)
 
     def _record(self, action: str, target: str, user: str, result: Any) -> Any:
+        ok = True
         if isinstance(result, BrowsePage):
             detail = f"looked at {len(result.messages)} of {result.total} message(s) from {result.offset}"
+        elif isinstance(result, TlsReload):  # done where it could be: ok only if every listener took its files
+            ok, detail = result.all_reloaded, _reload_detail(result)
         else:
             detail = ", ".join(part for part in (f"{result.count} message(s)" if action in _COUNTED else "",
                                                  result.detail) if part)
-        self.events.emit(AdminAction(user=user, action=action, target=target, ok=True, result=detail))
+        self.events.emit(AdminAction(user=user, action=action, target=target, ok=ok, result=detail))
         return result
 
     def answer_routed(self, body: dict, origin: str) -> dict:
@@ -327,6 +332,15 @@ class ManagementService:
                                                             taken_at=self.state.clock.seconds(), nodes=nodes))
 
         return defer.DeferredList(asked, consumeErrors=True).addCallback(gather)
+
+
+def _reload_detail(result: TlsReload) -> str:
+    if not result.listeners:
+        return "no TLS listener or dialler on this node"
+    reloaded = [outcome.listener for outcome in result.listeners if outcome.reloaded]
+    kept = [f"{outcome.listener} kept its old certificate ({outcome.reason})" for outcome in result.listeners
+            if not outcome.reloaded]
+    return "; ".join((["reloaded " + ", ".join(reloaded)] if reloaded else []) + kept)
 
 
 def _target_of(request: Request) -> str:

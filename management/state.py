@@ -14,6 +14,7 @@ from model.mesh import (
     Addresses,
     Connection,
     Link,
+    ListenerCertificate,
     MetricsStatus,
     Node,
     NodeSummary,
@@ -31,7 +32,8 @@ if TYPE_CHECKING:
 class LocalState:
     def __init__(self, *, node_id: str, name: str, started_at: float, broker: Broker, mesh: MeshNode | None,
                  clock, addresses: Callable[[], Addresses], metrics: Callable[[], MetricsStatus] = MetricsStatus,
-                 group_name: str = "", ha: Callable[[], dict] = dict) -> None:
+                 group_name: str = "", ha: Callable[[], dict] = dict,
+                 certificates: Callable[[], list[ListenerCertificate]] = list) -> None:
         self.node_id = node_id
         self.name = name
         self.started_at = started_at
@@ -42,6 +44,7 @@ class LocalState:
         self.metrics = metrics
         self.group_name = group_name
         self.ha = ha  # the Node fields of high availability: ha_mode, ha_state, epoch, standbys
+        self.certificates = certificates  # each TLS listener's and dialler's certificate in use
         self._snapshots = 0
         self._depth_window: float | None = None  # the window the queues' depth_max belong to
         if mesh is not None:
@@ -62,7 +65,7 @@ class LocalState:
             memory_used=broker.memory_used, memory_limit=broker.memory_limit, store_bytes=store.disk_bytes(),
             store_limit=store.limit, disk_free=store.disk_free(), store_blocked=store.failure or store.blocked,
             in_doubt=sum(queue.mesh.in_doubt for queue in broker.queues.values()), metrics=self.metrics(),
-            **self.ha(),
+            certificates=self.certificates(), **self.ha(),
         )
 
     def summary(self) -> NodeSummary:

@@ -1,9 +1,11 @@
 """UDP multicast discovery of the brokers of a mesh (like Artemis broadcast/discovery groups).
 
 Every node multicasts a signed `Announcement` every `broadcast_period`; every node keeps the
-announcements it heard and forgets a node silent for `refresh_timeout`.  The wire format and the
-peer table are sans-I/O so they can be tested without sockets; `DiscoveryService` glues them to
-Twisted's multicast UDP.
+announcements it heard and forgets a node silent for `refresh_timeout`. An announcement says
+whether the node requires TLS on its links (`[mesh.tls]`), so that a node never dials a peer
+that could not link with it and says why instead (`mesh.node.MeshNode.announced`). The wire
+format and the peer table are sans-I/O so they can be tested without sockets;
+`DiscoveryService` glues them to Twisted's multicast UDP.
 """
 
 from __future__ import annotations
@@ -40,15 +42,19 @@ class Announcement:
     link: tuple[str, int]  # inter-broker link address
     stomp: tuple[str, int]  # client address
     group_name: str = ""
+    requires_tls: bool = False  # its link listener speaks only TLS ([mesh.tls])
 
 
 def encode_announcement(a: Announcement, secret: bytes) -> bytes:
-    """MAGIC | version | HMAC-SHA256(secret, MAGIC | version | json) | json."""
-    body = json.dumps(
-        {"id": a.node_id, "n": a.name, "l": list(a.link), "s": list(a.stomp), "g": a.group_name},
-        separators=(",", ":"),
-        ensure_ascii=False,
-    ).encode()
+    """MAGIC | version | HMAC-SHA256(secret, MAGIC | version | json) | json.
+
+    ``"t": 1`` says the node requires TLS; it is left out otherwise, so a plaintext
+    node's announcement is what it was before the field existed (older nodes ignore
+    fields they do not know, and read a TLS node's announcement as before)."""
+    fields: dict[str, Any] = {"id": a.node_id, "n": a.name, "l": list(a.link), "s": list(a.stomp), "g": a.group_name}
+    if a.requires_tls:
+        fields["t"] = 1
+    body = json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
     header = MAGIC + bytes([VERSION])
     data = header + hmac.new(secret, header + body, hashlib.sha256).digest() + body
     if len(data) > MAX_DATAGRAM:
@@ -86,14 +92,16 @@ def decode_announcement(data: bytes, secret: bytes) -> Announcement:
         raise DiscoveryError(f"bad payload: {e}") from None
     if not isinstance(fields, dict):
         raise DiscoveryError("payload is not an object")
-    node_id, name, group = fields.get("id"), fields.get("n"), fields.get("g", "")
+    node_id, name, group, tls = fields.get("id"), fields.get("n"), fields.get("g", ""), fields.get("t", 0)
     if not (isinstance(node_id, str) and isinstance(name, str) and isinstance(group, str)):
         raise DiscoveryError("bad field types")
+    if type(tls) is not int or tls not in (0, 1):  # bool is an int subclass
+        raise DiscoveryError(f"bad TLS flag {tls!r}")
     try:
         uuid.UUID(node_id)
     except ValueError:
         raise DiscoveryError(f"bad node id {node_id!r}") from None
-    return Announcement(node_id, name, _address(fields.get("l")), _address(fields.get("s")), group)
+    return Announcement(node_id, name, _address(fields.get("l")), _address(fields.get("s")), group, tls == 1)
 
 
 class DiscoveryTable:

@@ -16,12 +16,13 @@ The parts, each handed what it needs and none calling back here:
 - :mod:`mesh.router` management requests along the links (REQUEST, REPLY);
 - :mod:`mesh.departures` scale-down, hand-over and forgetting nodes (DURABLE, LEAVING, FORGET);
 - :mod:`mesh.quorum` the answers to a backup's VOTE;
-- :mod:`mesh.dialling` one connector per address to dial (glued here to discovery)."""
+- :mod:`mesh.dialling` one connector per address to dial (glued here to discovery, which
+  skips a peer whose TLS requirement differs from this node's: ``announced``)."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from twisted.internet import defer, task
 from twisted.internet import reactor as default_reactor
@@ -45,6 +46,9 @@ from mesh.settings import MeshSettings
 from mesh.topology import Topology
 from mesh.wire import FrameTable
 from model.mesh import Addresses, Node, NodeSummary, address_text
+
+if TYPE_CHECKING:
+    from mesh.discovery import Announcement
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +92,8 @@ class MeshNode:
         self.connectors: list[Connector] = []
         self.discovered: dict[tuple[str, int], set[str]] = {}  # address -> the discoveries that list it
         self.own_addresses: set[tuple[str, int]] = set()  # addresses found to reach this very node
+        # node id -> the TLS requirement it announced, for the peers announced unlike this node (not dialled)
+        self.tls_mismatches: dict[str, bool] = {}
         self.port: Any = None
         self._loops: list[task.LoopingCall] = []
 
@@ -268,6 +274,26 @@ class MeshNode:
             log.debug("mesh: found %s:%d by %s; not dialled (allow_direct_connections_only)", *address, source)
             return
         self.add_connector(address)
+
+    def announced(self, peer: Announcement) -> None:
+        """Multicast discovery heard a node, or its announcement changed: dial it if it
+        speaks as this node does on links (TLS or plaintext). Otherwise they could never
+        link: do not dial it, and say why once for that peer, until its flag changes (a
+        restart with or without ``[mesh.tls]``: then it is dialled)."""
+        who = f"{peer.name[:100]} ({peer.link[0][:100]}:{peer.link[1]})"  # signed, but still bounded in a line
+        if peer.requires_tls == (self.tls is not None):
+            if self.tls_mismatches.pop(peer.node_id, None) is not None:
+                log.info("mesh: node %s now %s as this node does; dialling it", who,
+                         "requires TLS" if peer.requires_tls else "speaks plaintext")
+            self.found(peer.link, "multicast")
+            return
+        if self.tls_mismatches.get(peer.node_id) != peer.requires_tls:
+            if peer.requires_tls:
+                log.warning("mesh: node %s requires TLS; this node has no [mesh.tls]; not dialled", who)
+            else:
+                log.warning("mesh: node %s speaks plaintext; this node requires TLS (mesh.tls); not dialled", who)
+        self.tls_mismatches[peer.node_id] = peer.requires_tls
+        self.lost(peer.link, "multicast")  # dialled under an announcement from before its restart
 
     def lost(self, address: tuple[str, int], source: str) -> None:
         """A discovery no longer lists the address: stop dialling it once none does and

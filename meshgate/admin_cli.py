@@ -46,10 +46,12 @@ from model.requests import (
     Nodes,
     Purge,
     Queues,
+    ReloadTls,
     Request,
     ScaleDownNode,
     Send,
     Subscriptions,
+    TlsReload,
 )
 
 VIEW, ACTION = "view", "action"
@@ -187,6 +189,29 @@ COMMANDS.update({
                  lambda a: DeleteDefinition(kind=a.kind, name=a.name), lambda r, names, a: fmt.format_done([r], names)),
 })
 COMMANDS["topology"] = ("the same as nodes",) + COMMANDS["nodes"][1:]
+COMMANDS["reload-tls"] = (
+    "re-read the node's certificate, key and CA files, as SIGHUP does (needs admin)", ACTION, _no_args,
+    lambda a: ReloadTls(node=a.node), lambda r, names, a: _format_reloads(r, names))
+# Commands done in part: exit status 1 when the result says so (a listener kept its old certificate).
+PARTLY_DONE: dict[str, Callable[[Any], bool]] = {
+    "reload-tls": lambda result: not all(reload.all_reloaded for reload in result),
+}
+
+
+def _format_reloads(reloads: list[TlsReload], names: dict[str, str]) -> str:
+    """One line per node and listener: reloaded (the certificate now in use) or kept (why)."""
+    lines = []
+    for reload in reloads:
+        node = names.get(reload.node, reload.node)
+        if not reload.listeners:
+            lines.append(f"{node}: no TLS listener or dialler")
+        for outcome in reload.listeners:
+            if outcome.reloaded:
+                lines.append(f"{node} {outcome.listener}: reloaded: {outcome.subject}, expires "
+                             f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(outcome.not_after))}")
+            else:
+                lines.append(f"{node} {outcome.listener}: kept its old certificate: {outcome.reason}")
+    return "\n".join(lines)
 
 
 def add_commands(commands) -> None:
@@ -277,6 +302,9 @@ def run(args: argparse.Namespace) -> int:
     for failure in reply.failures:
         print(f"meshgate {args.command}: warning: node {names.get(failure.node, failure.node)} did not answer: "
               f"{failure.message}", file=sys.stderr)
+    partly_done = PARTLY_DONE.get(args.command)
+    if partly_done is not None and partly_done(reply.result):
+        return 1
     return 3 if reply.failures else 0
 
 

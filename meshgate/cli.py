@@ -77,6 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     witness.add_argument("--password-env", metavar="VAR", default="MESHGATE_HA_PASSWORD",
                          help="environment variable holding the pairs' ha.password (default MESHGATE_HA_PASSWORD)")
     witness.add_argument("--state", metavar="FILE", help="keep the epochs it saw in this file across restarts")
+    witness.add_argument("--certificate", metavar="FILE", help="speak only TLS, presenting this PEM certificate "
+                                                               "(with --private-key and --ca-certificate)")
+    witness.add_argument("--private-key", metavar="FILE", help="the PEM private key of --certificate")
+    witness.add_argument("--ca-certificate", metavar="FILE",
+                         help="members must present a certificate this CA signed")
     witness.add_argument("--log-level", default="INFO")
 
     ha = commands.add_parser("ha", help="a replicated pair: status, failback (docs/ha.md)")
@@ -126,7 +131,21 @@ def _witness(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"meshgate witness: {error}", file=sys.stderr)
         return 2
-    return run(bind, password, Path(args.state) if args.state else None)
+    files = (args.certificate, args.private_key, args.ca_certificate)
+    tls = None
+    if any(files):
+        from gateway.tls import TlsError, TlsMaterial
+        from meshgate.witness import TLS_OPTIONS
+
+        if not all(files):
+            print(f"meshgate witness: give {TLS_OPTIONS} together (TLS), or none of them", file=sys.stderr)
+            return 2
+        try:
+            tls = TlsMaterial(*files, ca_name="the witness's CA")
+        except TlsError as error:
+            print(f"meshgate witness: {error}", file=sys.stderr)
+            return 2
+    return run(bind, password, Path(args.state) if args.state else None, tls)
 
 
 def _ha(args: argparse.Namespace) -> int:

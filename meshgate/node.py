@@ -6,9 +6,10 @@ from __future__ import annotations
 import logging
 import os
 import resource
+import signal
+import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from twisted.internet import defer, endpoints, task
@@ -22,16 +23,18 @@ from management.actions import LocalActions
 from management.events import EventLog
 from management.service import ManagementService
 from management.state import LocalState
+from meshgate.certificates import NodeCertificates, node_materials
 from meshgate.config import NodeConfig
 from meshgate.config.mesh import DiscoveryConfig, MeshConfig
 from meshgate.config.metrics import MetricsConfig
-from meshgate.config.node import AmqpConfig
+from meshgate.config.node import AmqpConfig, TlsConfig
 from meshgate.datadir import DataDir, NodeStartError
 from meshgate.ha import HaLifecycle
 from metrics.publisher import StreamPublisher
 from metrics.reporter import MetricsReporter
 from model.events import ProducersBlocked, ProducersResumed
 from model.mesh import Addresses, MetricsStatus, address_text
+from model.requests import ListenerReload
 
 if TYPE_CHECKING:
     from gateway.amqp.protocol import AmqpFactory
@@ -70,11 +73,13 @@ class Node:
         self.epoch = 0
         self.ha = HaLifecycle(config, self.data_dir, reactor, self)
         self.on_restarted: Callable[[Node], None] | None = None  # after a failback: serving again (a takeover)
+        self.certificates = NodeCertificates(node_materials(config), reactor)  # every TLS listener's and dialler's
 
     @defer.inlineCallbacks
     def start(self):
         config = self.config
         _raise_fd_limit()
+        self._reload_tls_on_sighup()  # first: a standby's replication dialler is reloaded too
         yield self.ha.acquire()  # the data dir held; replicated, this process's turn to serve
         self.started_at = time.time()  # a standby's run starts when it takes over
         self.epoch = self.ha.hold(self.started_at)
@@ -164,6 +169,7 @@ class Node:
         self._sweeper = task.LoopingCall(broker.sweep_expired)
         self._sweeper.clock = self.reactor
         self._sweeper.start(EXPIRY_SWEEP_SECONDS, now=False)
+        self.certificates.watch(events)
         return self
 
     @defer.inlineCallbacks
@@ -200,11 +206,12 @@ class Node:
             node_id=node_id, name=self.config.name, started_at=self.started_at, broker=broker, mesh=self.mesh,
             clock=self.reactor, addresses=self.model_addresses,
             metrics=self.metrics_status, group_name=self.config.mesh.group_name if self.config.mesh else "",
-            ha=self.ha.status,
+            ha=self.ha.status, certificates=self.certificates.summaries,
         )
         actions = LocalActions(node_id=node_id, broker=broker, mesh=self.mesh, clock=self.reactor,
                                scale_down_and_stop=self.scale_down_and_stop,
-                               failback=self.ha.failback if self.config.ha.replicated else None)
+                               failback=self.ha.failback if self.config.ha.replicated else None,
+                               reload_tls=self.reload_tls)
         ManagementService(node_id=node_id, name=self.config.name, broker=broker, mesh=self.mesh,
                           state=state, actions=actions, events=events, authorizer=authorizer)
         return state
@@ -250,18 +257,23 @@ class Node:
         host, port = bind
         return endpoints.TCP4ServerEndpoint(self.reactor, port, backlog=1024, interface=host).listen(factory)
 
-    def _listen_tls(self, tls, factory):
-        from twisted.internet import ssl
-
-        key = ssl.PrivateCertificate.loadPEM(
-            Path(tls.certificate).read_bytes() + Path(tls.private_key).read_bytes()
-        )
-        # With a CA, only clients holding a certificate it signed get in.
-        authorities = [ssl.Certificate.loadPEM(Path(tls.ca_certificate).read_bytes())] if tls.ca_certificate else []
-        context = key.options(*authorities)
+    def _listen_tls(self, tls: TlsConfig, factory):
+        """With a CA, only clients holding a certificate it signed get in. The endpoint
+        asks the material for a context per connection: a reload reaches new handshakes."""
         host, port = tls.bind
-        endpoint = endpoints.SSL4ServerEndpoint(self.reactor, port, context, backlog=1024, interface=host)
+        endpoint = endpoints.SSL4ServerEndpoint(self.reactor, port, tls.material, backlog=1024, interface=host)
         return endpoint.listen(factory)
+
+    def reload_tls(self) -> list[ListenerReload]:
+        """Re-read every TLS listener's and dialler's files ("stomp+ssl", "wss", "amqps",
+        "mesh", "replication"); one that cannot be used keeps its old certificate."""
+        return self.certificates.reload()
+
+    def _reload_tls_on_sighup(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # only the main thread may set a signal handler (a node run inside a test's thread)
+        # The handler runs between two bytecodes of whatever the reactor was doing: it only schedules.
+        signal.signal(signal.SIGHUP, lambda signum, frame: self.reactor.callFromThread(self.reload_tls))
 
     def addresses(self) -> list[tuple[str, str, int]]:
         return [(scheme, port.getHost().host, port.getHost().port) for scheme, port in self.ports]
@@ -271,6 +283,7 @@ class Node:
         """Stop accepting, close clients, let in-flight store writes finish."""
         if self._sweeper is not None and self._sweeper.running:
             self._sweeper.stop()
+        self.certificates.stop()
         self.ha.stop_heartbeats()
         for _, port in self.ports:
             yield port.stopListening()
@@ -335,12 +348,12 @@ class Node:
             return None
         stomp = self.addresses()[0]
         announcement = Announcement(self.identity["id"], self.config.name, mesh.link_address, (stomp[1], stomp[2]),
-                                    mesh_config.group_name)
+                                    mesh_config.group_name, requires_tls=mesh_config.tls is not None)
         self.discovery = DiscoveryService(
             self.reactor, discovery.group, discovery.interface, announcement,
             mesh_config.cluster_password.encode(), discovery.broadcast_period_ms / 1000.0,
             discovery.refresh_timeout_ms / 1000.0,
-            on_found=lambda peer: mesh.found(peer.link, "multicast"),
+            on_found=mesh.announced,  # dialled unless its TLS requirement differs from this node's
             on_lost=lambda peer: mesh.lost(peer.link, "multicast"),
         )
         return self.discovery.start()

@@ -16,7 +16,15 @@ so the backup's claim of the next epoch is granted at once, by the same rule.
 One JSON object per line each way over TCP, one request per connection; both
 carry an HMAC of the pair's password (``ha.password``) so that neither side
 can be fooled by a stranger. The witness keeps its table in memory (and in
-``--state FILE`` if given)."""
+``--state FILE`` if given).
+
+With ``--certificate``/``--private-key``/``--ca-certificate`` the witness speaks
+only TLS and requires a client certificate its CA signed (it cannot check a
+member's host name: it never dials, and members come from anywhere); a member
+with TLS (``[ha.tls]``, else ``[mesh.tls]``) dials it over TLS, checks its
+certificate against the same CA and, with ``verify_hostname``, that it names the
+witness's address, and refuses a witness that speaks plaintext: no answer counts
+as none, so no takeover is granted. The HMAC proof still runs inside TLS."""
 
 from __future__ import annotations
 
@@ -27,12 +35,18 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any, cast
 
-from twisted.internet import defer, endpoints, error
+from twisted.internet import defer, endpoints, error, task
 from twisted.internet.protocol import ClientFactory, Factory
 from twisted.protocols.basic import LineOnlyReceiver
 
+from gateway.hostile_log import PeerLog
+from gateway.tls import TlsMaterial
+
 log = logging.getLogger("meshgate.witness")
+_TLS_RECORD = b"\x16\x03"  # how a TLS ClientHello starts: a handshake record, version 3.x
+TLS_OPTIONS = "--certificate, --private-key and --ca-certificate"
 
 
 def _sign(password: str, body: dict) -> str:
@@ -113,6 +127,22 @@ class Witness:
 class _WitnessProtocol(LineOnlyReceiver):
     delimiter = b"\n"
     MAX_LENGTH = 4096
+    factory: _WitnessFactory
+    transport: Any  # TCP, or TLS over it
+    _first = True
+
+    def dataReceived(self, data: bytes) -> None:
+        first, self._first = self._first, False
+        if first and self.factory.plaintext and data.startswith(_TLS_RECORD):
+            # A member that requires TLS: answer in plaintext, so its TLS layer says at once
+            # that this witness speaks plaintext, instead of waiting out its handshake.
+            host = getattr(self.transport.getPeer(), "host", "?")
+            self.factory.mismatch_log.warning(host, "witness: member %s speaks TLS; this witness has no TLS (%s)",
+                                              host, TLS_OPTIONS)
+            self.sendLine(b'{"error":"this witness speaks plaintext"}')
+            self.transport.loseConnection()
+            return
+        super().dataReceived(data)
 
     def lineReceived(self, line: bytes) -> None:
         witness: Witness = self.factory.witness
@@ -129,10 +159,23 @@ class _WitnessProtocol(LineOnlyReceiver):
         self.transport.loseConnection()
 
 
-def serve(reactor, bind: tuple[str, int], witness: Witness) -> defer.Deferred:
-    factory = Factory.forProtocol(_WitnessProtocol)
-    factory.witness = witness
-    return endpoints.TCP4ServerEndpoint(reactor, bind[1], interface=bind[0]).listen(factory)
+class _WitnessFactory(Factory):
+    protocol = _WitnessProtocol
+
+    def __init__(self, witness: Witness, plaintext: bool, mismatch_log: PeerLog) -> None:
+        self.witness = witness
+        self.plaintext = plaintext  # no TLS: a member's ClientHello is answered in plaintext
+        self.mismatch_log = mismatch_log  # members speaking the other way, once a minute per address
+
+
+def serve(reactor, bind: tuple[str, int], witness: Witness, tls: TlsMaterial | None = None) -> defer.Deferred:
+    """Listen on ``bind``: plain TCP, or with ``tls`` only TLS with a client certificate
+    its CA signed (a refused handshake is logged once a minute per member address)."""
+    factory = _WitnessFactory(witness, tls is None, PeerLog(log, reactor.seconds, per_minute=1))
+    listened: Any = factory  # the factory, or TLS wrapping it (Twisted types factories by zope interface)
+    if tls is not None:
+        listened = tls.server_factory(cast(Any, factory), factory.mismatch_log, reactor)
+    return endpoints.TCP4ServerEndpoint(reactor, bind[1], interface=bind[0]).listen(listened)
 
 
 class WitnessUnreachable(Exception):
@@ -141,6 +184,8 @@ class WitnessUnreachable(Exception):
 
 class _Ask(LineOnlyReceiver):
     delimiter = b"\n"
+    factory: _AskFactory
+    transport: Any  # TCP, or TLS over it
 
     def connectionMade(self) -> None:
         self.sendLine(self.factory.request)
@@ -151,35 +196,77 @@ class _Ask(LineOnlyReceiver):
         self.transport.loseConnection()
 
     def connectionLost(self, reason=None) -> None:
-        if not self.factory.done.called:
-            self.factory.done.errback(WitnessUnreachable("the witness closed the connection"))
+        factory = self.factory
+        if not factory.done.called:
+            why = ("the TLS handshake failed or it closed the connection" if factory.tls else
+                   "it closed the connection without answering (if it requires TLS, this member needs [ha.tls] or "
+                   "[mesh.tls])")
+            factory.done.errback(WitnessUnreachable(why))
+
+
+class _AskFactory(ClientFactory):
+    protocol = _Ask
+
+    def __init__(self, request: bytes, tls: bool) -> None:
+        self.request = request  # the signed line to send
+        self.tls = tls
+        self.done: defer.Deferred = defer.Deferred()  # fires with the answer's line
+
+
+class _WitnessTlsLog(PeerLog):
+    """The reasons TlsMaterial gives for a failed handshake (once a minute), told as
+    being about the witness: "witness HOST:PORT speaks plaintext; this node requires TLS"."""
+
+    def __init__(self, reactor, address: tuple[str, int]) -> None:
+        super().__init__(log, reactor.seconds, per_minute=1)
+        self.address = f"{address[0]}:{address[1]}"
+
+    def log(self, level: int, peer: str, message: str, *args: object) -> None:
+        text = (message % args if args else message).removeprefix("tls: ")
+        if text.startswith(f"peer {self.address} "):
+            text = "witness" + text.removeprefix("peer")
+        else:
+            text = f"witness {self.address}: {text}"
+        super().log(level, peer, "ha: %s", text)
 
 
 class WitnessClient:
-    """Asks the witness; every answer is checked against the password."""
+    """Asks the witness; every answer is checked against the password. With ``tls``
+    every request goes over mutual TLS (a witness speaking plaintext is unreachable)."""
 
-    def __init__(self, reactor, address: tuple[str, int], password: str, timeout_s: float = 1.0) -> None:
+    def __init__(self, reactor, address: tuple[str, int], password: str, timeout_s: float = 1.0,
+                 tls: TlsMaterial | None = None) -> None:
         self.reactor = reactor
         self.address = address
         self.password = password
         self.timeout_s = timeout_s
+        self.tls = tls
+        self._tls_log = _WitnessTlsLog(reactor, address) if tls is not None else None
 
     @defer.inlineCallbacks
     def ask(self, op: str, **fields):
         nonce = os.urandom(8).hex()
         request = {"op": op, "nonce": nonce, **fields}
-        factory = ClientFactory.forProtocol(_Ask)
-        factory.request = signed(self.password, request)
-        factory.done = defer.Deferred()
+        factory = _AskFactory(signed(self.password, request), self.tls is not None)
         host, port = self.address
+        dialled: Any = factory  # the factory, or TLS wrapping it (Twisted types factories by zope interface)
+        if self.tls is not None and self._tls_log is not None:
+            # The handshake must be done within the first half of the time an answer may take.
+            dialled = self.tls.client_factory(cast(Any, factory), host, port, self._tls_log, self.reactor,
+                                              timeout=self.timeout_s)
         endpoint = endpoints.TCP4ClientEndpoint(self.reactor, host, port, timeout=max(1, int(self.timeout_s)))
         timer = self.reactor.callLater(self.timeout_s * 2, lambda: factory.done.called or factory.done.errback(
             WitnessUnreachable("no answer in time")))
+        protocol = None
         try:
-            yield endpoint.connect(factory)
+            protocol = yield endpoint.connect(dialled)
             line = yield factory.done
         except (error.ConnectError, error.TimeoutError, OSError) as problem:
             raise WitnessUnreachable(str(problem)) from None
+        except WitnessUnreachable:
+            if protocol is not None and protocol.transport is not None:
+                protocol.transport.loseConnection()  # given up on (a stalled handshake, no answer in time)
+            raise
         finally:
             if timer.active():
                 timer.cancel()
@@ -204,21 +291,22 @@ class WitnessClient:
         return reply
 
 
-def run(bind: tuple[str, int], password: str, state: Path | None) -> int:
-    """``meshgate witness``: serve until stopped."""
+def run(bind: tuple[str, int], password: str, state: Path | None, tls: TlsMaterial | None = None) -> int:
+    """``meshgate witness``: serve until stopped (with ``tls``: only over mutual TLS)."""
     from twisted.internet import reactor
 
     witness = Witness(password, state=state)
 
     def listening(port) -> None:
         address = port.getHost()
-        print(f"meshgate witness listening on {address.host}:{address.port}", flush=True)
+        print(f"meshgate witness listening on {address.host}:{address.port} "
+              f"({'mutual TLS' if tls is not None else 'plain TCP'})", flush=True)
 
     def failed(failure) -> None:
         print(f"meshgate witness: cannot listen: {failure.getErrorMessage()}", flush=True)
         reactor.stop()
 
-    reactor.callWhenRunning(lambda: serve(reactor, bind, witness).addCallbacks(listening, failed))
+    reactor.callWhenRunning(lambda: serve(reactor, bind, witness, tls).addCallbacks(listening, failed))
     reactor.run()
     return 0
 
@@ -234,12 +322,10 @@ class WitnessReporter:
         self.interval_s = interval_s
         self.on_replaced = on_replaced
         self.reachable: bool | None = None
-        self._loop = None
+        self._loop: task.LoopingCall | None = None
         self._busy = False
 
     def start(self) -> None:
-        from twisted.internet import task
-
         if self._loop is not None and self._loop.running:
             return
         self._loop = task.LoopingCall(self._beat)

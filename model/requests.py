@@ -129,6 +129,11 @@ class HaFailback(Request, kw_only=True, tag="ha_failback"):
     rejoins as that one's backup (``meshgate ha failback``, docs/ha.md#failback)."""
 
 
+class ReloadTls(Request, kw_only=True, tag="reload_tls"):
+    """Re-read every certificate, key and CA file of the node's TLS listeners and
+    diallers (as SIGHUP does): new handshakes use them, established connections stay."""
+
+
 class Definitions(Request, kw_only=True, tag="definitions"):
     """The mesh-wide definitions (queue settings, durable subscriptions) as the node
     holds them, deletions included; every node holds the same once links carried them."""
@@ -153,9 +158,9 @@ class DeleteDefinition(Request, kw_only=True, tag="delete_definition"):
 
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
               | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue | DeleteDefinition
-              | HaFailback)
+              | HaFailback | ReloadTls)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
-                           "scale_down", "define_queue", "delete_definition", "ha_failback"})
+                           "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls"})
 # Actions whose answer is one value, not a list gathered over nodes.
 SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback"})
 
@@ -194,6 +199,27 @@ class Done(msgspec.Struct, kw_only=True):
     detail: str = ""
 
 
+class ListenerReload(msgspec.Struct, kw_only=True):
+    """What a TLS reload did to one listener or dialler (as ListenerCertificate.listener)."""
+
+    listener: str
+    reloaded: bool  # false: its files could not be used, it kept its old certificate
+    subject: str  # the certificate in use now
+    not_after: float  # its expiry, epoch seconds
+    reason: str = ""  # why the old certificate stayed (naming the file)
+
+
+class TlsReload(msgspec.Struct, kw_only=True):
+    """A reload_tls on one node: one outcome per TLS listener or dialler."""
+
+    node: str
+    listeners: list[ListenerReload]
+
+    @property
+    def all_reloaded(self) -> bool:
+        return all(outcome.reloaded for outcome in self.listeners)
+
+
 RESULT_TYPES: dict[str, Any] = {
     "nodes": ClusterView,
     "summary": NodeSummary,
@@ -214,6 +240,7 @@ RESULT_TYPES: dict[str, Any] = {
     "define_queue": Done,
     "delete_definition": Done,
     "ha_failback": Done,
+    "reload_tls": list[TlsReload],
 }
 
 # Why a request failed: the REST API maps these to HTTP statuses.

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from meshgate.config.schema import (
     ConfigError,
@@ -17,6 +18,10 @@ from meshgate.config.schema import (
     _table,
     parse_address,
 )
+from meshgate.config.tls_files import check_tls_files
+
+if TYPE_CHECKING:
+    from gateway.tls import TlsMaterial
 
 HA_MODES = ("none", "shared-store", "replicated")
 HA_ROLES = ("primary", "backup")
@@ -26,16 +31,6 @@ def _optional_address(value: object, key: str) -> tuple[str, int] | None:
     if value == "":
         return None
     return parse_address(value, key)  # type: ignore[arg-type]
-
-
-def _pem(path: str, key: str, marker: str) -> None:
-    """A clear error at load time (naming the key) for a file that is not the PEM it should be."""
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as problem:
-        raise ConfigError(key, f"cannot read {path!r}: {problem}") from None
-    if f"-----BEGIN {marker}" not in text and not (marker == "PRIVATE KEY" and "PRIVATE KEY-----" in text):
-        raise ConfigError(key, f"{path!r} holds no PEM {marker.lower()}")
 
 
 @dataclass(frozen=True)
@@ -50,9 +45,14 @@ class ReplicationTlsConfig:
     ca_certificate: str = _key(parse=_path(must_exist=True))
 
     def __post_init__(self) -> None:
-        _pem(self.certificate, "ha.tls.certificate", "CERTIFICATE")
-        _pem(self.private_key, "ha.tls.private_key", "PRIVATE KEY")
-        _pem(self.ca_certificate, "ha.tls.ca_certificate", "CERTIFICATE")
+        check_tls_files(self, "ha.tls")
+
+    @cached_property
+    def material(self) -> TlsMaterial:
+        """One material for the listener and every dial (so a reload reaches both)."""
+        from gateway.tls import TlsMaterial
+
+        return TlsMaterial(self.certificate, self.private_key, self.ca_certificate, ca_name="the replication CA")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from gateway.auth import destination_matcher
-from meshgate.config.ha import _pem
 from meshgate.config.schema import (
     _NODE_NAME,
     ConfigError,
@@ -28,6 +27,7 @@ from meshgate.config.schema import (
     _upper_choice,
     parse_address,
 )
+from meshgate.config.tls_files import check_tls_files
 
 if TYPE_CHECKING:
     from gateway.tls import TlsMaterial
@@ -172,15 +172,7 @@ class MeshTlsConfig:
     verify_hostname: bool = _key(True, _boolean)
 
     def __post_init__(self) -> None:
-        from gateway.tls import TlsError
-
-        _pem(self.certificate, "mesh.tls.certificate", "CERTIFICATE")
-        _pem(self.private_key, "mesh.tls.private_key", "PRIVATE KEY")
-        _pem(self.ca_certificate, "mesh.tls.ca_certificate", "CERTIFICATE")
-        try:
-            self.material  # noqa: B018 -- read once here, so a key that does not match fails at load
-        except TlsError as problem:  # a key that does not match its certificate
-            raise ConfigError("mesh.tls.private_key", str(problem)) from None
+        check_tls_files(self, "mesh.tls")
 
     @cached_property
     def material(self) -> TlsMaterial:

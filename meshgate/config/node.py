@@ -6,7 +6,9 @@ from __future__ import annotations
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from meshgate.config.ha import HaConfig
 from meshgate.config.mesh import MeshConfig
@@ -33,15 +35,28 @@ from meshgate.config.schema import (
     parse_address,
     parse_size,
 )
+from meshgate.config.tls_files import check_tls_files
+
+if TYPE_CHECKING:
+    from gateway.tls import TlsMaterial
 
 
 @dataclass(frozen=True)
 class TlsConfig:
+    """A client-facing TLS listener: ``[stomp.tls]``, ``[stomp.websocket.tls]``, ``[amqp.tls]``."""
+
     bind: tuple[str, int] = _key(parse=parse_address)
     certificate: str = _key(parse=_path(must_exist=True))
     private_key: str = _key(parse=_path(must_exist=True))
     # When set, clients must present a certificate signed by this CA.
     ca_certificate: str | None = _key(None, _path(must_exist=True))
+
+    @cached_property
+    def material(self) -> TlsMaterial:
+        """The listener's certificate, as last (re)loaded: asked for every new connection."""
+        from gateway.tls import TlsMaterial
+
+        return TlsMaterial(self.certificate, self.private_key, self.ca_certificate, ca_name="the client CA")
 
 
 def _origins(value, key: str) -> tuple[str, ...]:
@@ -206,6 +221,8 @@ class NodeConfig:
                         "mesh.bind",
                         f"same port as {key} ({address[0]}:{address[1]}); the mesh needs its own listener",
                     )
+        for key, tls in self.client_tls():  # last: a clash of listeners is the clearer message
+            check_tls_files(tls, key)
         if self.ha.replicated and not self.replication_password:
             raise ConfigError("ha.password", 'needed with mode = "replicated" (or a [mesh] cluster_password): it '
                                              "authenticates the replication link and the witness")
@@ -225,6 +242,14 @@ class NodeConfig:
             if self.amqp.tls is not None:
                 found.append(("amqp.tls.bind", self.amqp.tls.bind))
         return found
+
+    def client_tls(self) -> list[tuple[str, TlsConfig]]:
+        """(table, config) of every client-facing TLS listener configured."""
+        stomp, amqp = self.stomp, self.amqp
+        websocket = stomp.websocket.tls if stomp.websocket is not None else None
+        found = [("stomp.tls", stomp.tls), ("stomp.websocket.tls", websocket),
+                 ("amqp.tls", amqp.tls if amqp is not None else None)]
+        return [(key, tls) for key, tls in found if tls is not None]
 
     @property
     def anonymous(self) -> bool:

@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol
 
 from twisted.internet import defer
@@ -28,6 +29,7 @@ from meshgate.ha.state import HaRole, HaState
 
 if TYPE_CHECKING:
     from gateway.store.journal import JournalStore
+    from gateway.tls import TlsMaterial
     from meshgate.replication import ReplicaFollower, ReplicationSource
     from meshgate.replication.quorum import MeshQuorum
     from meshgate.witness import WitnessClient, WitnessReporter
@@ -141,7 +143,7 @@ class HaLifecycle:
         assert address is not None  # listening
         log.info("ha: replication listener on %s:%d (sync %s, %s)", *address, "on" if ha.sync else "off",
                  "TLS" if ha.tls is not None else "plain TCP")
-        witness = self._witness_client()
+        witness = self.witness_client
         if witness is not None:
             self.witness_reporter = WitnessReporter(witness, node_id, self.epoch, ha.heartbeat_ms / 1000.0,
                                                     self.replaced)
@@ -214,7 +216,7 @@ class HaLifecycle:
         from meshgate.replication import ReplicaFollower
 
         ha = self.ha
-        witness = self._witness_client()
+        witness = self.witness_client
         quorum = self._mesh_quorum()
         role = HaRole.BACKUP if self.rejoining else HaRole(ha.role)
         if self.rejoining:
@@ -272,12 +274,27 @@ class HaLifecycle:
         except (OSError, ValueError, KeyError, TypeError):
             return ""
 
-    def _witness_client(self) -> WitnessClient | None:
+    @cached_property
+    def witness_client(self) -> WitnessClient | None:
+        """The one client of ``ha.witness`` this process has, as backup and as primary
+        (so that its TLS complaints share one once-a-minute budget)."""
         from meshgate.witness import WitnessClient
 
         if self.ha.witness is None:
             return None
-        return WitnessClient(self.reactor, self.ha.witness, self.config.replication_password)
+        return WitnessClient(self.reactor, self.ha.witness, self.config.replication_password, tls=self.witness_tls)
+
+    @property
+    def witness_tls(self) -> TlsMaterial | None:
+        """What this member speaks to the witness: TLS with ``[ha.tls]``'s material (the
+        witness's certificate must name its address, as ``ha.peer``'s names that host),
+        else ``[mesh.tls]``'s (with its ``verify_hostname``); plain TCP with neither. The
+        same material as the links': a reload reaches the witness's dials too. With TLS a
+        witness that speaks plaintext is refused (treated as unreachable)."""
+        if self.ha.tls is not None:
+            return self.ha.tls.material
+        mesh = self.config.mesh
+        return mesh.tls.material if mesh is not None and mesh.tls is not None else None
 
     def _mesh_quorum(self) -> MeshQuorum | None:
         """Without a witness, the mesh's other nodes (``[mesh] static``) are the backup's quorum."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import re
 import shutil
 import struct
 from collections.abc import Callable
@@ -510,13 +511,15 @@ class ReplicaFollower:
         if self._stopped or self.link is not None or self._done is None or self._done.called:
             return
         if not verdict.get("granted"):
-            if self.witness is not None:
-                self._say("backup: the primary at %s is unreachable from here, but the witness says: %s; no takeover",
-                          self.peer_text, verdict.get("reason", "no"))
-            elif verdict.get("key") != self._verdict[0] or now - self._verdict[1] >= COMPLAIN_EVERY_S:
-                self._verdict = (verdict.get("key"), now)  # once per distinct verdict (the reasons carry seconds)
-                log.warning("backup: the primary at %s is unreachable from here, but the mesh's other nodes say: %s; "
-                            "no takeover", self.peer_text, verdict.get("reason", "no"))
+            reason = str(verdict.get("reason", "no"))
+            # Once per distinct verdict, else every COMPLAIN_EVERY_S: a claim is retried every few hundred ms,
+            # and the reasons carry seconds (the quorum's verdict names its own key).
+            key = verdict.get("key") if self.witness is None else re.sub(r"[\d.]+", "#", reason)
+            if key != self._verdict[0] or now - self._verdict[1] >= COMPLAIN_EVERY_S:
+                self._verdict = (key, now)
+                judge = "the witness says" if self.witness is not None else "the mesh's other nodes say"
+                log.warning("backup: the primary at %s is unreachable from here, but %s: %s; no takeover",
+                            self.peer_text, judge, reason[:300])
             return
         if self.behind:
             log.critical("backup: taking over while behind (ha.force_takeover): up to %d bytes of journal the "

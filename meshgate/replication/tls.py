@@ -6,11 +6,13 @@ certificate, signed by ``ha.tls.ca_certificate``; the dialling member (the backu
 the start-up probe of a primary) verifies the listener's certificate against the same
 CA and the host of ``ha.peer``, and presents its own. The HMAC challenge of the
 cluster password still runs on top: TLS adds confidentiality and a second check of
-who is at the other end, the password still authenticates."""
+who is at the other end, the password still authenticates.
+
+Both sides use ``ha.tls``'s one TlsMaterial, asked for its context at every handshake:
+a reload (SIGHUP, ``meshgate reload-tls``) reaches the next link, the one up stays."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Protocol, cast
 
 from twisted.internet import endpoints
@@ -42,29 +44,16 @@ class ClientEndpoint(Protocol):
     def connect(self, factory: Factory) -> Deferred: ...
 
 
-def _own_certificate(tls: ReplicationTlsConfig):
-    from twisted.internet import ssl
-
-    return ssl.PrivateCertificate.loadPEM(Path(tls.certificate).read_bytes() + Path(tls.private_key).read_bytes())
-
-
-def _authority(tls: ReplicationTlsConfig):
-    from twisted.internet import ssl
-
-    return ssl.Certificate.loadPEM(Path(tls.ca_certificate).read_bytes())
-
-
 def server_options(tls: ReplicationTlsConfig) -> IOpenSSLContextFactory:
-    """The listener's side: this member's certificate; the peer must present one the CA signed."""
-    return _own_certificate(tls).options(_authority(tls))  # with a CA: verify and require the peer's certificate
+    """The listener's side: this member's certificate; the peer must present one the CA
+    signed. The material's context is taken per connection, so a reload reaches it."""
+    return cast(IOpenSSLContextFactory, tls.material)
 
 
 def client_options(tls: ReplicationTlsConfig, host: str) -> IOpenSSLClientConnectionCreator:
     """The dialling side: the listener's certificate must be the CA's and name ``host``;
-    this member's certificate is presented."""
-    from twisted.internet import ssl
-
-    return ssl.optionsForClientTLS(host, trustRoot=_authority(tls), clientCertificate=_own_certificate(tls))
+    this member's certificate is presented (as last reloaded)."""
+    return tls.material.client_creator(host)
 
 
 def server_endpoint(reactor, bind: tuple[str, int], tls: ReplicationTlsConfig | None) -> ServerEndpoint:

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from e2e_support import HOST, MESHGATE, BrokerProcess, _Output
@@ -67,12 +68,13 @@ class Member(BrokerProcess):
 
 class Witness:
     """``meshgate witness`` on a free loopback port (it keys its table by node id, so
-    one witness serves any number of pairs that share its password)."""
+    one witness serves any number of pairs that share its password); ``options`` are
+    more of its command line (its TLS files)."""
 
-    def __init__(self, workdir: Path, password: str) -> None:
+    def __init__(self, workdir: Path, password: str, options: Sequence[str] = ()) -> None:
         self.port = free_port()
         env = {**os.environ, "MESHGATE_HA_PASSWORD": password}
-        self.proc = subprocess.Popen([MESHGATE, "witness", "--bind", f"{HOST}:{self.port}"], env=env,
+        self.proc = subprocess.Popen([MESHGATE, "witness", "--bind", f"{HOST}:{self.port}", *options], env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                      cwd=workdir)
         self.output = _Output(self.proc)
@@ -218,9 +220,9 @@ class HAProcesses:
         self.members.append(member)
         return member
 
-    def witness(self) -> Witness:
+    def witness(self, options: Sequence[str] = ()) -> Witness:
         assert self.password is not None, "a witness needs the members' password"
-        witness = Witness(self.workdir, self.password)
+        witness = Witness(self.workdir, self.password, options)
         self.witnesses.append(witness)
         return witness
 

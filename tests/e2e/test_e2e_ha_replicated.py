@@ -379,8 +379,16 @@ def tls_table(tmp_path: Path, stem: str) -> str:
     return f'\n[ha.tls]\ncertificate = "{cert}"\nprivate_key = "{key}"\nca_certificate = "{ca_path}"\n'
 
 
+def witness_tls_options(tmp_path: Path) -> list[str]:
+    """The witness's TLS files: a certificate for 127.0.0.1 the pair's test CA signed (a
+    member with [ha.tls] refuses a witness without TLS)."""
+    tls_table(tmp_path, "witness")  # makes the CA if needed, and witness.crt/.key
+    return ["--certificate", str(tmp_path / "witness.crt"), "--private-key", str(tmp_path / "witness.key"),
+            "--ca-certificate", str(tmp_path / "ca.crt")]
+
+
 def test_a_tls_pair_replicates_and_the_backup_takes_over_a_killed_primary(pair, tmp_path):
-    witness = pair.witness()
+    witness = pair.witness(witness_tls_options(tmp_path))
     primary, backup, _, _ = start_pair(pair, witness=witness, extra=tls_table(tmp_path, "member"))
     primary.wait_log(r"ha: replication listener on \S+ \(sync on, TLS\)")
     epoch = manage_result(primary.port, Summary()).node.epoch

@@ -140,3 +140,21 @@ def test_a_proxy_between_two_tls_nodes_sees_no_message_body(mesh, certificates) 
         assert relayed[:2] == b"\x16\x03"  # it began with a TLS handshake record (the dialler's ClientHello)
     finally:
         proxy.stop()
+
+
+def test_discovery_tells_a_tls_node_and_a_plaintext_node_apart_and_neither_dials(mesh, certificates) -> None:
+    a, b = mesh(2, discovery=True, extra={0: certificates.table("a")}, wait=False)
+    # Said once per peer, though each hears the other's announcement every 200 ms.
+    _once(a, rf"mesh: node {b.name} \(127\.0\.0\.1:{b.link}\) speaks plaintext; this node requires TLS "
+             r"\(mesh\.tls\); not dialled")
+    _once(b, rf"mesh: node {a.name} \(127\.0\.0\.1:{a.link}\) requires TLS; this node has no \[mesh\.tls\]; "
+             r"not dialled")
+    _never_linked(a, b)
+    # Never dialled: no handshake was refused on either side.
+    assert a.count(r"tls: ") == 0 and b.count(r"speaks TLS|closed before its HELLO") == 0, mesh.describe()
+
+    # B restarts with [mesh.tls] (same node id, its announcement now says TLS): A dials it.
+    b.write_config(b.config.replace("\n[mesh.discovery]", certificates.table("b") + "\n[mesh.discovery]"))
+    b.restart()
+    mesh.wait_links([(a, b)])
+    a.wait_log(rf"mesh: node {b.name} \(127\.0\.0\.1:{b.link}\) now requires TLS as this node does; dialling it")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import socket
+import ssl
 from pathlib import Path
 
 from cryptography import x509
@@ -75,3 +77,43 @@ class Certificates:
         _, _, cert, key = issue(self.directory, stem, stem, issuer=signer[:2], client=True, **leaf)
         return (f'\n[mesh.tls]\ncertificate = "{cert}"\nprivate_key = "{key}"\n'
                 f'ca_certificate = "{self.ca[2]}"\n')
+
+
+def plaintext_answer(port: int, first_bytes: bytes, timeout: float = 10.0) -> bytes:
+    """Dial ``port`` on loopback without TLS, send ``first_bytes`` and return everything the
+    listener sent before it closed (a mesh listener in plaintext answers with its HELLO at
+    once; one that requires TLS with at most a TLS alert record)."""
+    answer = bytearray()
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(first_bytes)
+        while True:
+            try:
+                data = sock.recv(65536)
+            except ConnectionResetError:
+                break
+            except TimeoutError:
+                raise AssertionError(f"port {port} still open {timeout} s after a plaintext dial; "
+                                     f"it answered {bytes(answer)!r}") from None
+            if not data:
+                break
+            answer += data
+    return bytes(answer)
+
+
+def tls_answer(port: int, certificates: Certificates, stem: str, expected: bytes, timeout: float = 10.0) -> bytes:
+    """Dial ``port`` over mutual TLS with a client certificate the mesh CA signs (``stem``),
+    checking the listener's certificate against the mesh CA and 127.0.0.1, and read the
+    decrypted bytes until ``expected`` is among them; returns them."""
+    _, _, cert, key = issue(certificates.directory, stem, stem, issuer=certificates.ca[:2], server=False)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.load_verify_locations(certificates.ca[2])
+    context.load_cert_chain(cert, key)
+    answer = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as sock:
+        while expected not in answer:
+            data = sock.recv(65536)
+            if not data:
+                raise AssertionError(f"port {port} closed the TLS connection; it sent {answer!r}")
+            answer += data
+    return answer

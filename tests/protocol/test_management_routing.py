@@ -30,6 +30,7 @@ from model.requests import (
     Nodes,
     Purge,
     Queues,
+    ReloadTls,
     ScaleDownNode,
     Send,
 )
@@ -401,6 +402,7 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         DefineQueue(queue="orders", settings=QueueSettings(max_delivery_attempts=2)),
         DeleteDefinition(kind="queue", name="orders"),
         HaFailback(node="c"),
+        ReloadTls(node="c"),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)

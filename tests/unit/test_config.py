@@ -151,9 +151,19 @@ def test_password_hash_stays_out_of_repr(tmp_path: Path) -> None:
     assert HASH not in repr(config)
 
 
+def _certificate(tmp_path: Path) -> None:
+    """cert.pem, key.pem and ca.pem: the files are read at load (a bad one stops the node there)."""
+    from tests.e2e.tls_support import issue
+
+    ca = issue(tmp_path, "ca", "test CA", ca=True)
+    (tmp_path / "ca.crt").rename(tmp_path / "ca.pem")
+    _, _, cert, key = issue(tmp_path, "server", "server", issuer=ca[:2])
+    cert.rename(tmp_path / "cert.pem")
+    key.rename(tmp_path / "key.pem")
+
+
 def test_tls_section(tmp_path: Path) -> None:
-    for name in ("cert.pem", "key.pem", "ca.pem"):
-        (tmp_path / name).write_text("-----BEGIN-----\n")
+    _certificate(tmp_path)
     config = load(tmp_path, stomp_tls(tmp_path, "[::]:61612", "cert.pem", "key.pem", "ca.pem"))
     tls = config.stomp.tls
     assert tls is not None
@@ -164,8 +174,8 @@ def test_tls_section(tmp_path: Path) -> None:
 
 
 def test_tls_ca_certificate_is_optional(tmp_path: Path) -> None:
-    (tmp_path / "cert.pem").write_text("x")
-    config = load(tmp_path, stomp_tls(tmp_path, "127.0.0.1:61612", "cert.pem", "cert.pem"))
+    _certificate(tmp_path)
+    config = load(tmp_path, stomp_tls(tmp_path, "127.0.0.1:61612", "cert.pem", "key.pem"))
     assert config.stomp.tls is not None
     assert config.stomp.tls.ca_certificate is None
 

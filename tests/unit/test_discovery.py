@@ -38,7 +38,7 @@ def announcement(name: str = "a", link_port: int = 61616, node_id: str | None = 
 
 text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 addresses = st.tuples(text, st.integers(0, 65535))
-announcements = st.builds(Announcement, st.uuids().map(str), text, addresses, addresses, text)
+announcements = st.builds(Announcement, st.uuids().map(str), text, addresses, addresses, text, st.booleans())
 
 
 @given(announcements, st.binary(max_size=64))
@@ -115,7 +115,45 @@ def test_signed_but_malformed_payloads_are_rejected():
             decode_announcement(signed(body), SECRET)
 
 
+def _body(data: bytes) -> dict:
+    return json.loads(data[4 + 32 :])
+
+
+def test_the_tls_flag_is_sent_only_by_a_node_that_requires_tls():
+    plain = announcement()
+    tls = Announcement(plain.node_id, plain.name, plain.link, plain.stomp, plain.group_name, requires_tls=True)
+    assert "t" not in _body(encode_announcement(plain, SECRET))  # what nodes sent before the flag existed
+    assert _body(encode_announcement(tls, SECRET))["t"] == 1
+    assert decode_announcement(encode_announcement(tls, SECRET), SECRET).requires_tls is True
+    assert decode_announcement(encode_announcement(plain, SECRET), SECRET).requires_tls is False
+
+
+def test_an_announcement_without_the_flag_is_plaintext_and_unknown_fields_are_ignored():
+    import hashlib
+    import hmac
+
+    def signed(fields: dict) -> bytes:
+        header, body = b"MGD\x01", json.dumps(fields).encode()
+        return header + hmac.new(SECRET, header + body, hashlib.sha256).digest() + body
+
+    old = {"id": str(uuid.uuid4()), "n": "old", "l": ["h", 1], "s": ["h", 2], "g": ""}
+    assert decode_announcement(signed(old), SECRET).requires_tls is False
+    assert decode_announcement(signed({**old, "t": 1, "future": [1]}), SECRET).requires_tls is True
+    for bad in (True, 2, "1", None, 1.0):
+        with pytest.raises(DiscoveryError, match="TLS flag"):
+            decode_announcement(signed({**old, "t": bad}), SECRET)
+
+
 # --- table -------------------------------------------------------------------------------------
+
+
+def test_a_peer_restarted_with_tls_is_found_again():
+    me, peer = announcement("me"), announcement("peer")
+    table = DiscoveryTable(me.node_id, refresh_timeout=1.0)
+    assert table.seen(peer, now=0.0) == [peer]
+    with_tls = Announcement(peer.node_id, peer.name, peer.link, peer.stomp, peer.group_name, requires_tls=True)
+    assert table.seen(with_tls, now=0.5) == [with_tls]
+    assert table.seen(with_tls, now=0.7) == []
 
 
 def test_table_found_once_then_changed_then_lost():

@@ -24,7 +24,7 @@ from model import (
 from model import events as ev
 from model import requests as rq
 from model.latency import BUCKETS
-from model.mesh import address_text
+from model.mesh import ListenerCertificate, address_text
 
 
 def node(node_id: str = "n-1") -> Node:
@@ -33,6 +33,7 @@ def node(node_id: str = "n-1") -> Node:
         last_seen=1700000100.5, addresses=Addresses(stomp="127.0.0.1:61613", stomp_tls="[::1]:61612", link="h:7"),
         connections=3, memory_used=4096, memory_limit=1 << 28, store_bytes=123456, in_doubt=2,
         metrics=MetricsStatus(state="behind", buffered=12, dropped=1, last_error="ConnectionError: refused"),
+        certificates=[ListenerCertificate(listener="mesh", subject="CN=alpha,O=Example", not_after=1700864000.0)],
     )
 
 
@@ -108,7 +109,7 @@ def test_schema_version_is_one():
 NODE_KEYS = ["id", "name", "version", "group_name", "started_at", "state", "last_seen", "addresses", "connections",
              "memory_used", "memory_limit", "store_bytes", "store_limit", "disk_free", "store_blocked", "in_doubt",
              "metrics", "ha_mode", "ha_state", "epoch", "standbys", "ha_role", "replication_state",
-             "replication_lag", "replication_sync", "replication_backup"]
+             "replication_lag", "replication_sync", "replication_backup", "certificates"]
 LINK_KEYS = ["node", "peer", "peer_name", "direction", "dialled", "state", "since", "address", "in_flight", "backlog",
              "in_doubt", "forwarded_out", "forwarded_in"]
 PARTIAL_QUEUE_KEYS = ["node", "name", "depth", "in_flight", "forwarding", "in_doubt", "consumers", "remote_demand",
@@ -238,6 +239,7 @@ EVENT_SAMPLES = {
     ev.ProducersBlocked: ev.ProducersBlocked(reason="the disk is 91% full (store.max_disk_usage 90%)"),
     ev.ProducersResumed: ev.ProducersResumed(blocked_s=12.5),
     ev.AdminAction: ev.AdminAction(user="root", action="purge", target="/queue/orders", ok=False, result="refused"),
+    ev.CertificateExpiring: ev.CertificateExpiring(listener="mesh", subject="CN=alpha", not_after=1700864000.0),
 }
 
 

@@ -224,9 +224,11 @@ def _replicated(**more: object) -> dict[str, object]:
 
 
 def _pem_files(tmp_path) -> dict[str, str]:
-    (tmp_path / "member.crt").write_text("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
-    (tmp_path / "member.key").write_text("-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n")
-    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
+    """A member's [ha.tls] files, real ones: the key must match its certificate at load."""
+    from tests.e2e.tls_support import issue
+
+    ca = issue(tmp_path, "ca", "pair CA", ca=True)
+    issue(tmp_path, "member", "127.0.0.1", issuer=ca[:2], client=True)
     return {"ha.tls.certificate": str(tmp_path / "member.crt"), "ha.tls.private_key": str(tmp_path / "member.key"),
             "ha.tls.ca_certificate": str(tmp_path / "ca.crt")}
 
