@@ -80,6 +80,9 @@ class Witness:
         self.output = _Output(self.proc)
         assert self.output.wait_for(r"meshgate witness listening on", timeout=15), self.output.text("stderr")
 
+    def stderr(self) -> str:
+        return self.output.text("stderr")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from e2e_support import HOST, MESHGATE, _Output, manage_result, unique
+from e2e_support import HOST, MESHGATE, manage_result, unique
 from ha_support import HAProcesses, Member, Producing, ha_table, listening, mesh_table
 from mesh_support import free_port, wait_until
 from tls_support import issue
@@ -60,28 +60,6 @@ class PairCertificates:
         return ["--certificate", str(cert), "--private-key", str(key), "--ca-certificate", str(self.ca[2])]
 
 
-class Witness:
-    """``meshgate witness`` on a free loopback port, with ``options`` (its TLS files)."""
-
-    def __init__(self, workdir: Path, options: list[str]) -> None:
-        self.port = free_port()
-        env = {**os.environ, "MESHGATE_HA_PASSWORD": PASSWORD}
-        self.proc = subprocess.Popen([MESHGATE, "witness", "--bind", f"{HOST}:{self.port}", *options], env=env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                                     cwd=workdir)
-        self.output = _Output(self.proc)
-        assert self.output.wait_for(r"meshgate witness listening on", timeout=15), self.output.text("stderr")
-
-    def stderr(self) -> str:
-        return self.output.text("stderr")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self.output.join()
-
-
 @pytest.fixture
 def pair(tmp_path):
     made = HAProcesses(tmp_path, PASSWORD)
@@ -92,12 +70,6 @@ def pair(tmp_path):
 @pytest.fixture
 def certificates(tmp_path) -> PairCertificates:
     return PairCertificates(tmp_path / "certificates")
-
-
-def witness(pair: HAProcesses, options: list[str]) -> Witness:
-    started = Witness(pair.workdir, options)
-    pair.witnesses.append(started)  # stopped, by pid, at teardown
-    return started
 
 
 def start_pair(pair: HAProcesses, witness_port: int, extra: str, primary_extra: str = "",
@@ -117,7 +89,7 @@ def start_pair(pair: HAProcesses, witness_port: int, extra: str, primary_extra: 
 @pytest.mark.parametrize("member_tls", ["ha.tls", "mesh.tls"])
 def test_a_pair_and_its_witness_all_over_tls_take_over_a_killed_primary(pair, certificates, member_tls):
     """Members dial the witness with [ha.tls]'s files, or without it with [mesh.tls]'s."""
-    tls_witness = witness(pair, certificates.witness_options())
+    tls_witness = pair.witness(certificates.witness_options())
     assert "(mutual TLS)" in tls_witness.output.text("stdout")
     if member_tls == "ha.tls":
         primary, backup = start_pair(pair, tls_witness.port, certificates.ha_tls("member"))
@@ -159,7 +131,7 @@ def test_a_pair_and_its_witness_all_over_tls_take_over_a_killed_primary(pair, ce
 
 
 def test_a_tls_member_refuses_a_plaintext_witness_and_no_takeover_is_granted(pair, certificates):
-    plain_witness = witness(pair, [])
+    plain_witness = pair.witness([])
     primary, backup = start_pair(pair, plain_witness.port, certificates.ha_tls("member"))
     refused = rf"ha: witness {HOST}:{plain_witness.port} speaks plaintext; this node requires TLS"
     primary.wait_log(refused)
@@ -181,7 +153,7 @@ def test_a_tls_member_refuses_a_plaintext_witness_and_no_takeover_is_granted(pai
 
 
 def test_a_plaintext_member_gets_no_answer_from_a_tls_witness(pair, certificates):
-    tls_witness = witness(pair, certificates.witness_options())
+    tls_witness = pair.witness(certificates.witness_options())
     primary = pair.member("primary", ha_table("primary", free_port(), free_port(), tls_witness.port,
                                               password=PASSWORD)).start()
     primary.wait_log(r"ha: the witness at \S+ cannot be reached \(it closed the connection without answering "
