@@ -15,6 +15,13 @@
 #   bench/activemq.sh start /tmp/amq-b 61702 61712
 #   bench/activemq.sh start /tmp/amq-a 61701 61711 61712   # A dials B
 #
+# With ACTIVEMQ_NETWORK_SSL=KEYS_DIR both brokers of a pair speak ssl:// instead:
+# the openwire connector is ssl://127.0.0.1:OPENWIRE_PORT?needClientAuth=true and
+# the bridge dials static:(ssl://127.0.0.1:PEER), each broker presenting the
+# certificate of KEYS_DIR/broker.p12 and trusting those of KEYS_DIR/trust.p12
+# (made there with keytool on first use: one EC P-256 key naming 127.0.0.1, so
+# the pair runs mutual TLS; a benchmark's throw-away keys, password bench-only).
+#
 # Everything (config, KahaDB, logs, PID file) lives under DATA_DIR so the
 # system instance in /var/lib/activemq is never touched. See bench/README.md.
 #
@@ -23,6 +30,7 @@
 #   ACTIVEMQ_STOMP_SCHEME  stomp+nio or stomp (blocking)  (default stomp+nio)
 #   ACTIVEMQ_START_TIMEOUT / ACTIVEMQ_STOP_TIMEOUT  seconds (default 60 / 20)
 #   ACTIVEMQ_OPENWIRE_PORT / ACTIVEMQ_NETWORK_PEER  same as the 4th / 5th argument
+#   ACTIVEMQ_NETWORK_SSL the keystores' directory: the pair's connector and bridge over ssl://
 #   ACTIVEMQ_BROKER_NAME brokerName (default meshgate-bench; bench-STOMP_PORT
 #                        when an openwire port is given: names must differ in a network)
 #   ACTIVEMQ_KAHADB_DIR  the KahaDB directory (default DATA_DIR/kahadb). Two brokers
@@ -60,6 +68,8 @@ PIDFILE="$DATA_DIR/activemq.pid"
 KAHADB_DIR=${ACTIVEMQ_KAHADB_DIR:-}
 LOCK_SLEEP_MS=${ACTIVEMQ_LOCK_SLEEP_MS:-}
 NO_WAIT=${ACTIVEMQ_NO_WAIT:-}
+SSL_DIR=${ACTIVEMQ_NETWORK_SSL:-}
+SSL_PASSWORD=bench-only
 
 is_running() {
     [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null
@@ -70,10 +80,35 @@ port_open() {  # [PORT]
     (exec 3<>"/dev/tcp/127.0.0.1/${1:-$PORT}") 2>/dev/null
 }
 
+ssl_keys() {  # the keystore and truststore of ACTIVEMQ_NETWORK_SSL, made once per directory
+    mkdir -p "$SSL_DIR"
+    SSL_DIR=$(cd "$SSL_DIR" && pwd -P)
+    [ -f "$SSL_DIR/trust.p12" ] && return 0
+    keytool -genkeypair -alias broker -keyalg EC -groupname secp256r1 -sigalg SHA256withECDSA \
+        -dname CN=127.0.0.1 -ext san=ip:127.0.0.1,dns:localhost -validity 2 \
+        -keystore "$SSL_DIR/broker.p12" -storetype PKCS12 -storepass "$SSL_PASSWORD" -keypass "$SSL_PASSWORD"
+    keytool -exportcert -rfc -alias broker -keystore "$SSL_DIR/broker.p12" -storepass "$SSL_PASSWORD" \
+        -file "$SSL_DIR/broker.crt"
+    keytool -importcert -noprompt -alias broker -file "$SSL_DIR/broker.crt" \
+        -keystore "$SSL_DIR/trust.p12.new" -storetype PKCS12 -storepass "$SSL_PASSWORD"
+    mv "$SSL_DIR/trust.p12.new" "$SSL_DIR/trust.p12"
+}
+
 # Extra connectors for a network of brokers (empty without an openwire port).
 network_xml() {
+    local scheme=tcp query=""
+    SSL_XML=""
+    if [ -n "$SSL_DIR" ]; then
+        ssl_keys >/dev/null
+        scheme=ssl
+        query="?needClientAuth=true"
+        SSL_XML="<sslContext><sslContext
+            keyStore=\"file:$SSL_DIR/broker.p12\" keyStorePassword=\"$SSL_PASSWORD\" keyStoreType=\"pkcs12\"
+            trustStore=\"file:$SSL_DIR/trust.p12\" trustStorePassword=\"$SSL_PASSWORD\" trustStoreType=\"pkcs12\"/>
+        </sslContext>"
+    fi
     if [ -n "$OPENWIRE_PORT" ]; then
-        OPENWIRE_XML="<transportConnector name=\"openwire\" uri=\"tcp://127.0.0.1:$OPENWIRE_PORT\"/>"
+        OPENWIRE_XML="<transportConnector name=\"openwire\" uri=\"$scheme://127.0.0.1:$OPENWIRE_PORT$query\"/>"
     else
         OPENWIRE_XML=""
     fi
@@ -81,7 +116,7 @@ network_xml() {
         # Defaults otherwise (networkTTL 1, prefetchSize 1000, conduit
         # subscriptions, dynamic demand-driven forwarding): a plain pair.
         NETWORK_XML="<networkConnectors>
-            <networkConnector name=\"bench-bridge\" uri=\"static:(tcp://127.0.0.1:$PEER_PORT)\" duplex=\"true\"/>
+            <networkConnector name=\"bench-bridge\" uri=\"static:($scheme://127.0.0.1:$PEER_PORT)\" duplex=\"true\"/>
         </networkConnectors>"
     else
         NETWORK_XML=""
@@ -163,6 +198,7 @@ EOF
             $OPENWIRE_XML
         </transportConnectors>
         $NETWORK_XML
+        $SSL_XML
     </broker>
 </beans>
 EOF
@@ -259,6 +295,7 @@ start() {
     local extra=""
     [ -n "$OPENWIRE_PORT" ] && extra=", openwire 127.0.0.1:$OPENWIRE_PORT, broker $BROKER_NAME"
     [ -n "$PEER_PORT" ] && extra="$extra, bridged to 127.0.0.1:$PEER_PORT"
+    [ -n "$SSL_DIR" ] && extra="$extra, over ssl://"
     echo "activemq running: pid $pid, stomp 127.0.0.1:$PORT$extra, data $DATA_DIR"
 }
 

@@ -216,6 +216,30 @@ def broker_cpu(pid: BrokerPids) -> tuple[float, ...] | None:
     return tuple(sum(ticks.get(p, 0) for p in _tree(one, children)) / hz for one in pids)
 
 
+def broker_cpu_wait(pid: BrokerPids) -> float | None:
+    """Seconds the brokers' threads (with their descendants') were runnable but waited for a
+    CPU (/proc/PID/task/TID/schedstat, second field); None without the brokers or schedstat.
+    Much of it during a run means other processes held the CPUs: the broker was slowed, not idle."""
+    pids = _pids(pid)
+    if not pids:
+        return None
+    children, _ = _process_table()
+    waited = 0
+    for one in pids:
+        for member in _tree(one, children):
+            try:
+                tasks = os.listdir(f"/proc/{member}/task")
+            except OSError:
+                continue
+            for task in tasks:
+                try:
+                    with open(f"/proc/{member}/task/{task}/schedstat", "rb") as f:
+                        waited += int(f.read().split()[1])
+                except (OSError, IndexError, ValueError):
+                    continue
+    return waited / 1e9
+
+
 def missing_brokers(pid: BrokerPids) -> list[int]:
     _, ticks = _process_table()
     return [one for one in _pids(pid) if one not in ticks]
@@ -255,6 +279,7 @@ def system_busy() -> float | None:
 class CpuSample:
     each_broker: tuple[float, ...] | None
     system: float | None
+    broker_wait: float | None = None  # seconds the brokers waited for a CPU (broker_cpu_wait)
 
     @property
     def broker(self) -> float | None:
@@ -262,7 +287,7 @@ class CpuSample:
 
     @classmethod
     def take(cls, pid: BrokerPids) -> CpuSample:
-        return cls(broker_cpu(pid), system_busy())
+        return cls(broker_cpu(pid), system_busy(), broker_cpu_wait(pid))
 
 
 def wait_quiet(pid: BrokerPids, max_wait: float) -> None:
@@ -336,6 +361,8 @@ def measure_cpu(res: Result, elapsed: float, client_cpu: list[float], cpu0: CpuS
             res.other_cpu_pct = max(0.0, 100 * other / elapsed)
         if res.messages:
             res.notes.append(f"{1e6 * res.broker_cpu_s / res.messages:.1f} µs broker CPU/msg")
+        if cpu0.broker_wait is not None and cpu1.broker_wait is not None:
+            res.notes.append(f"brokers waited for a CPU {100 * (cpu1.broker_wait - cpu0.broker_wait) / elapsed:.0f}%")
     if res.noisy:
         res.notes.append(f"NOISY: other processes used {res.other_cpu_pct:.0f}% CPU")
 

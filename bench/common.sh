@@ -48,3 +48,38 @@ stop_started() {
     for pid in "${STARTED[@]}"; do stop_pid "$pid"; done
     STARTED=()
 }
+
+pair_bench() {  # OUT LABEL PRODUCE_PORT CONSUME_PORT PID... -- STOMP_BENCH_ARGS...
+    # stomp_bench.py producing on one port and consuming on the other (the same port for
+    # one broker), broker CPU summed over the PIDs; output to the screen and OUT. Reads
+    # COUNT and WAIT_QUIET; a failed run sets FAILED=1 and the script goes on.
+    local out=$1 label=$2 pport=$3 cport=$4; shift 4
+    local pids=()
+    while [ $# -gt 0 ] && [ "$1" != "--" ]; do pids+=("$1"); shift; done
+    [ $# -gt 0 ] && shift
+    echo "== $label (produce on :$pport, consume on :$cport)" | tee "$out"
+    uptime | tee -a "$out"
+    set +e
+    "$PY" "$ROOT/bench/stomp_bench.py" --port "$pport" --consume-port "$cport" --broker-pid "${pids[@]}" \
+        --label "$label" --count "$COUNT" --wait-quiet "$WAIT_QUIET" "$@" 2>&1 | tee -a "$out"
+    local rc=${PIPESTATUS[0]}
+    set -e
+    [ "$rc" -eq 0 ] || { FAILED=1; echo "($label: stomp_bench.py exited $rc)" | tee -a "$out"; }
+}
+
+pair_options() {  # HELP_LINES "$@": the pair benches' options into COUNT REPEAT WAIT_QUIET ACTIVEMQ PROFILE
+    local help=$1
+    shift
+    COUNT=1 REPEAT=3 WAIT_QUIET=60 ACTIVEMQ=1 PROFILE=0
+    while [ $# -gt 0 ]; do
+        case "$1" in
+            --count) COUNT=$2; shift 2 ;;
+            --repeat) REPEAT=$2; shift 2 ;;
+            --wait-quiet) WAIT_QUIET=$2; shift 2 ;;
+            --no-activemq) ACTIVEMQ=0; shift ;;
+            --profile) PROFILE=1; shift ;;
+            -h|--help) sed -n "2,${help}p" "$0"; exit 0 ;;
+            *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
+        esac
+    done
+}

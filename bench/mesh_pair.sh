@@ -2,6 +2,7 @@
 # Forwarding through a pair of brokers: produce on node A, consume on node B.
 #
 #   bench/mesh_pair.sh [--count SCALE] [--repeat N] [--wait-quiet S] [--no-activemq] [--profile]
+#   bench/mesh_pair.sh --tls [...]   # plaintext and TLS pairs side by side: bench/mesh_pair_tls.sh
 #
 # Runs queue-256 and queue-256-persistent (100k x 256 B each at --count 1)
 #   1. through two Meshgate nodes linked by a static mesh (A lists B in mesh.static),
@@ -20,23 +21,15 @@
 # to WORK/profile-{a,b}-SCENARIO.txt. Not part of the measured figures.
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
-PYSPY="$ROOT/.venv/bin/py-spy"
-COUNT=1
-REPEAT=3
-WAIT_QUIET=60
-ACTIVEMQ=1
-PROFILE=0
-while [ $# -gt 0 ]; do
-    case "$1" in
-        --count) COUNT=$2; shift 2 ;;
-        --repeat) REPEAT=$2; shift 2 ;;
-        --wait-quiet) WAIT_QUIET=$2; shift 2 ;;
-        --no-activemq) ACTIVEMQ=0; shift ;;
-        --profile) PROFILE=1; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-        *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
-    esac
+for arg in "$@"; do
+    if [ "$arg" = --tls ]; then  # the other options pass on as they are
+        args=()
+        for a in "$@"; do [ "$a" = --tls ] || args+=("$a"); done
+        exec "$ROOT/bench/mesh_pair_tls.sh" "${args[@]}"
+    fi
 done
+PYSPY="$ROOT/.venv/bin/py-spy"
+pair_options 21 "$@"
 SCENARIOS=(queue-256 queue-256-persistent)
 WORK="$(mktemp -d /tmp/meshgate-pair.XXXXXX)"
 AMQ_DIRS=()    # ActiveMQ data dirs this script started brokers in
@@ -56,21 +49,6 @@ mesh_node() {  # name config_file_or_empty stomp_port -> sets MG_PID
     [ -n "$config" ] && args=(--config "$config")
     start_meshgate "$WORK/$name.log" "$port" --name "$name" --stomp "127.0.0.1:$port" --data "$WORK/data-$name" \
         "${args[@]}"
-}
-
-bench() {  # output_file label produce_port consume_port pids... -- extra args
-    local out=$1 label=$2 pport=$3 cport=$4; shift 4
-    local pids=()
-    while [ $# -gt 0 ] && [ "$1" != "--" ]; do pids+=("$1"); shift; done
-    [ $# -gt 0 ] && shift
-    echo "== $label (produce on :$pport, consume on :$cport)" | tee "$out"
-    uptime | tee -a "$out"
-    set +e
-    "$PY" "$ROOT/bench/stomp_bench.py" --port "$pport" --consume-port "$cport" --broker-pid "${pids[@]}" \
-        --label "$label" --count "$COUNT" --wait-quiet "$WAIT_QUIET" "$@" 2>&1 | tee -a "$out"
-    local rc=${PIPESTATUS[0]}
-    set -e
-    [ "$rc" -eq 0 ] || { FAILED=1; echo "($label: stomp_bench.py exited $rc)" | tee -a "$out"; }
 }
 
 # Which code the Meshgate nodes run (they load it when they start, just below).
@@ -98,7 +76,7 @@ mesh_node mg-b "$WORK/mg-b.toml" "$MG_B_STOMP"; MG_B_PID=$MG_PID
 mesh_node mg-a "$WORK/mg-a.toml" "$MG_A_STOMP"; MG_A_PID=$MG_PID
 wait_for "$WORK/mg-a.log" "mesh: linked with mg-b" "$MG_A_PID" "meshgate mg-a"
 wait_for "$WORK/mg-b.log" "mesh: linked with mg-a" "$MG_B_PID" "meshgate mg-b"
-bench "$WORK/meshgate-pair.txt" meshgate-pair "$MG_A_STOMP" "$MG_B_STOMP" "$MG_A_PID" "$MG_B_PID" -- \
+pair_bench "$WORK/meshgate-pair.txt" meshgate-pair "$MG_A_STOMP" "$MG_B_STOMP" "$MG_A_PID" "$MG_B_PID" -- \
     --repeat "$REPEAT" --scenario "${SCENARIOS[@]}"
 if [ "$PROFILE" = 1 ]; then
     for sc in "${SCENARIOS[@]}"; do
@@ -107,7 +85,7 @@ if [ "$PROFILE" = 1 ]; then
         "$PYSPY" record --rate 500 --nonblocking -p "$MG_B_PID" -f raw -o "$WORK/profile-b-$sc.txt" >"$WORK/py-spy-b-$sc.log" 2>&1 &
         SPY_B=$!
         sleep 1
-        bench "$WORK/meshgate-pair-profiled-$sc.txt" meshgate-pair-profiled "$MG_A_STOMP" "$MG_B_STOMP" \
+        pair_bench "$WORK/meshgate-pair-profiled-$sc.txt" meshgate-pair-profiled "$MG_A_STOMP" "$MG_B_STOMP" \
             "$MG_A_PID" "$MG_B_PID" -- --warmup 0 --scenario "$sc"
         kill -INT "$SPY_A" "$SPY_B" 2>/dev/null || true
         wait "$SPY_A" "$SPY_B" || true
@@ -119,7 +97,7 @@ stop_pid "$MG_A_PID"; stop_pid "$MG_B_PID"
 # -------------------------------------------------------------- Meshgate single
 MG_PORT=$(free_port)
 mesh_node mg-single "" "$MG_PORT"; MG_SINGLE_PID=$MG_PID
-bench "$WORK/meshgate-single.txt" meshgate-single "$MG_PORT" "$MG_PORT" "$MG_SINGLE_PID" -- \
+pair_bench "$WORK/meshgate-single.txt" meshgate-single "$MG_PORT" "$MG_PORT" "$MG_SINGLE_PID" -- \
     --repeat "$REPEAT" --scenario "${SCENARIOS[@]}"
 stop_pid "$MG_SINGLE_PID"
 
@@ -128,7 +106,7 @@ if [ "$ACTIVEMQ" = 1 ]; then
     AMQ_A=$(free_port); AMQ_B=$(free_port); AMQ_A_OW=$(free_port); AMQ_B_OW=$(free_port)
     AMQ_DIRS+=("$WORK/amq-b"); "$ROOT/bench/activemq.sh" start "$WORK/amq-b" "$AMQ_B" "$AMQ_B_OW"
     AMQ_DIRS+=("$WORK/amq-a"); "$ROOT/bench/activemq.sh" start "$WORK/amq-a" "$AMQ_A" "$AMQ_A_OW" "$AMQ_B_OW"
-    bench "$WORK/activemq-pair.txt" activemq-pair "$AMQ_A" "$AMQ_B" \
+    pair_bench "$WORK/activemq-pair.txt" activemq-pair "$AMQ_A" "$AMQ_B" \
         "$(cat "$WORK/amq-a/activemq.pid")" "$(cat "$WORK/amq-b/activemq.pid")" -- \
         --repeat "$REPEAT" --scenario "${SCENARIOS[@]}"
     "$ROOT/bench/activemq.sh" stop "$WORK/amq-a"
@@ -136,7 +114,7 @@ if [ "$ACTIVEMQ" = 1 ]; then
 
     AMQ=$(free_port)
     AMQ_DIRS+=("$WORK/amq"); "$ROOT/bench/activemq.sh" start "$WORK/amq" "$AMQ"
-    bench "$WORK/activemq-single.txt" activemq-single "$AMQ" "$AMQ" "$(cat "$WORK/amq/activemq.pid")" -- \
+    pair_bench "$WORK/activemq-single.txt" activemq-single "$AMQ" "$AMQ" "$(cat "$WORK/amq/activemq.pid")" -- \
         --repeat "$REPEAT" --scenario "${SCENARIOS[@]}"
     "$ROOT/bench/activemq.sh" stop "$WORK/amq"
 fi

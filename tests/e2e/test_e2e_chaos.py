@@ -2,21 +2,28 @@
 persistent messages with receipts and two consumers on other nodes client-ack
 them. At the end every receipted message was consumed, nothing is left on any
 node, and a message delivered twice carried redelivered:true after its first
-delivery. MESHGATE_CHAOS_SECONDS sets how long the chaos lasts (short in CI;
-run it for minutes by hand)."""
+delivery. It runs with plaintext links and with every link over mutual TLS
+([mesh.tls]; the TLS run first checks that the link ports speak nothing else).
+MESHGATE_CHAOS_SECONDS sets how long the chaos lasts (short in CI; run it for
+minutes by hand)."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from chaos_support import CHAOS_SECONDS, chaos_rng, wait_all_consumed
 from e2e_support import HOST, unique
 from mesh_support import mesh_fixture  # noqa: F401  (the fixture)
+from tls_support import Certificates, plaintext_answer, tls_answer
 
 from gateway.stomp.codec import FrameParser, encode_frame
+from mesh.codec import encode_frame as encode_link_frame
+from mesh.wire import FrameType
 
 
 class Wire:
@@ -98,10 +105,28 @@ def consume(node, destination: str, deliveries: list, stop: threading.Event) -> 
     wire.close()
 
 
+def assert_links_speak_only_tls(nodes, certificates: Certificates) -> None:
+    """Each node's link port refuses a plaintext peer's HELLO (no HELLO of its own comes
+    back, the node logs why) and, over mutual TLS with a certificate of the mesh CA,
+    answers with its HELLO."""
+    plaintext_hello = encode_link_frame(int(FrameType.HELLO), b'{"version": 1}')
+    for node in nodes:
+        answer = plaintext_answer(node.link, plaintext_hello)
+        assert b"\"nonce\"" not in answer and answer[:1] in (b"", b"\x15"), answer  # nothing, or a TLS alert
+        node.wait_log(r"tls: peer 127\.0\.0\.1(:\d+)? speaks plaintext; this node requires TLS")
+        tls_answer(node.link, certificates, f"probe-{node.name}", expected=f'"name":"{node.name}"'.encode())
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(CHAOS_SECONDS + 240)
-def test_random_kill9_loses_nothing_strands_nothing(mesh):
-    nodes = mesh(4, "full", both_ways=True)
+@pytest.mark.parametrize("links", ["plaintext", "tls"])
+def test_random_kill9_loses_nothing_strands_nothing(mesh, tmp_path: Path, links: str):
+    certificates = Certificates(tmp_path / "certificates") if links == "tls" else None
+    extra = [certificates.table(f"node{i}") for i in range(4)] if certificates is not None else ""
+    nodes = mesh(4, "full", both_ways=True, extra=extra)
+    if certificates is not None:
+        assert all(re.search(r"^\[mesh\.tls\]$", node.config, re.M) for node in nodes)
+        assert_links_speak_only_tls(nodes, certificates)
     address = unique("chaos")
     destination = "/queue/" + address
     producers_stop, consumers_stop = threading.Event(), threading.Event()
