@@ -100,7 +100,7 @@ class ManagementClient:
         self.close()
 
     def connect(self) -> None:
-        headers = {"accept-version": "1.2", "host": self.host, "heart-beat": "0,0"}
+        headers = {"accept-version": "1.2", "host": "/", "heart-beat": "0,0"}  # management lives in vhost "/"
         if self.login is not None:
             headers.update(login=self.login, passcode=self.passcode or "")
         try:

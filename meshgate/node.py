@@ -16,6 +16,7 @@ from twisted.internet import defer, endpoints, task
 
 from gateway.auth import Authenticator, Authorizer
 from gateway.broker.broker import Broker
+from gateway.broker.vhosts import VirtualHosts
 from gateway.selector import compile_selector
 from gateway.stomp.protocol import StompFactory, StompSettings
 from gateway.store.journal import JournalStore, StoreError
@@ -56,7 +57,8 @@ class Node:
         self.data_dir = DataDir(config.data_dir or os.path.join("data", config.name))
         self.identity: dict = {}
         self.store: JournalStore | None = None
-        self.broker: Broker | None = None
+        self.broker: Broker | None = None  # the default vhost's
+        self.vhosts: VirtualHosts | None = None
         self.stomp_factory: StompFactory | None = None
         self.amqp_factory: AmqpFactory | None = None
         self.ports: list = []
@@ -96,8 +98,10 @@ class Node:
         events = self.events = EventLog(self.identity["id"], self.reactor)
         store.on_blocked = lambda reason: events.emit(ProducersBlocked(reason=reason))
         store.on_resumed = lambda waited: events.emit(ProducersResumed(blocked_s=round(waited, 3)))
-        broker = self.broker = Broker(
+        vhosts = self.vhosts = VirtualHosts(
             store,
+            config.vhosts.names,
+            strict_stomp_host=config.vhosts.strict_stomp_host,
             events=events,
             message_id_prefix=f"{self.identity['id'][:8]}-{self.identity['boots']}-",
             clock=self.reactor,
@@ -109,9 +113,10 @@ class Node:
             compile_selector=compile_selector,
             node_id=self.identity["id"],
         )
+        broker = self.broker = vhosts.default  # the mesh, management and metrics see the default vhost alone
         if config.mesh is not None:
             self.mesh = self._make_mesh(config)  # before recovery: it owns some store records
-        recovered = broker.recover()
+        recovered = vhosts.recover()
         if self.mesh is not None:
             self.mesh.hold_recovered()
         if recovered:
@@ -144,6 +149,7 @@ class Node:
             self.reactor,
             node_name=config.name,
             threadpool=self.reactor.getThreadPool(),
+            vhosts=vhosts,
         )
         # Before the listeners: its address is reserved from the first SEND.
         state = self._start_management(broker, events, authorizer)
@@ -158,7 +164,7 @@ class Node:
             if stomp.websocket.tls is not None:
                 self.ports.append(("wss", (yield self._listen_tls(stomp.websocket.tls, websocket))))
         if config.amqp is not None:
-            yield self._start_amqp(config.amqp, broker, authenticator, authorizer)
+            yield self._start_amqp(config.amqp, vhosts, authenticator, authorizer)
         if self.mesh is not None and config.mesh is not None:
             self.mesh.stomp_address = (self.addresses()[0][1], self.addresses()[0][2])
             yield self.mesh.start()
@@ -166,7 +172,7 @@ class Node:
                 yield self._start_discovery(self.mesh, config.mesh, config.mesh.discovery)
         if config.metrics.redis_url is not None:
             self._start_metrics(config.metrics, config.metrics.redis_url, state, events)
-        self._sweeper = task.LoopingCall(broker.sweep_expired)
+        self._sweeper = task.LoopingCall(vhosts.sweep_expired)
         self._sweeper.clock = self.reactor
         self._sweeper.start(EXPIRY_SWEEP_SECONDS, now=False)
         self.certificates.watch(events)
@@ -175,7 +181,7 @@ class Node:
     @defer.inlineCallbacks
     def start_again(self):
         """Drop the stopped node's parts and start anew (after a failback: as the backup)."""
-        self.store = self.broker = self.mesh = None
+        self.store = self.broker = self.vhosts = self.mesh = None
         self.stomp_factory = self.amqp_factory = self.discovery = self.dns_discovery = self.metrics = None
         self._sweeper = None
         self.ports = []
@@ -229,13 +235,15 @@ class Node:
         return self.metrics.publisher.status() if self.metrics is not None else MetricsStatus()
 
     @defer.inlineCallbacks
-    def _start_amqp(self, amqp: AmqpConfig, broker: Broker, authenticator: Authenticator, authorizer: Authorizer):
+    def _start_amqp(self, amqp: AmqpConfig, vhosts: VirtualHosts, authenticator: Authenticator,
+                    authorizer: Authorizer):
         from gateway.amqp.protocol import AmqpFactory, AmqpSettings
 
         settings = AmqpSettings(frame_max=amqp.frame_max, channel_max=amqp.channel_max, heartbeat_s=amqp.heartbeat_s,
                                 max_message_size=amqp.max_message_size, max_connections=amqp.max_connections)
-        factory = self.amqp_factory = AmqpFactory(broker, settings, authenticator, authorizer, self.reactor,
-                                                  node_name=self.config.name, threadpool=self.reactor.getThreadPool())
+        factory = self.amqp_factory = AmqpFactory(vhosts.default, settings, authenticator, authorizer, self.reactor,
+                                                  node_name=self.config.name, threadpool=self.reactor.getThreadPool(),
+                                                  vhosts=vhosts)
         self.ports.append(("amqp", (yield self._listen(amqp.bind, factory))))
         if amqp.tls is not None:
             self.ports.append(("amqps", (yield self._listen_tls(amqp.tls, factory))))

@@ -1,5 +1,5 @@
 """The one rule for names a client chooses: queues, topics, exchanges, client ids,
-durable subscription names (and virtual hosts to come). Every protocol, the API and
+durable subscription names and virtual hosts. Every protocol, the API and
 the CLI check a name with it, so a name one of them accepts every other can address.
 
 A name is 1 to 255 bytes of UTF-8 (AMQP carries names as short strings) of printable
@@ -45,3 +45,13 @@ def check_name(name: str, what: str = "name") -> str:
     if problem is not None:
         raise InvalidName(f"invalid {what} {quoted(name)}: {problem}")
     return name
+
+
+DEFAULT_VHOST = "/"  # the vhost of every name a client gives without one, and of a data dir from before vhosts
+
+
+def check_vhost_name(name: str) -> str:
+    """``name`` if it can name a virtual host (the one rule: an AMQP client carries it
+    in connection.open's short string, a STOMP client in CONNECT's ``host`` header),
+    else :class:`InvalidName` saying why."""
+    return check_name(name, "vhost name")

@@ -39,7 +39,7 @@ class Channel:
     def __init__(self, connection: AmqpProtocol, number: int) -> None:
         self.connection = connection
         self.number = number
-        broker = connection.factory.broker
+        broker = connection.broker  # its vhost's
         self.broker = broker
         self.session = broker.open_session(self, f"{connection.name}-ch{number}")
         self.session.principal = connection.principal
@@ -149,7 +149,7 @@ class Channel:
         for queue, messages in by_queue.items():
             self.broker.requeue(queue, messages)
         for name in queues:
-            self.connection.factory.consumer_gone(name)
+            self.connection.lifetimes.consumer_gone(name)
 
     # -- exchanges and queues ---------------------------------------------------------------
 
@@ -188,7 +188,7 @@ class Channel:
         return queue
 
     def _not_exclusive_elsewhere(self, name: str, command: Command) -> None:
-        owner = self.connection.factory.exclusive.get(name)
+        owner = self.connection.lifetimes.exclusive.get(name)
         if owner is not None and owner is not self.connection:
             raise self._error(spec.RESOURCE_LOCKED, f"queue {name!r} is exclusive to another connection", command)
 
@@ -245,7 +245,7 @@ class Channel:
         if tag in self.consumers:
             raise AmqpError(spec.NOT_ALLOWED, f"consumer tag {tag!r} is already in use on this channel", 0,
                             command.spec.class_id, command.spec.method_id)
-        exclusive = self.connection.factory.exclusive_consumers
+        exclusive = self.connection.lifetimes.exclusive_consumers
         holder = exclusive.get(args.queue)
         if holder is not None and holder.queue is queue and holder in queue.consumers:
             raise self._error(spec.ACCESS_REFUSED, f"queue {args.queue!r} has an exclusive consumer", command)
@@ -284,7 +284,7 @@ class Channel:
             self.broker.unsubscribe(sub, [])
             if sub.inflight:
                 self._cancelled.append(sub)
-            self.connection.factory.consumer_gone(sub.queue.name)
+            self.connection.lifetimes.consumer_gone(sub.queue.name)
         if not args.nowait:
             self._reply("basic.cancel_ok", consumer_tag=args.consumer_tag)
 

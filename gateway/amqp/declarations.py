@@ -103,14 +103,14 @@ def method_queue_declare(channel: Channel, args, command: Command) -> None:
         if current is None:
             broker.define_queue(name, settings)
         queue = broker.queues.get(name) or broker.queue(name)
-        factory = channel.connection.factory
+        lifetimes = channel.connection.lifetimes
         if args.exclusive:
-            factory.exclusive[name] = channel.connection
+            lifetimes.exclusive[name] = channel.connection
         if args.auto_delete:
-            factory.auto_delete.add(name)
+            lifetimes.auto_delete.add(name)
         expires = (args.arguments or {}).get("x-expires")  # checked by _settings
         if expires is not None:
-            factory.expire_unused(name, expires)
+            lifetimes.expire_unused(name, expires)
     if not args.nowait:
         channel._reply("queue.declare_ok", queue=name, message_count=len(queue), consumer_count=len(queue.consumers))
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import itertools
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from twisted.internet import interfaces, task, threads
+from twisted.internet import interfaces, threads
 from twisted.internet.protocol import Protocol, ServerFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -23,16 +24,20 @@ from gateway.amqp import spec
 from gateway.amqp.channel import Channel
 from gateway.amqp.codec import encode_heartbeat, encode_method
 from gateway.amqp.fields import DecodeError, decode_table
+from gateway.amqp.lifetimes import QueueLifetimes
 from gateway.amqp.reader import Command, ContentRefused, FrameReader, Heartbeat, ProtocolHeader
 from gateway.amqp.spec import AmqpError
 from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.broker import Broker
-from gateway.broker.queue import Subscription
 from gateway.broker.session import ConnectionInfo, Session
 from gateway.hostile_log import PeerLog, quote
 from gateway.transport import Transport
 from model.events import USER_LIMIT, AuthenticationFailed
 from model.mesh import Connection
+from model.names import DEFAULT_VHOST
+
+if TYPE_CHECKING:
+    from gateway.broker.vhosts import VirtualHosts
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +86,8 @@ class AmqpProtocol(Protocol):
         self._held: list[bytes] = []  # what write_soon holds for the end of the reactor turn
         self._held_size = 0
         self.session: Session | None = None  # the connection's own, from connection.open (see _listed)
+        self.broker: Broker  # its vhost's, from connection.open (before which no channel opens)
+        self.lifetimes: QueueLifetimes  # its vhost's AMQP queue lifetimes, likewise
         self.peer_host = "?"  # the client's address: what its log budget is kept by
         self.remote = "?"  # its address and port
 
@@ -119,9 +126,9 @@ class AmqpProtocol(Protocol):
         for channel in list(self.channels.values()):
             channel.closed()
         self.channels.clear()
-        if self.session is not None:
+        if self.session is not None:  # connection.open chose its vhost
             self.session.close()
-        self.factory.connection_gone(self)
+            self.lifetimes.connection_gone(self)
 
     def _handshake_timeout(self) -> None:
         if self.state not in ("open", "closed"):
@@ -268,6 +275,12 @@ class AmqpProtocol(Protocol):
         if self.state != "opening":
             raise AmqpError(spec.COMMAND_INVALID, "connection.open out of turn", 0, 10, 40)
         factory = self.factory
+        vhost = command.args.virtual_host or DEFAULT_VHOST
+        broker = factory.broker_for(vhost)
+        if broker is None:  # RabbitMQ's words, which clients and their users know
+            raise AmqpError(spec.NOT_ALLOWED, f"vhost {quote(vhost)} not found", 0, 10, 40)
+        self.broker = broker
+        self.lifetimes = factory.lifetimes(broker)
         self.name = f"{factory.node_name}-amqp-{next(factory.connection_ids)}"
         # Shared by the sessions of its channels: the management model lists the connection once.
         self.info = ConnectionInfo("amqp", "0-9-1", self.remote, self.clock.seconds(), self.close_from_admin, self.name,
@@ -275,14 +288,14 @@ class AmqpProtocol(Protocol):
         self._listed()
         self.state = "open"
         self.write(encode_method(0, "connection.open_ok"))
-        if factory.broker.memory_full:
+        if broker.memory_full:
             self.set_blocked(True)
 
     def _listed(self) -> None:
         """The management model lists a connection from its sessions (its channels'
         share ``info``); this one, holding no subscriptions, lists it from
         connection.open on, before any channel, as STOMP's does from CONNECT."""
-        self.session = self.factory.broker.open_session(_NO_DELIVERIES, self.name)
+        self.session = self.broker.open_session(_NO_DELIVERIES, self.name)
         self.session.principal = self.principal
         self.session.connection = self.info
 
@@ -473,7 +486,7 @@ class AmqpFactory(ServerFactory[AmqpProtocol]):
     protocol = AmqpProtocol
 
     def __init__(self, broker: Broker, settings: AmqpSettings, authenticator, authorizer, clock,
-                 node_name: str = "meshgate", threadpool=None) -> None:
+                 node_name: str = "meshgate", threadpool=None, vhosts: VirtualHosts | None = None) -> None:
         self.broker = broker
         self.settings = settings
         self.authenticator = authenticator
@@ -484,47 +497,22 @@ class AmqpFactory(ServerFactory[AmqpProtocol]):
         self.connections: set[AmqpProtocol] = set()
         self.connection_ids = itertools.count(1)
         self.peer_log = PeerLog(log, clock.seconds)
-        self.exclusive: dict[str, AmqpProtocol] = {}  # queue -> the connection it belongs to
-        self.exclusive_consumers: dict[str, Subscription] = {}  # queue -> its exclusive consumer
-        self.auto_delete: set[str] = set()  # queues deleted once their last consumer goes
-        self._expiring: dict[str, tuple[int, float]] = {}  # queue -> (x-expires ms, unused since)
-        self._sweep: task.LoopingCall | None = None
+        self.vhosts = vhosts
+        self._lifetimes: dict[Broker, QueueLifetimes] = {}  # one per vhost
 
-    def expire_unused(self, queue: str, expires_ms: int) -> None:
-        """x-expires: the queue goes once it has had no consumer for that long."""
-        self._expiring[queue] = (expires_ms, self.clock.seconds())
-        if self._sweep is None:
-            self._sweep = sweep = task.LoopingCall(self._expire)
-            sweep.clock = self.clock
-            sweep.start(1.0, now=False)
+    def broker_for(self, vhost: str) -> Broker | None:
+        """The broker of the vhost connection.open names, None if there is none. Without
+        vhosts (a factory made on one broker) every name is that broker."""
+        if self.vhosts is None:
+            return self.broker
+        return self.vhosts.get(vhost)
 
-    def _expire(self) -> None:
-        now = self.clock.seconds()
-        for name, (expires_ms, since) in list(self._expiring.items()):
-            queue = self.broker.queues.get(name)
-            if queue is None:
-                del self._expiring[name]
-            elif queue.consumers:
-                self._expiring[name] = (expires_ms, now)
-            elif now - since >= expires_ms / 1000.0:
-                del self._expiring[name]
-                self.broker.delete_queue(name)
-
-    def consumer_gone(self, queue: str) -> None:
-        exclusive = self.exclusive_consumers.get(queue)
-        if exclusive is not None and exclusive not in exclusive.queue.consumers:
-            del self.exclusive_consumers[queue]
-        if queue in self.auto_delete:
-            held = self.broker.queues.get(queue)
-            if held is None or not held.consumers:
-                self.auto_delete.discard(queue)
-                self.broker.delete_queue(queue)
-
-    def connection_gone(self, connection: AmqpProtocol) -> None:
-        for queue in [name for name, owner in self.exclusive.items() if owner is connection]:
-            del self.exclusive[queue]
-            self.auto_delete.discard(queue)
-            self.broker.delete_queue(queue)
+    def lifetimes(self, broker: Broker) -> QueueLifetimes:
+        """Exclusive, auto-delete and x-expires queues of ``broker``'s vhost."""
+        lifetimes = self._lifetimes.get(broker)
+        if lifetimes is None:
+            lifetimes = self._lifetimes[broker] = QueueLifetimes(broker, self.clock)
+        return lifetimes
 
 
 

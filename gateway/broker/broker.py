@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Iterator, Protocol
 
 from gateway.broker.dead_letters import DeadLetters
 from gateway.broker.definitions import DefiningMixin, Definitions
@@ -14,6 +14,7 @@ from gateway.broker.errors import BrokerError
 from gateway.broker.events import EventSink, NullEvents
 from gateway.broker.exchanges import TOPIC_EXCHANGE, Exchanges
 from gateway.broker.links import BrokerLinks, LinkSubscription
+from gateway.broker.memory import MemoryBudget
 from gateway.broker.message import EXCHANGE_HEADER, QUEUE, ROUTING_KEY_HEADER, TOPIC, Message, SelectorHeaders
 from gateway.broker.names import check_name
 from gateway.broker.queue import ACK_MODES, Queue, Subscription, TopicBinding
@@ -57,27 +58,31 @@ class Broker(DefiningMixin):
         compile_selector: Callable[[str], Callable] | None = None,
         events: EventSink | None = None,
         node_id: str = "",
+        memory: MemoryBudget | None = None,  # shared by a node's vhosts; else one of memory_limit
+        message_ids: Iterator[int] | None = None,  # shared by a node's vhosts: ids unique across them
     ) -> None:
         self.store = store
         self.events: EventSink = events or NullEvents()
         self.clock = clock or _WallClock()
         self.seconds = self.clock.seconds  # bound once: read on every SEND and every ack
-        self.memory_limit = memory_limit
+        self.memory = memory or MemoryBudget(memory_limit)
+        # Bound once, as they were when the broker kept the budget itself: no new step per message.
+        self.reserve_memory = self.memory.reserve
+        self.release_memory = self.memory.release
+        self.when_memory_available = self.memory.when_available
         self.default_prefetch = default_prefetch
         self.max_delivery_attempts = max_delivery_attempts
         self.dead_letter_queue = dead_letter_queue
         self.expiry_queue = expiry_queue
         self._compile_selector = compile_selector
         self._id_prefix = message_id_prefix
-        self._ids = itertools.count(1)
+        self._ids = message_ids or itertools.count(1)
         self.queues: dict[str, Queue] = {}
         self.queues_version = 0  # goes up whenever a queue is created or deleted
         self.temp_queues: dict[str, Queue] = {}
         self.bindings: dict[str, TopicBinding] = {}  # by subscription queue name
         self._topic_cache: dict[str, list[TopicBinding]] = {}
         self._temp_ids = itertools.count(1)
-        self.memory_used = 0
-        self._memory_waiters: list[Callable[[], None]] = []
         self.expired = 0
         self.dropped = 0
         self._consumer_watchers: list[Callable[[], None]] = []
@@ -105,8 +110,9 @@ class Broker(DefiningMixin):
 
     # -- start-up -------------------------------------------------------------------------
 
-    def recover(self) -> int:
-        """Rebuild queues, durable subscriptions and persistent messages from the store."""
+    def recover(self, stored: Iterable[tuple[str, Message]] | None = None) -> int:
+        """Rebuild queues, durable subscriptions and persistent messages from the store
+        (or from ``stored``, this broker's share of what a store shared by vhosts recovered)."""
         catalog = self.store.load_catalog()
         for name in catalog.get("queues", []):
             self.create_queue(name, save=False)
@@ -123,7 +129,7 @@ class Broker(DefiningMixin):
         by_key = {q.key: q for q in self.queues.values()}
         by_key.update((b.queue.key, b.queue) for b in self.bindings.values())
         count = 0
-        for key, message in self.store.recover():
+        for key, message in self.store.recover() if stored is None else stored:
             foreign = self.foreign_records.get(key[:2])
             if foreign is not None:
                 foreign(key, message)
@@ -140,7 +146,7 @@ class Broker(DefiningMixin):
             # It may have been delivered before the restart: say so, without
             # spending one of its delivery attempts.
             message.recovered = True
-            self.memory_used += message.size
+            self.memory.used += message.size
             queue.put(message)
             count += 1
         for queue in by_key.values():
@@ -365,7 +371,7 @@ class Broker(DefiningMixin):
     def enqueue(self, queue: Queue, message: Message) -> None:
         if message.persistent and queue.durable:
             self.store.add(queue.key, message)
-        self.memory_used += message.size
+        self.memory.used += message.size
         queue.put(message)
         if self.queue_settings:
             settings = self.queue_settings.get(queue.name)
@@ -389,27 +395,20 @@ class Broker(DefiningMixin):
         self._topic_cache[address] = bindings
         return bindings
 
-    # -- memory ---------------------------------------------------------------------------
+    # -- memory: the node's budget (gateway.broker.memory), shared by its vhosts' brokers --
 
     @property
     def memory_full(self) -> bool:
-        return self.memory_used >= self.memory_limit
+        memory = self.memory
+        return memory.used >= memory.limit
 
-    def reserve_memory(self, size: int) -> None:
-        self.memory_used += size
+    @property
+    def memory_used(self) -> int:
+        return self.memory.used
 
-    def release_memory(self, size: int) -> None:
-        self.memory_used -= size
-        if self._memory_waiters and self.memory_used < self.memory_limit * 0.9:
-            self._release_producers()
-
-    def when_memory_available(self, callback: Callable[[], None]) -> None:
-        self._memory_waiters.append(callback)
-
-    def _release_producers(self) -> None:
-        waiters, self._memory_waiters = self._memory_waiters, []
-        for callback in waiters:
-            callback()
+    @property
+    def memory_limit(self) -> int:
+        return self.memory.limit
 
     # -- consuming ------------------------------------------------------------------------
 

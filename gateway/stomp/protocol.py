@@ -9,6 +9,7 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from twisted.internet import interfaces, threads
 from twisted.internet.protocol import Protocol, ServerFactory
@@ -28,6 +29,9 @@ from gateway.stomp.versions import SUPPORTED, VERSIONS, Stomp10, StompError
 from gateway.transport import Transport
 from model.events import USER_LIMIT, AuthenticationFailed
 from model.names import quoted
+
+if TYPE_CHECKING:
+    from gateway.broker.vhosts import VirtualHosts
 
 log = logging.getLogger(__name__)
 
@@ -257,8 +261,13 @@ class StompProtocol(Protocol):
         if version != "1.0" and beats is None:
             self.fail(f"malformed heart-beat header {headers.get('heart-beat', '')[:40]!r}: expected 'cx,cy'")
             return
+        host = headers.get("host")
+        broker = factory.broker if factory.vhosts is None else factory.vhosts.for_stomp_host(host)
+        if broker is None:
+            self.fail(f"no virtual host named {quoted(host or '')} on this broker")
+            return
         try:
-            session = factory.broker.open_session(self, session_id, headers.get("client-id"))
+            session = broker.open_session(self, session_id, headers.get("client-id"))
         except BrokerError as error:  # a client-id no client could address
             self.fail(str(error))
             return
@@ -468,8 +477,9 @@ class StompFactory(ServerFactory[StompProtocol]):
     protocol = StompProtocol
 
     def __init__(self, broker: Broker, settings: StompSettings, authenticator, authorizer, clock,
-                 node_name: str = "meshgate", threadpool=None) -> None:
-        self.broker = broker
+                 node_name: str = "meshgate", threadpool=None, vhosts: VirtualHosts | None = None) -> None:
+        self.broker = broker  # the default vhost's; the node's store and memory budget are every vhost's
+        self.vhosts = vhosts
         self.settings = settings
         self.authenticator = authenticator
         self.authorizer = authorizer
@@ -479,6 +489,7 @@ class StompFactory(ServerFactory[StompProtocol]):
         self.session_ids = itertools.count(1)
         self.threadpool = threadpool
         self.peer_log = PeerLog(log, clock.seconds)  # what clients make the node log, rate-limited per address
+
 
 
 def _negotiate(accept_version: str | None) -> str | None:

@@ -7,12 +7,22 @@ from typing import Callable, Iterator, Protocol
 from twisted.internet.defer import Deferred
 
 from gateway.broker.message import Message
+from model.names import DEFAULT_VHOST
 
 
 class Store(Protocol):
-    failure: str | None  # why writing fails now (a full disk), else None: persistent sends are refused meanwhile
-    blocked: str | None  # why persistent producers wait (store.limit, store.max_disk_usage), else None
-    limit: int | None  # store.limit: bytes on disk past which persistent producers wait
+    # Read-only here: only the store itself changes them (a vhost's view passes them on).
+    @property
+    def failure(self) -> str | None:
+        """Why writing fails now (a full disk), else None: persistent sends are refused meanwhile."""
+
+    @property
+    def blocked(self) -> str | None:
+        """Why persistent producers wait (store.limit, store.max_disk_usage), else None."""
+
+    @property
+    def limit(self) -> int | None:
+        """store.limit: bytes on disk past which persistent producers wait."""
 
     @property
     def position(self) -> int:
@@ -43,10 +53,10 @@ class Store(Protocol):
     def recover(self) -> Iterator[tuple[str, Message]]:
         """Every stored message not yet removed, in the order it was added."""
 
-    def load_catalog(self) -> dict: ...
+    def load_catalog(self, vhost: str = DEFAULT_VHOST) -> dict: ...
 
-    def save_catalog(self, catalog: dict) -> None:
-        """Durably replace the catalog (queue and durable subscription definitions)."""
+    def save_catalog(self, catalog: dict, vhost: str = DEFAULT_VHOST) -> None:
+        """Durably replace a vhost's catalog (queue and durable subscription definitions)."""
 
     def close(self) -> Deferred:
         """Sync what is pending and release the files."""

@@ -12,7 +12,6 @@ message cannot pin the disk. See docs/architecture.md for why a journal.
 
 from __future__ import annotations
 
-import json
 import logging
 import mmap
 import os
@@ -25,8 +24,20 @@ from typing import Callable, Iterator
 from twisted.internet.defer import Deferred, fail, succeed
 
 from gateway.broker.message import Message
-from gateway.store.files import fsync_dir, write_json_atomically
-from gateway.store.records import ADD_TIMED, HEAD_SIZE, REMOVE, encode_add, encode_remove, record_head, replay
+from gateway.store.catalog import CatalogFile
+from gateway.store.files import fsync_dir
+from gateway.store.records import (
+    ADD_TIMED,
+    HEAD_SIZE,
+    REMOVE,
+    encode_add,
+    encode_remove,
+    record_head,
+    replay,
+    vhost_add_record,
+    vhost_remove_record,
+)
+from model.names import DEFAULT_VHOST
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +149,7 @@ class JournalStore:
         self._compacting: tuple[Path, int] | None = None
         self._bytes = 0  # the segment files' sizes
         self.broken: str | None = None  # a failed sync: nothing more can be made durable
+        self.catalog = CatalogFile(self.root / "catalog.json")
 
     @property
     def position(self) -> int:
@@ -195,7 +207,10 @@ class JournalStore:
         if not message.sequence:  # a compacted message keeps its place in the order
             self._sequence += 1
             message.sequence = self._sequence
-        self._append(ADD_TIMED, encode_add(queue_key, message))
+        if queue_key[0] != "\x00":  # VHOST_MARK: a default-vhost key, the record a node before vhosts wrote
+            self._append(ADD_TIMED, encode_add(queue_key, message))
+        else:
+            self._append(*vhost_add_record(queue_key, message))
         segment = self._segment
         message.segment = segment
         self._live[segment][(queue_key, message.id)] = message
@@ -210,7 +225,10 @@ class JournalStore:
             self._collect_soon()  # room is wanted now: the oldest segment may be dead, or dead enough to compact
         self._live_bytes[message.segment] -= message.size
         self._forget_id(message.id)
-        self._append(REMOVE, encode_remove(queue_key, message.id))
+        if queue_key[0] != "\x00":  # VHOST_MARK
+            self._append(REMOVE, encode_remove(queue_key, message.id))
+        else:
+            self._append(*vhost_remove_record(queue_key, message.id))
 
     def _append(self, kind: int, payload: bytes) -> None:
         self._buffer += record_head(kind, payload)
@@ -475,14 +493,11 @@ class JournalStore:
 
     # -- catalog --------------------------------------------------------------------------
 
-    def load_catalog(self) -> dict:
-        path = self.root / "catalog.json"
-        if not path.exists():
-            return {}
-        return json.loads(path.read_text())
+    def load_catalog(self, vhost: str = DEFAULT_VHOST) -> dict:
+        return self.catalog.load(vhost)
 
-    def save_catalog(self, catalog: dict) -> None:
-        write_json_atomically(self.root / "catalog.json", catalog)
+    def save_catalog(self, catalog: dict, vhost: str = DEFAULT_VHOST) -> None:
+        self.catalog.save(catalog, vhost)
 
     # -- shutdown -------------------------------------------------------------------------
 

@@ -7,11 +7,13 @@ from typing import Iterator
 from twisted.internet.defer import Deferred, succeed
 
 from gateway.broker.message import Message
+from model.names import DEFAULT_VHOST
 
 
 class MemoryStore:
     def __init__(self) -> None:
         self.catalog: dict = {}
+        self.vhost_catalogs: dict[str, dict] = {}
         self.messages: dict[tuple[str, str], Message] = {}
 
     position = 0
@@ -43,11 +45,14 @@ class MemoryStore:
     def recover(self) -> Iterator[tuple[str, Message]]:
         return iter(())
 
-    def load_catalog(self) -> dict:
-        return dict(self.catalog)
+    def load_catalog(self, vhost: str = DEFAULT_VHOST) -> dict:
+        return dict(self.catalog if vhost == DEFAULT_VHOST else self.vhost_catalogs.get(vhost, {}))
 
-    def save_catalog(self, catalog: dict) -> None:
-        self.catalog = catalog
+    def save_catalog(self, catalog: dict, vhost: str = DEFAULT_VHOST) -> None:
+        if vhost == DEFAULT_VHOST:
+            self.catalog = catalog
+        else:
+            self.vhost_catalogs[vhost] = catalog
 
     def close(self) -> Deferred:
         return succeed(None)

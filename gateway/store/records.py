@@ -3,7 +3,14 @@ reading a segment's bytes back into the messages it holds.
 
 A record is a head (payload length, crc32 of type and payload, type) and a payload.
 Type 1 (an add as written before messages carried their accept time) is still read;
-adds are written as type 3."""
+adds are written as type 3.
+
+Records of the default vhost ("/") are written as before vhosts were, so a data dir
+of the default vhost alone is the one an older release wrote and reads. A record of
+another vhost is an ADD_VHOST or REMOVE_VHOST: the vhost's name (u16 length, UTF-8)
+then the ADD_TIMED or REMOVE payload (an older release skips such records). In the
+store its queue key is qualified, ``VHOST_MARK + vhost + VHOST_MARK + queue key``:
+vhost names hold no control characters, and no default-vhost key starts with one."""
 
 from __future__ import annotations
 
@@ -16,6 +23,10 @@ from gateway.broker.message import Message, decode_headers, encode_headers
 ADD = 1
 REMOVE = 2
 ADD_TIMED = 3  # ADD with the time the message was accepted
+ADD_VHOST = 4  # ADD_TIMED of a vhost other than "/"
+REMOVE_VHOST = 5  # REMOVE of a vhost other than "/"
+VHOST_MARK = "\x00"
+VHOST_NAME = struct.Struct("<H")
 HEAD = struct.Struct("<IIB")
 HEAD_SIZE = HEAD.size
 ADD_FIELDS = struct.Struct("<HHBHIIBqHBQH")
@@ -27,6 +38,36 @@ _KIND_NAMES = {v: k for k, v in KINDS.items()}
 
 def record_head(kind: int, payload: bytes) -> bytes:
     return HEAD.pack(len(payload), zlib.crc32(payload, kind), kind)
+
+
+def vhost_key(vhost: str, queue_key: str) -> str:
+    """The store's key for ``queue_key`` of a vhost other than the default one."""
+    return VHOST_MARK + vhost + VHOST_MARK + queue_key
+
+
+def split_key(key: str) -> tuple[str | None, str]:
+    """(vhost, queue key) of a store key; vhost None for the default vhost's keys."""
+    if not key.startswith(VHOST_MARK):
+        return None, key
+    vhost, _, queue_key = key[1:].partition(VHOST_MARK)
+    return vhost, queue_key
+
+
+def vhost_add_record(queue_key: str, message: Message) -> tuple[int, bytes]:
+    """The type and payload recording ``message`` in ``queue_key``, a store key of a
+    vhost other than the default one (whose adds are plain ADD_TIMED records)."""
+    vhost, key = split_key(queue_key)
+    return ADD_VHOST, _vhost_prefix(vhost or "") + encode_add(key, message)
+
+
+def vhost_remove_record(queue_key: str, message_id: str) -> tuple[int, bytes]:
+    vhost, key = split_key(queue_key)
+    return REMOVE_VHOST, _vhost_prefix(vhost or "") + encode_remove(key, message_id)
+
+
+def _vhost_prefix(vhost: str) -> bytes:
+    name = vhost.encode()
+    return VHOST_NAME.pack(len(name)) + name
 
 
 def encode_add(queue_key: str, message: Message) -> bytes:
@@ -64,14 +105,21 @@ def replay(data: Any, size: int, number: int, live: dict) -> int:
         payload = data[start:start + length]
         if len(payload) < length or zlib.crc32(payload, kind) != crc:
             break
+        vhost = ""
+        if kind == ADD_VHOST or kind == REMOVE_VHOST:
+            (vlen,) = VHOST_NAME.unpack_from(payload)
+            vhost = VHOST_MARK + payload[VHOST_NAME.size:VHOST_NAME.size + vlen].decode() + VHOST_MARK
+            payload = payload[VHOST_NAME.size + vlen:]
+            kind = ADD_TIMED if kind == ADD_VHOST else REMOVE
         if kind == ADD_TIMED or kind == ADD:
             queue_key, message = decode_add(payload, kind == ADD_TIMED)
+            queue_key = vhost + queue_key
             message.segment = number
             live[(queue_key, message.id)] = (queue_key, message)
         elif kind == REMOVE:
             klen, ilen = REMOVE_FIELDS.unpack_from(payload)
             off = REMOVE_FIELDS.size
-            queue_key = payload[off:off + klen].decode()
+            queue_key = vhost + payload[off:off + klen].decode()
             message_id = payload[off + klen:off + klen + ilen].decode()
             live.pop((queue_key, message_id), None)
         pos = start + length

@@ -18,6 +18,7 @@ from typing import Protocol
 from twisted.internet.defer import Deferred
 
 from gateway.store.journal import JournalStore
+from model.names import DEFAULT_VHOST
 
 
 class ReplicaSink(Protocol):
@@ -66,8 +67,8 @@ class ReplicatedJournalStore(JournalStore):
         if existed and self.sink is not None:
             self.sink.file_deleted(path.name)
 
-    def save_catalog(self, catalog: dict) -> None:
-        super().save_catalog(catalog)
+    def save_catalog(self, catalog: dict, vhost: str = DEFAULT_VHOST) -> None:
+        super().save_catalog(catalog, vhost)
         if self.sink is not None:
             self.sink.catalog_saved((self.root / "catalog.json").read_bytes())
 

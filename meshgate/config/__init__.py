@@ -1,7 +1,7 @@
 """The node's TOML configuration, with dotted-key overrides from the command line.
 
 ``schema`` is the framework (typed fields with parsers, errors naming the dotted
-key); ``node``, ``mesh``, ``metrics`` and ``ha`` hold the tables; ``loader`` reads a file."""
+key); ``node``, ``mesh``, ``metrics``, ``ha`` and ``vhosts`` hold the tables; ``loader`` reads a file."""
 
 from meshgate.config.ha import HA_MODES, HaConfig, ReplicationTlsConfig
 from meshgate.config.loader import load_config, parse_override
@@ -18,6 +18,7 @@ from meshgate.config.node import (
     UserConfig,
 )
 from meshgate.config.schema import ConfigError, parse_address, parse_size
+from meshgate.config.vhosts import VhostConfig, VhostsConfig
 
 __all__ = [
     "HA_MODES",
@@ -37,6 +38,8 @@ __all__ = [
     "StoreConfig",
     "TlsConfig",
     "UserConfig",
+    "VhostConfig",
+    "VhostsConfig",
     "load_config",
     "parse_address",
     "parse_override",

@@ -36,6 +36,7 @@ from meshgate.config.schema import (
     parse_size,
 )
 from meshgate.config.tls_files import check_tls_files
+from meshgate.config.vhosts import VhostsConfig
 
 if TYPE_CHECKING:
     from gateway.tls import TlsMaterial
@@ -205,6 +206,7 @@ class NodeConfig:
     )
     metrics: MetricsConfig = field(default_factory=MetricsConfig, metadata=_parse(_table(MetricsConfig)))
     ha: HaConfig = field(default_factory=HaConfig, metadata=_parse(_table(HaConfig)))
+    vhosts: VhostsConfig = field(default_factory=VhostsConfig, metadata=_parse(_table(VhostsConfig)))
 
     def __post_init__(self) -> None:
         if not self.data_dir:
