@@ -13,12 +13,14 @@ from twisted.internet.defer import Deferred, maybeDeferred
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import NOT_FROM_SENDERS, QUEUE, TOPIC, Message
 from gateway.broker.queue import Queue
-from model.definitions import QUEUE_SETTINGS, Definition, DefinitionKind, QueueSettings
-from model.names import name_problem, quoted
-from model.requests import BrowsedMessage, BrowsePage, Done, ListenerReload, ManagementError, TlsReload
+from gateway.broker.vhosts import messages_held
+from model.definitions import QUEUE_SETTINGS, VHOST, Definition, DefinitionKind, QueueSettings, VhostSpec
+from model.names import DEFAULT_VHOST, InvalidName, check_vhost_name, name_problem, quoted
+from model.requests import BrowsedMessage, BrowsePage, Done, ListenerReload, ManagementError, TlsReload, VhostRow
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
+    from gateway.broker.vhosts import VirtualHosts
     from mesh.node import MeshNode
 
 _QUEUE_NAME = re.compile(r"[^/*>][^*>]*")
@@ -29,8 +31,10 @@ class LocalActions:
     def __init__(self, *, node_id: str, broker: Broker, mesh: MeshNode | None, clock,
                  scale_down_and_stop: Callable[[], None] | None = None,
                  failback: Callable[[], Deferred] | None = None,
-                 reload_tls: Callable[[], list[ListenerReload]] | None = None) -> None:
+                 reload_tls: Callable[[], list[ListenerReload]] | None = None,
+                 vhosts: VirtualHosts | None = None) -> None:
         self.node_id = node_id
+        self.vhosts = vhosts  # None: the node has "/" alone (broker)
         self.failback_node = failback
         self.reload_node_tls = reload_tls
         self.broker = broker
@@ -38,8 +42,12 @@ class LocalActions:
         self.clock = clock
         self.scale_down_and_stop = scale_down_and_stop
 
-    def _queue(self, name: str) -> Queue:
-        queue = self.broker.queues.get(name)
+    def broker_of(self, vhost: str) -> Broker:
+        """The broker of ``vhost``; bad_request if the node has no such vhost."""
+        return broker_of(self.broker, self.vhosts, vhost)
+
+    def _queue(self, name: str, vhost: str = DEFAULT_VHOST) -> Queue:
+        queue = self.broker_of(vhost).queues.get(name)
         if queue is None:
             raise ManagementError("not_found", f"no queue {name!r} on this node", self.node_id)
         return queue
@@ -49,28 +57,28 @@ class LocalActions:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def browse(self, name: str, offset: int, limit: int, preview: int) -> BrowsePage:
+    def browse(self, name: str, offset: int, limit: int, preview: int, vhost: str = DEFAULT_VHOST) -> BrowsePage:
         if offset < 0 or not 0 < limit <= MAX_BROWSE or preview < 0:
             raise ManagementError("bad_request", f"browse needs offset >= 0, 0 < limit <= {MAX_BROWSE} and "
                                                  "preview >= 0")
-        queue = self._queue(name)
+        queue = self._queue(name, vhost)
         now = self.clock.seconds()
         messages = [_browsed(message, preview, now) for message in itertools.islice(queue, offset, offset + limit)]
         return BrowsePage(node=self.node_id, queue=name, total=len(queue), offset=offset, messages=messages)
 
     # -- changing ---------------------------------------------------------------------------
 
-    def purge(self, name: str) -> Done:
-        queue = self._queue(name)
+    def purge(self, name: str, vhost: str = DEFAULT_VHOST) -> Done:
+        queue = self._queue(name, vhost)
         messages = queue.take_all()
         for message in messages:
-            self.broker.consumed(queue, message)
+            queue.broker.consumed(queue, message)
         return self._done("purge", "/queue/" + name, len(messages))
 
-    def delete_queue(self, name: str) -> Done:
+    def delete_queue(self, name: str, vhost: str = DEFAULT_VHOST) -> Done:
         """This node's part of the queue goes, with what waits in it (Broker.drop_queue);
         its definition stays (``delete_definition`` deletes a queue's settings mesh-wide)."""
-        queue = self._queue(name)
+        queue = self._queue(name, vhost)
         if queue.consumers:
             raise ManagementError("conflict", f"queue {name!r} has {len(queue.consumers)} consumer(s) on this node; "
                                               "close them first", self.node_id)
@@ -79,63 +87,73 @@ class LocalActions:
             raise ManagementError("conflict", f"{in_doubt} message(s) of queue {name!r} are in doubt on this "
                                               "node; try again once the peers have answered for them", self.node_id)
         count = len(queue)
-        self.broker.drop_queue(queue)
+        queue.broker.drop_queue(queue)
         return self._done("delete_queue", "/queue/" + name, count)
 
     # -- mesh-wide definitions --------------------------------------------------------------
 
-    def definitions(self) -> list[Definition]:
-        return self.broker.definitions.records()
+    def definitions(self, vhost: str = DEFAULT_VHOST) -> list[Definition]:
+        return self.broker_of(vhost).definitions.records()
 
-    def define_queue(self, name: str, settings: QueueSettings) -> Done:
+    def define_queue(self, name: str, settings: QueueSettings, vhost: str = DEFAULT_VHOST) -> Done:
+        broker = self.broker_of(vhost)
         _check_queue_name(name)
         try:
-            record = self.broker.define_queue(name, settings)
+            record = broker.define_queue(name, settings)
         except BrokerError as error:
             raise ManagementError("bad_request", str(error)) from None
         return self._done("define_queue", "/queue/" + name, detail=f"version {record.version}, for every node")
 
-    def delete_definition(self, kind: DefinitionKind, name: str) -> Done:
-        record = self.broker.definitions.get(kind, name)
+    def delete_definition(self, kind: DefinitionKind, name: str, vhost: str = DEFAULT_VHOST) -> Done:
+        broker = self.broker_of(vhost)
+        record = broker.definitions.get(kind, name)
         if record is None or record.deleted:
             raise ManagementError("not_found", f"no {kind} definition named {name!r}", self.node_id)
+        if kind == VHOST:
+            raise ManagementError("bad_request", "a vhost is deleted by vhost_delete (meshgate vhost delete), which "
+                                                 "checks what it holds")
         if kind == QUEUE_SETTINGS:
-            record = self.broker.define_queue(name, None)
+            record = broker.define_queue(name, None)
             target = "/queue/" + name
         else:
-            binding = self.broker.bindings.get(name)
+            binding = broker.bindings.get(name)
             where = self.node_id if binding is not None and binding.active is not None else (
                 self.mesh.demand.durable_subscriber_at(name) if self.mesh is not None else None)
             if where is not None:
                 raise ManagementError("conflict", f"durable subscription {name!r} has its subscriber connected (to "
                                                   f"node {where}); it must unsubscribe first", where)
-            self.broker.remove_durable(name)
-            record = self.broker.definitions.get(kind, name) or record
+            broker.remove_durable(name)
+            record = broker.definitions.get(kind, name) or record
             target = "durable subscription " + name
         return self._done("delete_definition", target, detail=f"version {record.version}, for every node")
 
-    def move(self, name: str, to_queue: str | None, to_node: str | None, count: int | None) -> Done:
+    def move(self, name: str, to_queue: str | None, to_node: str | None, count: int | None,
+             vhost: str = DEFAULT_VHOST) -> Done:
         if (to_queue is None) == (to_node is None):
             raise ManagementError("bad_request", "move needs exactly one of to_queue and to_node")
         if count is not None and count < 1:
             raise ManagementError("bad_request", f"count must be at least 1, got {count}")
-        queue = self._queue(name)
+        broker = self.broker_of(vhost)
+        queue = self._queue(name, vhost)
         if to_node is not None:
+            if vhost != DEFAULT_VHOST:
+                raise ManagementError("bad_request", "the mesh carries the messages of vhost '/' only (for now): "
+                                                     "move them to a queue of this node instead")
             return self._move_to_node(name, to_node, count)
         assert to_queue is not None  # one of the two, as checked above
         _check_queue_name(to_queue)
-        if to_queue in self.broker.services:
+        if to_queue in broker.services:
             raise ManagementError("bad_request", f"{quoted(to_queue)} is a service address, not a queue")
         if to_queue == name:
             raise ManagementError("bad_request", "a queue cannot move messages to itself")
         moved = queue.take(count)
         for message in moved:
-            self.broker.consumed(queue, message)
+            broker.consumed(queue, message)
             copy = Message(message.id, QUEUE, to_queue, message.headers, message.body, message.persistent,
                            message.priority, message.expires)
             copy.created = message.created
             copy.path = message.path
-            self.broker.route(copy)
+            broker.route(copy)
         return self._done("move", "/queue/" + name, len(moved), f"to /queue/{to_queue}")
 
     def _move_to_node(self, name: str, to_node: str, count: int | None) -> Done:
@@ -150,27 +168,87 @@ class LocalActions:
         moved = mesh.hand_over(to_node, name, count)
         return self._done("move", "/queue/" + name, moved, f"to node {mesh.peers[to_node].link.peer_name}")
 
-    def send(self, destination: str, body: str, headers: dict[str, str], persistent: bool) -> Done:
+    def send(self, destination: str, body: str, headers: dict[str, str], persistent: bool,
+             vhost: str = DEFAULT_VHOST) -> Done:
+        broker = self.broker_of(vhost)
         kind, _, address = destination[1:].partition("/")
         if not destination.startswith("/") or kind not in (QUEUE, TOPIC) or not address:
             raise ManagementError("bad_request", f"invalid destination {destination!r}: use /queue/NAME or "
                                                  "/topic/NAME")
-        if kind == QUEUE and address in self.broker.services:
+        if kind == QUEUE and address in broker.services:
             raise ManagementError("bad_request", f"{destination} is a service address")
         # What the broker and the AMQP gateway write is not the sender's to say.
         headers = {str(k): str(v) for k, v in headers.items() if k not in NOT_FROM_SENDERS}
         headers.setdefault("persistent", "true" if persistent else "false")
         try:
-            message = self.broker.send(kind, address, headers, body.encode(), persistent)
+            message = broker.send(kind, address, headers, body.encode(), persistent)
         except BrokerError as error:
             raise ManagementError("bad_request", str(error)) from None
         return self._done("send", destination, 1 if message is not None else 0,
                           message.id if message is not None else "dropped: it had expired")
 
+    # -- vhosts -----------------------------------------------------------------------------
+
+    def vhost_list(self) -> list[VhostRow]:
+        vhosts = self.vhosts
+        if vhosts is None:
+            return [self._vhost_row(DEFAULT_VHOST, "default", self.broker)]
+        rows = []
+        for name, broker in sorted(vhosts.brokers.items()):
+            rows.append(self._vhost_row(name, vhosts.origin(name) or "definition", broker))
+        for name, count in vhosts.unclaimed().items():  # kept in the store for a vhost configured no more
+            rows.append(VhostRow(node=self.node_id, name=name, origin="stored", queues=0, messages=count,
+                                 connections=0))
+        return rows
+
+    def _vhost_row(self, name: str, origin: str, broker: Broker) -> VhostRow:
+        connections = {s.connection.name or s.name for s in broker.sessions.values() if s.connection is not None}
+        return VhostRow(node=self.node_id, name=name, origin=origin, queues=len(broker.queues),
+                        messages=messages_held(broker), connections=len(connections))
+
+    def vhost_add(self, name: str, spec: VhostSpec) -> Done:
+        vhosts = self._vhosts()
+        _check_vhost_name(name)
+        if name == DEFAULT_VHOST or vhosts.defined(name):
+            return self._done("vhost_add", name, detail="it exists already")
+        record = vhosts.define(name, spec)
+        return self._done("vhost_add", name, detail=f"version {record.version}, for every node")
+
+    def vhost_delete(self, name: str, force: bool, holding: dict[str, int], unanswered: list[str]) -> Done:
+        """Delete vhost ``name`` everywhere. ``holding``: node name -> the messages it
+        holds there, as every node answered (``unanswered``: those that did not);
+        without ``force`` refused while any holds some, or may."""
+        vhosts = self._vhosts()
+        _check_vhost_name(name)
+        if name == DEFAULT_VHOST:
+            raise ManagementError("bad_request", "the default vhost '/' cannot be deleted")
+        if name in vhosts.configured:
+            raise ManagementError("conflict", f"vhost {quoted(name)} is in this node's configuration "
+                                              "([[vhosts.host]]): remove it there", self.node_id)
+        if not vhosts.defined(name) and name not in vhosts.unclaimed():
+            raise ManagementError("not_found", f"no vhost {quoted(name)} made by command (meshgate vhost list "
+                                               "shows the vhosts)", self.node_id)
+        dropped = sum(holding.values())
+        if not force and (dropped or unanswered):
+            where = ", ".join(f"{count} on {node}" for node, count in sorted(holding.items()) if count)
+            why = (f"it holds {dropped} message(s) ({where})" if dropped else "") + (
+                "; " if dropped and unanswered else "") + (
+                f"node(s) {', '.join(unanswered)} did not answer and may hold some" if unanswered else "")
+            raise ManagementError("conflict", f"vhost {quoted(name)} not deleted: {why}; --force (force: true) "
+                                              "deletes it with its messages")
+        vhosts.undefine(name)
+        return self._done("vhost_delete", name, count=dropped,
+                          detail="deleted on every node: its clients disconnected, its queues and messages dropped")
+
+    def _vhosts(self) -> VirtualHosts:
+        if self.vhosts is None:
+            raise ManagementError("conflict", "this node serves the default vhost alone", self.node_id)
+        return self.vhosts
+
     def close_connection(self, connection_id: str, reason: str) -> Done:
-        session = self.broker.sessions.get(connection_id) or next(
-            (s for s in self.broker.sessions.values() if s.connection is not None and
-             s.connection.name == connection_id), None)
+        sessions = [s for broker in (self.vhosts or [self.broker]) for s in broker.sessions.values()]
+        session = next((s for s in sessions if s.name == connection_id), None) or next(
+            (s for s in sessions if s.connection is not None and s.connection.name == connection_id), None)
         if session is None or session.connection is None:
             raise ManagementError("not_found", f"no connection {connection_id!r} on this node", self.node_id)
         session.connection.close(reason)
@@ -222,6 +300,21 @@ class LocalActions:
             raise ManagementError("conflict", f"failback refused: {failure.value}", self.node_id)
 
         return maybeDeferred(self.failback_node).addCallbacks(done, refused)
+
+
+def broker_of(default: Broker, vhosts: VirtualHosts | None, vhost: str) -> Broker:
+    """The broker of ``vhost`` (``default`` is "/"'s); bad_request if there is none."""
+    broker = default if vhost == DEFAULT_VHOST else vhosts.get(vhost) if vhosts is not None else None
+    if broker is None:
+        raise ManagementError("bad_request", f"no vhost {quoted(vhost)}")
+    return broker
+
+
+def _check_vhost_name(name: str) -> None:
+    try:
+        check_vhost_name(name)
+    except InvalidName as error:
+        raise ManagementError("bad_request", str(error)) from None
 
 
 def _check_queue_name(name: str) -> None:

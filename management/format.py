@@ -11,7 +11,7 @@ from model.definitions import Definition
 from model.events import AdminAction, Event
 from model.latency import percentile_ms
 from model.mesh import ClusterView, Connection, Link, Node, PartialQueue, TopicSubscription
-from model.requests import BrowsePage, Done
+from model.requests import BrowsePage, Done, VhostRow
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], right: set[int] | None = None) -> str:
@@ -166,6 +166,8 @@ def format_definitions(records: list[Definition], names: dict[str, str]) -> str:
             what = f"/topic/{r.durable.topic}" + (f" where {r.durable.selector}" if r.durable.selector else "")
         elif r.exchange is not None:
             what = r.exchange.type + ("" if r.exchange.durable else ", not durable")
+        elif r.vhost is not None:
+            what = r.vhost.description or "vhost"
         elif r.binding is not None:
             b = r.binding
             what = f"{b.source or '(default)'} -> {b.destination_kind} {b.destination}" + (
@@ -175,6 +177,22 @@ def format_definitions(records: list[Definition], names: dict[str, str]) -> str:
         name = "" if r.binding is not None else r.name  # a binding's name is what the definition column says
         rows.append([r.kind, name, what, r.version, names.get(r.origin, r.origin[:8]), since(r.changed_at)])
     return table(["kind", "name", "definition", "version", "changed on", "changed"], rows, right={3})
+
+
+def format_vhosts(rows: list[VhostRow], names: dict[str, str]) -> str:
+    """One row per vhost and node; with several nodes, a mesh-wide total per vhost."""
+    by_name: dict[str, list[VhostRow]] = {}
+    for row in rows:
+        by_name.setdefault(row.name, []).append(row)
+    lines = []
+    for name, rows_of in sorted(by_name.items()):
+        for row in sorted(rows_of, key=lambda r: names.get(r.node, r.node)):
+            lines.append([name, row.origin, names.get(row.node, row.node[:8]), row.queues, row.messages,
+                          row.connections])
+        if len(rows_of) > 1:
+            lines.append([name, "", "(all)", sum(r.queues for r in rows_of), sum(r.messages for r in rows_of),
+                          sum(r.connections for r in rows_of)])
+    return table(["vhost", "from", "node", "queues", "messages", "connections"], lines, right={3, 4, 5})
 
 
 # -- events, browsing, actions ----------------------------------------------------------------

@@ -26,6 +26,7 @@ from management.events import EventLog
 from management.state import LocalState
 from model.events import AdminAction
 from model.mesh import ClusterView
+from model.names import DEFAULT_VHOST
 from model.requests import (
     ADMIN_ACTIONS,
     ALL,
@@ -41,6 +42,10 @@ from model.requests import (
     Request,
     Summary,
     TlsReload,
+    VhostAdd,
+    VhostDelete,
+    VhostList,
+    VhostRow,
     action_of,
     decode_request,
 )
@@ -52,7 +57,8 @@ log = logging.getLogger(__name__)
 
 ADDRESS = MANAGEMENT_ADDRESS
 REQUEST_TIMEOUT = 5.0  # seconds a node waits for another node's answer
-_ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition")  # the asked node does it (and tells the mesh)
+# The asked node does it (and tells the mesh).
+_ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition", "vhost_add")
 _COUNTED = ("purge", "delete_queue", "move", "send")
 
 
@@ -70,24 +76,26 @@ class ManagementService:
         self.timeout = timeout
         self._answers: dict[str, Callable[[Any], Any]] = {
             "summary": lambda r: state.summary(),
-            "queues": lambda r: state.queues(r.name),
+            "queues": lambda r: state.queues(r.name, vhost=r.vhost),
             "links": lambda r: state.links(),
             "connections": lambda r: state.connections(),
             "subscriptions": lambda r: state.subscriptions(),
             "events": lambda r: events.query(r.since, r.kinds, r.limit),
-            "browse": lambda r: actions.browse(r.queue, r.offset, r.limit, r.preview),
-            "purge": lambda r: actions.purge(r.queue),
-            "delete_queue": lambda r: actions.delete_queue(r.queue),
-            "move": lambda r: actions.move(r.queue, r.to_queue, r.to_node, r.count),
-            "send": lambda r: actions.send(r.destination, r.body, r.headers, r.persistent),
+            "browse": lambda r: actions.browse(r.queue, r.offset, r.limit, r.preview, r.vhost),
+            "purge": lambda r: actions.purge(r.queue, r.vhost),
+            "delete_queue": lambda r: actions.delete_queue(r.queue, r.vhost),
+            "move": lambda r: actions.move(r.queue, r.to_queue, r.to_node, r.count, r.vhost),
+            "send": lambda r: actions.send(r.destination, r.body, r.headers, r.persistent, r.vhost),
             "close_connection": lambda r: actions.close_connection(r.connection, r.reason),
             "forget": lambda r: actions.forget(r.forget),
             "scale_down": lambda r: actions.scale_down(),
             "ha_failback": lambda r: actions.failback(),
             "reload_tls": lambda r: actions.reload_tls(),
-            "definitions": lambda r: actions.definitions(),
-            "define_queue": lambda r: actions.define_queue(r.queue, r.settings),
-            "delete_definition": lambda r: actions.delete_definition(r.kind, r.name),
+            "definitions": lambda r: actions.definitions(r.vhost),
+            "define_queue": lambda r: actions.define_queue(r.queue, r.settings, r.vhost),
+            "delete_definition": lambda r: actions.delete_definition(r.kind, r.name, r.vhost),
+            "vhost_list": lambda r: actions.vhost_list(),
+            "vhost_add": lambda r: actions.vhost_add(r.name, r.spec),
         }
         broker.register_service(ADDRESS, self.handle)
         if mesh is not None:
@@ -164,6 +172,8 @@ class ManagementService:
         try:
             if isinstance(request, Nodes):
                 return self._nodes(request.fresh)
+            if isinstance(request, VhostDelete):
+                return self._vhost_delete(request, user)
             if action in _ASKED_NODE_ONLY:
                 return defer.succeed(Reply(action=action, result=self._answer_here(request, user)))
             targets = self._targets(request.node)
@@ -221,9 +231,43 @@ class ManagementService:
             return Reply(action=action, result=results[0] if results else None, failures=failures)
         return Reply(action=action, result=results, failures=failures)
 
-    def _answer_here(self, request: Request, user: str, everywhere: bool = False) -> Any:
+    def _vhost_delete(self, request: VhostDelete, user: str) -> defer.Deferred:
+        """Ask every node what the vhost holds there, then delete it here (and by its
+        definition everywhere), unless that is refused (actions.vhost_delete)."""
+        targets = self._targets(ALL)
+        asked = [self._ask(node_id, VhostList(), user) for node_id in targets]
+
+        def delete(outcomes: list) -> Reply:
+            holding: dict[str, int] = {}
+            unanswered = []
+            for (ok, rows), node_id in zip(outcomes, targets, strict=True):
+                if not ok:
+                    unanswered.append(self._name_of(node_id))
+                    continue
+                for row in msgspec.convert(rows, list[VhostRow]):
+                    if row.name == request.name:
+                        holding[self._name_of(node_id)] = row.messages
+
+            def answer(r: VhostDelete) -> Any:
+                return self.actions.vhost_delete(r.name, r.force, holding, unanswered)
+
+            try:
+                return Reply(action="vhost_delete", result=self._answer_here(request, user, answer=answer))
+            except ManagementError as error:
+                return Reply(action="vhost_delete", ok=False, error=error.failure())
+
+        return defer.DeferredList(asked, consumeErrors=True).addCallback(delete)
+
+    def _name_of(self, node_id: str) -> str:
+        if node_id == self.node_id:
+            return self.name
+        entry = self.mesh.topology.entries.get(node_id) if self.mesh is not None else None
+        return entry.summary.node.name if entry is not None else node_id
+
+    def _answer_here(self, request: Request, user: str, everywhere: bool = False,
+                     answer: Callable[[Any], Any] | None = None) -> Any:
         action = action_of(request)
-        answer = self._answers.get(action)
+        answer = answer or self._answers.get(action)
         if answer is None:
             raise ManagementError("bad_request", f"{action} is not answered by one node")
         if action not in ADMIN_ACTIONS:
@@ -344,10 +388,14 @@ def _reload_detail(result: TlsReload) -> str:
 
 
 def _target_of(request: Request) -> str:
+    if isinstance(request, (VhostAdd, VhostDelete)):
+        return f"vhost {request.name}"
+    vhost = getattr(request, "vhost", DEFAULT_VHOST)
+    where = "" if vhost == DEFAULT_VHOST else f" in vhost {vhost}"
     if isinstance(request, DeleteDefinition):
-        return f"/queue/{request.name}" if request.kind == "queue" else f"durable subscription {request.name}"
+        return (f"/queue/{request.name}" if request.kind == "queue" else f"durable subscription {request.name}") + where
     for field in ("queue", "destination", "connection", "forget"):
         value = getattr(request, field, None)
         if value:
-            return f"/queue/{value}" if field == "queue" else value
+            return (f"/queue/{value}" if field == "queue" else value) + where
     return request.node or "this node"

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Callable, Literal
 from gateway import __version__
 from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE
+from management.actions import broker_of
 from model.latency import trimmed
 from model.mesh import (
     WINDOW_S,
@@ -24,8 +25,11 @@ from model.mesh import (
     Snapshot,
     TopicSubscription,
 )
+from model.names import DEFAULT_VHOST
 
 if TYPE_CHECKING:
+    from gateway.broker.session import Session
+    from gateway.broker.vhosts import VirtualHosts
     from mesh.node import MeshNode
 
 
@@ -33,11 +37,13 @@ class LocalState:
     def __init__(self, *, node_id: str, name: str, started_at: float, broker: Broker, mesh: MeshNode | None,
                  clock, addresses: Callable[[], Addresses], metrics: Callable[[], MetricsStatus] = MetricsStatus,
                  group_name: str = "", ha: Callable[[], dict] = dict,
-                 certificates: Callable[[], list[ListenerCertificate]] = list) -> None:
+                 certificates: Callable[[], list[ListenerCertificate]] = list,
+                 vhosts: VirtualHosts | None = None) -> None:
         self.node_id = node_id
         self.name = name
         self.started_at = started_at
-        self.broker = broker
+        self.broker = broker  # the default vhost's: the mesh's, the node's figures'
+        self.vhosts = vhosts
         self.mesh = mesh
         self.clock = clock
         self.addresses = addresses
@@ -60,7 +66,7 @@ class LocalState:
             id=self.node_id, name=self.name, version=__version__, group_name=self.group_name,
             started_at=self.started_at, state="leaving" if leaving else "up", last_seen=self.clock.seconds(),
             addresses=self.addresses(),
-            connections=len({session.connection.name or name for name, session in broker.sessions.items()
+            connections=len({session.connection.name or name for name, _, session in self._sessions()
                              if session.connection is not None}),
             memory_used=broker.memory_used, memory_limit=broker.memory_limit, store_bytes=store.disk_bytes(),
             store_limit=store.limit, disk_free=store.disk_free(), store_blocked=store.failure or store.blocked,
@@ -79,11 +85,15 @@ class LocalState:
 
     # -- partial queues ---------------------------------------------------------------------
 
-    def queues(self, name: str | None = None, now: float | None = None) -> list[PartialQueue]:
+    def queues(self, name: str | None = None, now: float | None = None,
+               vhost: str = DEFAULT_VHOST) -> list[PartialQueue]:
+        """The default vhost's queues on this node (or another ``vhost``'s: outside the
+        mesh for now, no remote demand; bad_request if the node has no such vhost)."""
+        broker = broker_of(self.broker, self.vhosts, vhost)
         now = self.clock.seconds() if now is None else now
         self.roll_depth_window(now)
-        demand = self._remote_demand()
-        queues = self.broker.queues
+        demand = self._remote_demand() if broker is self.broker else {}
+        queues = broker.queues
         selected = [(name, queues[name])] if name is not None and name in queues else \
             [] if name is not None else sorted(queues.items())
         result = []
@@ -91,7 +101,7 @@ class LocalState:
             oldest = queue.oldest_created()
             consumers, remotes, counters = queue.consumers, queue.remotes, queue.mesh
             result.append(PartialQueue(
-                node=self.node_id, name=queue_name, depth=len(queue),
+                node=self.node_id, name=queue_name, vhost=vhost, depth=len(queue),
                 in_flight=sum([len(sub.inflight) for sub in consumers]) if consumers else 0,
                 forwarding=sum([len(sub.inflight) for sub in remotes]) if remotes else 0,
                 in_doubt=counters.in_doubt, consumers=len(queue.consumers),
@@ -179,7 +189,7 @@ class LocalState:
     def connections(self) -> list[Connection]:
         rows: dict[str, Connection] = {}
         described = []
-        for session_id, session in sorted(self.broker.sessions.items()):
+        for session_id, vhost, session in sorted(self._sessions(), key=lambda item: item[0]):
             info = session.connection
             if info is None:
                 continue
@@ -195,12 +205,18 @@ class LocalState:
                 id=info.name or session_id, node=self.node_id, remote=info.remote,
                 user=getattr(principal, "name", "?"), protocol=info.protocol, version=info.version,
                 since=info.since, client_id=session.client_id, subscriptions=subscriptions, unacked=unacked,
+                vhost=vhost,
             )
             if info.describe is not None:
                 described.append((info.describe, row))
         for describe, row in described:  # what the adapter knows besides (AMQP: the channels)
             describe(row)
         return list(rows.values())
+
+    def _sessions(self) -> list[tuple[str, str, Session]]:
+        """Every vhost's sessions (clients and, in "/", the mesh links'): name, vhost, session."""
+        brokers = self.vhosts.brokers.items() if self.vhosts is not None else [(DEFAULT_VHOST, self.broker)]
+        return [(name, vhost, session) for vhost, broker in brokers for name, session in broker.sessions.items()]
 
     # -- snapshots --------------------------------------------------------------------------
 

@@ -1,7 +1,12 @@
 """Mesh-wide definitions on the wire: every node sends all it holds when a link
 comes up (so a node that was away catches up, and so does the other side), and
 each change as it is made or first learned; a node passes on only what won over
-what it held, so a change floods the mesh once and stops."""
+what it held, so a change floods the mesh once and stops.
+
+A node before vhosts reads a frame of definitions as one list of known kinds and
+ignores the whole frame if one record is of a kind it does not know; so the
+kinds it knows and those it does not (vhosts) travel in separate frames, and it
+loses only the latter. This node reads each record alone and skips what it cannot."""
 
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ import msgspec
 from gateway.broker.broker import Broker
 from mesh.peers import Peer, PeerTable
 from mesh.wire import DEFINITIONS, FrameTable, FrameType, LinkSender
-from model.definitions import Definition
+from model.definitions import VHOST, Definition
 
 log = logging.getLogger(__name__)
 
@@ -31,18 +36,21 @@ class DefinitionSync:
         peers.watch(up=self.peer_up)
 
     def peer_up(self, peer: Peer) -> None:
-        peer.link.send_encoded(FrameType.DEFINITIONS, msgspec.json.encode(self.definitions.records()))
+        for frame in _frames(self.definitions.records()):
+            peer.link.send_encoded(FrameType.DEFINITIONS, frame)
 
     def changed_here(self, record: Definition) -> None:
         self._send([record], source=None)
         self.applied()
 
     def received(self, link: LinkSender, payload: list[Any]) -> None:
-        try:
-            records = msgspec.convert(payload, list[Definition])
-        except msgspec.ValidationError as error:
-            log.error("mesh: definitions from %s not understood (%s); ignored", link.peer_name, error)
-            return
+        records = []
+        for entry in payload:
+            try:
+                records.append(msgspec.convert(entry, Definition))
+            except msgspec.ValidationError as error:  # a kind of a newer release, say
+                log.warning("mesh: a definition from %s not understood (%s); ignored", link.peer_name,
+                            str(error)[:200])
         won = [record for record in records if self.broker.merge_definition(record)]
         if not won:
             return
@@ -58,7 +66,16 @@ class DefinitionSync:
             self.broker.forget_deletions(self.broker.seconds() - retention)
 
     def _send(self, records: list[Definition], source: str | None) -> None:
-        payload = msgspec.json.encode(records)
+        frames = _frames(records)
         for peer_id, peer in self.linked.items():
             if peer_id != source:
-                peer.link.send_encoded(FrameType.DEFINITIONS, payload)
+                for frame in frames:
+                    peer.link.send_encoded(FrameType.DEFINITIONS, frame)
+
+
+def _frames(records: list[Definition]) -> list[bytes]:
+    """The records as frames: the kinds every release knows in one (sent even empty,
+    as before), vhosts in another if any."""
+    vhosts = [record for record in records if record.kind == VHOST]
+    frames = [msgspec.json.encode([record for record in records if record.kind != VHOST])]
+    return frames + [msgspec.json.encode(vhosts)] if vhosts else frames

@@ -5,7 +5,10 @@ Views cover the whole mesh unless ``--node`` names one node; actions apply to th
 node asked unless ``--node`` names another (or ``--all``, every node). Exit
 status: 0 done, 1 refused or failed, 2 bad arguments, 3 done but some nodes did
 not answer (their warnings go to standard error). A name that breaks the one rule for
-names (model/names.py) is a bad argument: nothing is asked."""
+names (model/names.py) is a bad argument: nothing is asked.
+
+Commands about queues and definitions take ``--vhost NAME`` (default ``/``);
+``meshgate vhost add|delete|list`` makes, deletes and lists vhosts."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ from management.client import (
 )
 from model.definitions import QueueSettings
 from model.events import KINDS
-from model.names import InvalidName, check_name, quoted
+from model.names import DEFAULT_VHOST, InvalidName, check_name, check_vhost_name, quoted
 from model.requests import (
     ALL,
     Browse,
@@ -52,6 +55,9 @@ from model.requests import (
     Send,
     Subscriptions,
     TlsReload,
+    VhostAdd,
+    VhostDelete,
+    VhostList,
 )
 
 VIEW, ACTION = "view", "action"
@@ -79,6 +85,13 @@ def _destination(text: str) -> str:
     prefix = next((prefix for prefix in _DESTINATION_KINDS if text.startswith(prefix)), "")
     _name(_DESTINATION_KINDS.get(prefix, "destination"))(text[len(prefix):])
     return text
+
+
+def _vhost_name(text: str) -> str:
+    try:
+        return check_vhost_name(text)
+    except InvalidName as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -109,11 +122,12 @@ COMMANDS: dict[str, Command] = {
               lambda a: Nodes(), lambda r, names, a: fmt.format_nodes(r)),
     "stat": ("queue depths and consumers on the node asked (--cluster: summed over the mesh)", VIEW,
              lambda p: p.add_argument("--cluster", action="store_true", help="every node's partial queues, summed"),
-             lambda a: Queues(node=ALL if a.cluster else a.node),
+             lambda a: Queues(node=ALL if a.cluster else a.node, vhost=a.vhost),
              lambda r, names, a: fmt.format_cluster_stat(r, names) if a.cluster else fmt.format_stat(r)),
     "queues": ("partial queues with their counters (every node unless --node)", VIEW,
                lambda p: p.add_argument("name", nargs="?", type=_name("queue name"), help="only this queue"),
-               lambda a: Queues(node=a.node or ALL, name=a.name), lambda r, names, a: fmt.format_queues(r, names)),
+               lambda a: Queues(node=a.node or ALL, name=a.name, vhost=a.vhost),
+               lambda r, names, a: fmt.format_queues(r, names)),
     "links": ("mesh links, up and down, as each node sees them", VIEW, _no_args,
               lambda a: Links(node=a.node or ALL), lambda r, names, a: fmt.format_links(r, names)),
     "subscriptions": ("topic subscriptions, durable and not", VIEW, _no_args,
@@ -133,17 +147,21 @@ COMMANDS: dict[str, Command] = {
                lambda p: (_queue_arg(p), p.add_argument("--offset", type=int, default=0),
                           p.add_argument("--limit", type=int, default=20),
                           p.add_argument("--preview", type=int, default=200, help="body bytes shown per message")),
-               lambda a: Browse(node=a.node, queue=a.queue, offset=a.offset, limit=a.limit, preview=a.preview),
+               lambda a: Browse(node=a.node, queue=a.queue, offset=a.offset, limit=a.limit, preview=a.preview,
+                                vhost=a.vhost),
                lambda r, names, a: fmt.format_browse(r, names)),
     "purge": ("drop a queue's waiting messages (needs admin)", ACTION, _queue_arg,
-              lambda a: Purge(node=a.node, queue=a.queue), lambda r, names, a: fmt.format_done(r, names)),
+              lambda a: Purge(node=a.node, queue=a.queue, vhost=a.vhost),
+              lambda r, names, a: fmt.format_done(r, names)),
     "delete": ("delete a queue and its waiting messages (needs admin)", ACTION, _queue_arg,
-               lambda a: DeleteQueue(node=a.node, queue=a.queue), lambda r, names, a: fmt.format_done(r, names)),
+               lambda a: DeleteQueue(node=a.node, queue=a.queue, vhost=a.vhost),
+               lambda r, names, a: fmt.format_done(r, names)),
     "move": ("move waiting messages to another queue, or to a linked node (needs admin)", ACTION,
              lambda p: (_queue_arg(p), p.add_argument("--to-queue", type=_name("queue name")),
                         p.add_argument("--to-node"),
                         p.add_argument("--count", type=int, help="at most this many (default: all)")),
-             lambda a: Move(node=a.node, queue=a.queue, to_queue=a.to_queue, to_node=a.to_node, count=a.count),
+             lambda a: Move(node=a.node, queue=a.queue, to_queue=a.to_queue, to_node=a.to_node, count=a.count,
+                            vhost=a.vhost),
              lambda r, names, a: fmt.format_done(r, names)),
     "send": ("send a test message (needs admin)", ACTION,
              lambda p: (p.add_argument("destination", type=_destination, help="/queue/NAME or /topic/NAME"),
@@ -151,7 +169,7 @@ COMMANDS: dict[str, Command] = {
                         p.add_argument("--header", type=_header, action="append", default=[], metavar="NAME=VALUE"),
                         p.add_argument("--persistent", action="store_true")),
              lambda a: Send(node=a.node, destination=a.destination, body=a.body, headers=dict(a.header),
-                            persistent=a.persistent),
+                            persistent=a.persistent, vhost=a.vhost),
              lambda r, names, a: fmt.format_done(r, names)),
     "close": ("close a client connection (needs admin)", ACTION,
               lambda p: (p.add_argument("connection", help="its id, as meshgate connections lists it"),
@@ -166,7 +184,8 @@ COMMANDS: dict[str, Command] = {
 }
 COMMANDS.update({
     "definitions": ("queue settings and durable subscriptions, the same on every node", VIEW, _no_args,
-                    lambda a: Definitions(node=a.node), lambda r, names, a: fmt.format_definitions(r, names)),
+                    lambda a: Definitions(node=a.node, vhost=a.vhost),
+                    lambda r, names, a: fmt.format_definitions(r, names)),
     "define-queue": ("set a queue's settings on every node of the mesh (needs admin)", ACTION,
                      lambda p: (_queue_arg(p),
                                 p.add_argument("--max-delivery-attempts", type=int, metavar="N"),
@@ -178,7 +197,7 @@ COMMANDS.update({
                                                help="expiry for messages sent without one"),
                                 p.add_argument("--max-length", type=int, metavar="N",
                                                help="messages waiting per node at most; the oldest go")),
-                     lambda a: DefineQueue(queue=a.queue, settings=QueueSettings(
+                     lambda a: DefineQueue(queue=a.queue, vhost=a.vhost, settings=QueueSettings(
                          max_delivery_attempts=a.max_delivery_attempts, dead_letter_queue=a.dead_letter_queue,
                          expiry_queue=a.expiry_queue, message_ttl_ms=a.message_ttl_ms, max_length=a.max_length)),
                      lambda r, names, a: fmt.format_done([r], names)),
@@ -186,8 +205,14 @@ COMMANDS.update({
                  lambda p: (p.add_argument("kind", choices=["queue", "durable"]),
                             p.add_argument("name", type=_name("name"),
                                            help="the queue's name, or client-id.subscription-name")),
-                 lambda a: DeleteDefinition(kind=a.kind, name=a.name), lambda r, names, a: fmt.format_done([r], names)),
+                 lambda a: DeleteDefinition(kind=a.kind, name=a.name, vhost=a.vhost),
+                 lambda r, names, a: fmt.format_done([r], names)),
+    "vhost": ("make, delete or list vhosts: vhost add NAME, vhost delete NAME [--force], vhost list", ACTION,
+              lambda p: _vhost_commands(p), lambda a: _vhost_request(a),
+              lambda r, names, a: _format_vhost(r, names, a)),
 })
+# Commands about one vhost's queues or definitions: --vhost NAME (default /).
+IN_A_VHOST = ("stat", "queues", "browse", "purge", "delete", "move", "send", "definitions", "define-queue", "undefine")
 COMMANDS["topology"] = ("the same as nodes",) + COMMANDS["nodes"][1:]
 COMMANDS["reload-tls"] = (
     "re-read the node's certificate, key and CA files, as SIGHUP does (needs admin)", ACTION, _no_args,
@@ -196,6 +221,34 @@ COMMANDS["reload-tls"] = (
 PARTLY_DONE: dict[str, Callable[[Any], bool]] = {
     "reload-tls": lambda result: not all(reload.all_reloaded for reload in result),
 }
+
+
+def _vhost_commands(parser: argparse.ArgumentParser) -> None:
+    """vhost add|delete|list, each with the options of a command that asks a node."""
+    operations = parser.add_subparsers(dest="vhost_command", required=True, metavar="{add,delete,list}")
+    add = operations.add_parser("add", help="make a vhost on every node of the mesh (needs admin)")
+    add.add_argument("name", type=_vhost_name)
+    delete = operations.add_parser("delete", help="delete a vhost on every node (needs admin); refused while it "
+                                                  "holds messages unless --force")
+    delete.add_argument("name", type=_vhost_name)
+    delete.add_argument("--force", action="store_true", help="delete it with its messages, disconnecting its clients")
+    listing = operations.add_parser("list", help="the vhosts with their queues, messages and connections per node")
+    listing.add_argument("--node", help="a node's name or id (default: every node)")
+    for operation in (add, delete, listing):
+        add_node_arguments(operation, "the node to ask")
+        operation.add_argument("--json", action="store_true", help="print the reply as JSON")
+
+
+def _vhost_request(args: argparse.Namespace) -> Request:
+    if args.vhost_command == "add":
+        return VhostAdd(name=args.name)
+    if args.vhost_command == "delete":
+        return VhostDelete(name=args.name, force=args.force)
+    return VhostList(node=args.node or ALL)
+
+
+def _format_vhost(result: Any, names: dict[str, str], args: argparse.Namespace) -> str:
+    return fmt.format_vhosts(result, names) if args.vhost_command == "list" else fmt.format_done([result], names)
 
 
 def _format_reloads(reloads: list[TlsReload], names: dict[str, str]) -> str:
@@ -218,6 +271,11 @@ def add_commands(commands) -> None:
     for name, (help_text, kind, extra, _, _) in COMMANDS.items():
         parser = commands.add_parser(name, help=help_text)
         extra(parser)
+        if name == "vhost":
+            continue  # each of its operations has the options (_vhost_commands)
+        if name in IN_A_VHOST:
+            parser.add_argument("--vhost", type=_vhost_name, default=DEFAULT_VHOST, metavar="NAME",
+                                help="the vhost of the queues (default /)")
         add_node_arguments(parser, "the node to ask")
         if name not in ("nodes", "topology", "forget", "define-queue", "undefine"):
             # (An empty group would break argparse's usage line, and with it every error message.)

@@ -113,7 +113,7 @@ class Node:
             compile_selector=compile_selector,
             node_id=self.identity["id"],
         )
-        broker = self.broker = vhosts.default  # the mesh, management and metrics see the default vhost alone
+        broker = self.broker = vhosts.default  # the mesh and metrics see the default vhost alone
         if config.mesh is not None:
             self.mesh = self._make_mesh(config)  # before recovery: it owns some store records
         recovered = vhosts.recover()
@@ -212,12 +212,12 @@ class Node:
             node_id=node_id, name=self.config.name, started_at=self.started_at, broker=broker, mesh=self.mesh,
             clock=self.reactor, addresses=self.model_addresses,
             metrics=self.metrics_status, group_name=self.config.mesh.group_name if self.config.mesh else "",
-            ha=self.ha.status, certificates=self.certificates.summaries,
+            ha=self.ha.status, certificates=self.certificates.summaries, vhosts=self.vhosts,
         )
         actions = LocalActions(node_id=node_id, broker=broker, mesh=self.mesh, clock=self.reactor,
                                scale_down_and_stop=self.scale_down_and_stop,
                                failback=self.ha.failback if self.config.ha.replicated else None,
-                               reload_tls=self.reload_tls)
+                               reload_tls=self.reload_tls, vhosts=self.vhosts)
         ManagementService(node_id=node_id, name=self.config.name, broker=broker, mesh=self.mesh,
                           state=state, actions=actions, events=events, authorizer=authorizer)
         return state

@@ -18,7 +18,8 @@ QUEUE_SETTINGS: Final = "queue"
 DURABLE_SUBSCRIPTION: Final = "durable"
 EXCHANGE: Final = "exchange"  # AMQP exchanges and their bindings (docs/amqp.md)
 BINDING: Final = "binding"
-DefinitionKind = Literal["queue", "durable", "exchange", "binding"]
+VHOST: Final = "vhost"  # a virtual host of the mesh (docs/vhosts.md); held in the default vhost's definitions
+DefinitionKind = Literal["queue", "durable", "exchange", "binding", "vhost"]
 ExchangeType = Literal["direct", "fanout", "topic", "headers"]
 
 
@@ -68,6 +69,12 @@ class BindingSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkno
                                     sorted(self.arguments.items())]).decode()
 
 
+class VhostSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A vhost made by command (``meshgate vhost add``): it exists on every node."""
+
+    description: str = ""
+
+
 class Definition(msgspec.Struct, kw_only=True, omit_defaults=True):
     kind: DefinitionKind
     name: str  # the queue's name, or the durable subscription's (client-id.subscription-name)
@@ -78,10 +85,12 @@ class Definition(msgspec.Struct, kw_only=True, omit_defaults=True):
     durable: DurableSpec | None = None
     exchange: ExchangeSpec | None = None
     binding: BindingSpec | None = None
+    vhost: VhostSpec | None = None
 
     @property
     def deleted(self) -> bool:
-        return self.queue is None and self.durable is None and self.exchange is None and self.binding is None
+        return (self.queue is None and self.durable is None and self.exchange is None and self.binding is None
+                and self.vhost is None)
 
     def wins_over(self, other: Definition | None) -> bool:
         return other is None or (self.version, self.origin) > (other.version, other.origin)

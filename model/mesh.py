@@ -126,6 +126,7 @@ class PartialQueue(_Model, kw_only=True, omit_defaults=True):
 
     node: str
     name: str
+    vhost: str = "/"  # left out of the JSON for "/": older readers see what they always saw
     depth: int  # messages waiting
     in_flight: int  # delivered to local consumers, not yet acknowledged
     forwarding: int = 0  # sent over links, not yet stored by the peer
@@ -184,6 +185,7 @@ class Connection(_Model, kw_only=True):
     client_id: str | None = None
     subscriptions: int = 0  # consumers (AMQP: on all its channels)
     unacked: int = 0
+    vhost: str = "/"  # the vhost the client chose (docs/vhosts.md)
     channels: int = 0  # AMQP: open channels (0 for STOMP)
     channel_details: list[ChannelSummary] = []  # AMQP: one per open channel, by number
 

@@ -7,7 +7,10 @@ node it names over the mesh links; requests for every node gather one answer per
 node and list the nodes that did not answer in ``failures``.
 
 Actions that change something need the ``admin`` permission on the management
-address (``ADMIN_ACTIONS``); the others need ``write`` on it, as any SEND does."""
+address (``ADMIN_ACTIONS``); the others need ``write`` on it, as any SEND does.
+
+Requests about queues and definitions name a ``vhost`` (default ``/``); a vhost
+the node does not have is a ``bad_request`` "no vhost 'X'"."""
 
 from __future__ import annotations
 
@@ -15,9 +18,10 @@ from typing import Annotated, Any, cast
 
 import msgspec
 
-from model.definitions import Definition, DefinitionKind, QueueSettings
+from model.definitions import Definition, DefinitionKind, QueueSettings, VhostSpec
 from model.events import AnyEvent
 from model.mesh import SCHEMA_VERSION, ClusterView, Connection, Link, NodeSummary, PartialQueue, TopicSubscription
+from model.names import DEFAULT_VHOST
 
 MANAGEMENT_ADDRESS = "meshgate.management"  # /queue/meshgate.management
 ALL = "*"
@@ -48,6 +52,7 @@ class Summary(Request, kw_only=True, tag="summary"):
 
 class Queues(Request, kw_only=True, tag="queues"):
     name: str | None = None  # only this queue
+    vhost: str = DEFAULT_VHOST
 
 
 class Links(Request, kw_only=True, tag="links"):
@@ -76,18 +81,21 @@ class Browse(Request, kw_only=True, tag="browse"):
     offset: Annotated[int, msgspec.Meta(ge=0, le=MAX_WHOLE_NUMBER)] = 0
     limit: int = 50
     preview: int = 256  # body bytes shown per message
+    vhost: str = DEFAULT_VHOST
 
 
 class Purge(Request, kw_only=True, tag="purge"):
     """Drop the messages waiting in the queue (not those delivered and unacked, nor in doubt)."""
 
     queue: str
+    vhost: str = DEFAULT_VHOST
 
 
 class DeleteQueue(Request, kw_only=True, tag="delete_queue"):
     """Drop the queue and what waits in it; refused while it has local consumers."""
 
     queue: str
+    vhost: str = DEFAULT_VHOST
 
 
 class Move(Request, kw_only=True, tag="move"):
@@ -98,6 +106,7 @@ class Move(Request, kw_only=True, tag="move"):
     to_queue: str | None = None
     to_node: str | None = None
     count: int | None = None  # None: every waiting message
+    vhost: str = DEFAULT_VHOST  # to_queue is of the same vhost
 
 
 class Send(Request, kw_only=True, tag="send"):
@@ -107,6 +116,7 @@ class Send(Request, kw_only=True, tag="send"):
     body: str = ""
     headers: dict[str, str] = {}
     persistent: bool = False
+    vhost: str = DEFAULT_VHOST
 
 
 class CloseConnection(Request, kw_only=True, tag="close_connection"):
@@ -136,7 +146,11 @@ class ReloadTls(Request, kw_only=True, tag="reload_tls"):
 
 class Definitions(Request, kw_only=True, tag="definitions"):
     """The mesh-wide definitions (queue settings, durable subscriptions) as the node
-    holds them, deletions included; every node holds the same once links carried them."""
+    holds them, deletions included; every node holds the same once links carried them.
+    ``/``'s hold the vhosts made by command (kind "vhost"); another vhost's are its
+    own, on this node only while the mesh carries ``/`` alone (docs/vhosts.md)."""
+
+    vhost: str = DEFAULT_VHOST
 
 
 class DefineQueue(Request, kw_only=True, tag="define_queue"):
@@ -145,6 +159,7 @@ class DefineQueue(Request, kw_only=True, tag="define_queue"):
 
     queue: str
     settings: QueueSettings = msgspec.field(default_factory=QueueSettings)
+    vhost: str = DEFAULT_VHOST
 
 
 class DeleteDefinition(Request, kw_only=True, tag="delete_definition"):
@@ -154,15 +169,42 @@ class DeleteDefinition(Request, kw_only=True, tag="delete_definition"):
 
     kind: DefinitionKind
     name: str
+    vhost: str = DEFAULT_VHOST
+
+
+# -- vhosts -----------------------------------------------------------------------------
+
+
+class VhostAdd(Request, kw_only=True, tag="vhost_add"):
+    """Make a vhost on every node of the mesh (a definition of kind "vhost": nodes
+    away now get it when they return). Adding one that exists changes nothing."""
+
+    name: str
+    spec: VhostSpec = msgspec.field(default_factory=VhostSpec)
+
+
+class VhostDelete(Request, kw_only=True, tag="vhost_delete"):
+    """Delete a vhost on every node: its clients are disconnected, its queues and
+    messages go. Refused while it holds messages on any node that answers, unless
+    ``force``; a vhost of a node's configuration is deleted there by editing it."""
+
+    name: str
+    force: bool = False
+
+
+class VhostList(Request, kw_only=True, tag="vhost_list"):
+    """The node's vhosts with what each holds there (``node: "*"``: every node's)."""
 
 
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
               | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue | DeleteDefinition
-              | HaFailback | ReloadTls)
+              | HaFailback | ReloadTls | VhostAdd | VhostDelete | VhostList)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
-                           "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls"})
+                           "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
+                           "vhost_add", "vhost_delete"})
 # Actions whose answer is one value, not a list gathered over nodes.
-SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback"})
+SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback",
+                           "vhost_add", "vhost_delete"})
 
 
 # -- results ----------------------------------------------------------------------------
@@ -197,6 +239,19 @@ class Done(msgspec.Struct, kw_only=True):
     target: str
     count: int = 0  # messages purged, deleted, moved or sent
     detail: str = ""
+
+
+class VhostRow(msgspec.Struct, kw_only=True):
+    """One vhost on one node (the ``vhost_list`` answer)."""
+
+    node: str
+    name: str
+    # "default" (/), "config" ([[vhosts.host]]), "definition" (meshgate vhost add), or "stored": messages
+    # the store keeps for a vhost this node has no more (configured no longer), unreachable until it is again
+    origin: str
+    queues: int
+    messages: int  # waiting in its queues and durable subscriptions on this node
+    connections: int  # client connections to it on this node
 
 
 class ListenerReload(msgspec.Struct, kw_only=True):
@@ -241,6 +296,9 @@ RESULT_TYPES: dict[str, Any] = {
     "delete_definition": Done,
     "ha_failback": Done,
     "reload_tls": list[TlsReload],
+    "vhost_add": Done,
+    "vhost_delete": Done,
+    "vhost_list": list[VhostRow],
 }
 
 # Why a request failed: the REST API maps these to HTTP statuses.

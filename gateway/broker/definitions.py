@@ -5,7 +5,7 @@ shipping them the mesh's."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import msgspec
 
@@ -15,6 +15,7 @@ from model.definitions import (
     BINDING,
     EXCHANGE,
     QUEUE_SETTINGS,
+    VHOST,
     BindingSpec,
     Definition,
     DefinitionKind,
@@ -33,6 +34,8 @@ class Definitions:
         self.origin = origin  # this node's id: the origin of the changes made here
         self._records: dict[tuple[str, str], Definition] = {}
         self._clock = 0  # the highest version seen
+        # Vhost records are the node's, not this broker's: applied by gateway.broker.vhosts.VirtualHosts.
+        self.on_vhost: Callable[[Definition], None] | None = None
 
     def get(self, kind: DefinitionKind, name: str) -> Definition | None:
         """The record for a name, a tombstone included."""
@@ -42,8 +45,8 @@ class Definitions:
         return sorted(self._records.values(), key=lambda r: (r.kind, r.name))
 
     def change(self, kind: DefinitionKind, name: str, now: float, **spec: Any) -> Definition:
-        """A change made on this node: ``queue=``, ``durable=``, ``exchange=`` or
-        ``binding=`` the new value, none of them for a deletion."""
+        """A change made on this node: ``queue=``, ``durable=``, ``exchange=``,
+        ``binding=`` or ``vhost=`` the new value, none of them for a deletion."""
         self._clock += 1
         record = Definition(kind=kind, name=name, version=self._clock, origin=self.origin, changed_at=now, **spec)
         self._records[(kind, name)] = record
@@ -163,6 +166,9 @@ class DefiningMixin:
                 self.exchanges.declare(name, record.exchange)
             else:
                 self.exchanges.delete(name)
+        elif record.kind == VHOST:
+            if self.definitions.on_vhost is not None:
+                self.definitions.on_vhost(record)
         elif record.kind == BINDING:
             if record.binding is not None:
                 self.exchanges.bind(record.binding)

@@ -6,14 +6,20 @@ isolation costs nothing per message. What they share is the node's: one store
 budget, the event sink, the clock, the message id sequence and the settings.
 
 The default vhost ``/`` is the broker a node had before vhosts: it uses the store
-itself, and the mesh, management and metrics hold it alone (docs/vhosts.md)."""
+itself, and the mesh, management and metrics hold it alone (docs/vhosts.md).
+
+A vhost comes from the node's configuration or from a mesh-wide definition (kind
+"vhost" in the default vhost's definitions, model.definitions): made by command
+on any node, applied on every node as it arrives, at recovery, or when a node
+that was away catches up. The configuration is authoritative for its vhosts: a
+deletion by definition leaves them be."""
 
 from __future__ import annotations
 
 import itertools
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, Literal
 
 from gateway.broker.broker import Broker
 from gateway.broker.memory import MemoryBudget
@@ -21,11 +27,15 @@ from gateway.broker.message import Message
 from gateway.store.base import Store
 from gateway.store.records import split_key
 from gateway.store.vhost_view import VhostStoreView
-from model.names import DEFAULT_VHOST, check_vhost_name, quoted
+from model.definitions import VHOST, Definition, VhostSpec
+from model.names import DEFAULT_VHOST, InvalidName, check_vhost_name, quoted
 
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_VHOST", "VirtualHosts"]
+
+VhostOrigin = Literal["default", "config", "definition"]
+DELETED_REASON = "vhost deleted"
 
 
 class VirtualHosts:
@@ -38,6 +48,11 @@ class VirtualHosts:
         self._settings = {**settings, "memory": MemoryBudget(memory_limit), "message_ids": itertools.count(1)}
         self.default = Broker(store, **self._settings)
         self.brokers: dict[str, Broker] = {DEFAULT_VHOST: self.default}
+        self.configured = set(names)
+        # Stored records of vhosts that have no broker here (yet): handed over when one is defined.
+        self._unclaimed: dict[str, list[tuple[str, Message]]] = {}
+        self._recovered = False
+        self.default.definitions.on_vhost = self._definition_applied
         for name in names:
             self.add(name)
 
@@ -48,7 +63,95 @@ class VirtualHosts:
         if broker is None:
             check_vhost_name(name)  # also what keeps VHOST_MARK out of the store's qualified keys
             broker = self.brokers[name] = Broker(VhostStoreView(self.store, name), **self._settings)
+            if self._recovered:  # defined while running: what the store kept for it is its
+                broker.recover(self._unclaimed.pop(name, []))
         return broker
+
+    def origin(self, name: str) -> VhostOrigin | None:
+        """Where a vhost of this node comes from (None: it has none of that name)."""
+        if name == DEFAULT_VHOST:
+            return "default"
+        if name in self.configured:
+            return "config"
+        return "definition" if name in self.brokers else None
+
+    def defined(self, name: str) -> bool:
+        """Whether the mesh holds a (live) definition of vhost ``name``."""
+        record = self.default.definitions.get(VHOST, name)
+        return record is not None and not record.deleted
+
+    def messages(self, name: str) -> int:
+        """How many messages vhost ``name`` holds on this node (stored, if it has no broker)."""
+        broker = self.brokers.get(name)
+        return len(self._unclaimed.get(name, ())) if broker is None else messages_held(broker)
+
+    def define(self, name: str, spec: VhostSpec) -> Definition:
+        """Make vhost ``name`` on every node (InvalidName if none may be called that)."""
+        check_vhost_name(name)
+        record = self.default.define(VHOST, name, vhost=spec)
+        self.default.apply_definition(record, save=False)
+        return record
+
+    def undefine(self, name: str) -> Definition:
+        """Delete vhost ``name`` on every node, whatever it holds (the asker checked)."""
+        record = self.default.define(VHOST, name)
+        self.default.apply_definition(record, save=False)
+        return record
+
+    def unclaimed(self) -> dict[str, int]:
+        """Vhosts neither configured nor defined whose messages the store keeps: how many."""
+        return {name: len(kept) for name, kept in sorted(self._unclaimed.items())}
+
+    def _definition_applied(self, record: Definition) -> None:
+        name = record.name
+        if not record.deleted:
+            try:
+                self.add(name)
+            except InvalidName as error:  # from a node that checked less: nothing to make of it
+                log.error("vhost definition from node %s not applied: %s", record.origin, error)
+            return
+        if name in self.configured or name == DEFAULT_VHOST:
+            log.warning("vhost %s was deleted by command on node %s; it stays on this node, whose configuration "
+                        "lists it", quoted(name), record.origin)
+            return
+        self.remove(name)
+
+    def remove(self, name: str) -> int:
+        """Delete vhost ``name`` here: its clients are disconnected ("vhost deleted"),
+        its queues, durable subscriptions and stored messages go. Returns how many
+        messages went."""
+        broker = self.brokers.pop(name, None)
+        if broker is None:
+            return self._drop_unclaimed(name)
+        told: set[int] = set()  # an AMQP connection has a session per channel: told once
+        for session in list(broker.sessions.values()):
+            connection = session.connection
+            if connection is not None and id(connection) not in told:
+                told.add(id(connection))
+                connection.close(DELETED_REASON)
+            session.close()  # now: its unacked messages return to the queues dropped next
+        count = 0
+        for binding in list(broker.bindings.values()):
+            count += len(binding.queue)
+            broker.drop_durable(binding)
+        for queue in list(broker.queues.values()):
+            count += len(queue)
+            broker.drop_queue(queue, save=False)
+        try:
+            self.store.save_catalog({}, name)
+        except OSError as error:
+            log.warning("the catalog of deleted vhost %s could not be cleared (%s)", quoted(name), error)
+        log.warning("vhost %s deleted: its clients disconnected, %d message(s) dropped", quoted(name), count)
+        return count
+
+    def _drop_unclaimed(self, name: str) -> int:
+        kept = self._unclaimed.pop(name, [])
+        view = VhostStoreView(self.store, name)
+        for queue_key, message in kept:
+            view.remove(queue_key, message)
+        if kept:
+            log.warning("vhost %s is deleted: %d stored message(s) of it dropped", quoted(name), len(kept))
+        return len(kept)
 
     def get(self, name: str) -> Broker | None:
         return self.brokers.get(name)
@@ -69,7 +172,9 @@ class VirtualHosts:
     def recover(self) -> int:
         """Recover the shared store once and each vhost's broker from its share: a
         default-vhost key is the default vhost's (what a data dir from before vhosts
-        holds); a record of a vhost not configured stays in the store untouched."""
+        holds). The records of a vhost neither configured nor defined stay in the
+        store untouched, handed to it if it is defined later, dropped if the
+        definitions hold its deletion (a crash between the deletion and its removes)."""
         shares: dict[str | None, list[tuple[str, Message]]] = {None: []}
         for key, message in self.store.recover():
             vhost, queue_key = split_key(key)
@@ -77,16 +182,26 @@ class VirtualHosts:
             if share is None:
                 share = shares[vhost] = []
             share.append((queue_key if vhost is not None else key, message))
-        count = self.default.recover(shares.pop(None))
-        for name, broker in self.brokers.items():
-            if name == DEFAULT_VHOST:
-                continue
-            count += broker.recover(shares.pop(name, []))
-        for vhost, kept in shares.items():
+        default_share = shares.pop(None)
+        self._unclaimed = {name: share for name, share in shares.items() if name is not None}
+        count = self.default.recover(default_share)  # applies the vhost definitions: their brokers are made
+        for name, broker in list(self.brokers.items()):
+            if name != DEFAULT_VHOST:
+                count += broker.recover(self._unclaimed.pop(name, []))
+        self._recovered = True
+        for name in list(self._unclaimed):
+            if self.default.definitions.get(VHOST, name) is not None:  # a tombstone: the defined ones have brokers
+                self._drop_unclaimed(name)
+        for vhost, kept in self._unclaimed.items():
             log.warning("recovery: %d stored messages of vhost %s, which is not configured, are kept untouched; "
-                        "configure it to reach them", len(kept), quoted(vhost or ""))
+                        "configure it (or meshgate vhost add it) to reach them", len(kept), quoted(vhost))
         return count
 
     def sweep_expired(self) -> None:
         for broker in self:
             broker.sweep_expired()
+
+
+def messages_held(broker: Broker) -> int:
+    """The messages waiting in a vhost's queues and durable subscriptions."""
+    return sum(len(q) for q in broker.queues.values()) + sum(len(b.queue) for b in broker.bindings.values())

@@ -33,6 +33,8 @@ from model.requests import (
     ReloadTls,
     ScaleDownNode,
     Send,
+    VhostAdd,
+    VhostDelete,
 )
 from tests.protocol.management_harness import ManagedNode, ManagementHarness, wire
 from tests.protocol.test_mesh_in_doubt import lose
@@ -403,6 +405,8 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         DeleteDefinition(kind="queue", name="orders"),
         HaFailback(node="c"),
         ReloadTls(node="c"),
+        VhostAdd(name="team-x"),
+        VhostDelete(name="team-x", force=True),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)

@@ -184,7 +184,7 @@ def test_unknown_fields_are_ignored_when_decoding():
 
 
 CONNECTION_KEYS = ["id", "node", "remote", "user", "protocol", "version", "since", "client_id", "subscriptions",
-                   "unacked", "channels", "channel_details"]
+                   "unacked", "vhost", "channels", "channel_details"]
 CHANNEL_KEYS = ["number", "consumers", "unacked", "prefetch", "global_prefetch", "confirm", "transactional"]
 
 
