@@ -16,7 +16,9 @@ from twisted.internet import defer, endpoints, task
 
 from gateway.auth import Authenticator, Authorizer
 from gateway.broker.broker import Broker
+from gateway.broker.vhost_limits import VhostLimits
 from gateway.broker.vhosts import VirtualHosts
+from gateway.permissions import VhostPermissions
 from gateway.selector import compile_selector
 from gateway.stomp.protocol import StompFactory, StompSettings
 from gateway.store.journal import JournalStore, StoreError
@@ -140,6 +142,8 @@ class Node:
             no_space_fail_after_ms=config.store.fail_after_ms,
         )
         authorizer = Authorizer(config.security.authorization, enabled=not config.anonymous)
+        permissions = VhostPermissions(config.vhosts.permissions, enabled=not config.anonymous)
+        limits = VhostLimits(config.vhosts.limits, vhosts)  # after recovery: counts what vhosts hold
         authenticator = Authenticator(config.security.users)
         self.stomp_factory = StompFactory(
             broker,
@@ -150,6 +154,8 @@ class Node:
             node_name=config.name,
             threadpool=self.reactor.getThreadPool(),
             vhosts=vhosts,
+            permissions=permissions,
+            limits=limits,
         )
         # Before the listeners: its address is reserved from the first SEND.
         state = self._start_management(broker, events, authorizer)
@@ -164,7 +170,7 @@ class Node:
             if stomp.websocket.tls is not None:
                 self.ports.append(("wss", (yield self._listen_tls(stomp.websocket.tls, websocket))))
         if config.amqp is not None:
-            yield self._start_amqp(config.amqp, vhosts, authenticator, authorizer)
+            yield self._start_amqp(config.amqp, vhosts, authenticator, authorizer, permissions, limits)
         if self.mesh is not None and config.mesh is not None:
             self.mesh.stomp_address = (self.addresses()[0][1], self.addresses()[0][2])
             yield self.mesh.start()
@@ -236,14 +242,14 @@ class Node:
 
     @defer.inlineCallbacks
     def _start_amqp(self, amqp: AmqpConfig, vhosts: VirtualHosts, authenticator: Authenticator,
-                    authorizer: Authorizer):
+                    authorizer: Authorizer, permissions: VhostPermissions, limits: VhostLimits):
         from gateway.amqp.protocol import AmqpFactory, AmqpSettings
 
         settings = AmqpSettings(frame_max=amqp.frame_max, channel_max=amqp.channel_max, heartbeat_s=amqp.heartbeat_s,
                                 max_message_size=amqp.max_message_size, max_connections=amqp.max_connections)
         factory = self.amqp_factory = AmqpFactory(vhosts.default, settings, authenticator, authorizer, self.reactor,
                                                   node_name=self.config.name, threadpool=self.reactor.getThreadPool(),
-                                                  vhosts=vhosts)
+                                                  vhosts=vhosts, permissions=permissions, limits=limits)
         self.ports.append(("amqp", (yield self._listen(amqp.bind, factory))))
         if amqp.tls is not None:
             self.ports.append(("amqps", (yield self._listen_tls(amqp.tls, factory))))

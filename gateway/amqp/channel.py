@@ -23,10 +23,12 @@ from gateway.amqp.confirms import Confirms
 from gateway.amqp.properties import route_of
 from gateway.amqp.reader import Command
 from gateway.amqp.spec import AmqpError
+from gateway.auth import ANONYMOUS
 from gateway.broker.errors import BrokerError
 from gateway.broker.exchanges import TOPIC_EXCHANGE
 from gateway.broker.message import QUEUE, Message
 from gateway.broker.queue import AUTO, CLIENT_INDIVIDUAL, Queue, Subscription
+from gateway.permissions import amqp_needs
 from model.mesh import ChannelSummary
 
 if TYPE_CHECKING:
@@ -61,6 +63,7 @@ class Channel:
         self._tags = itertools.count(1)
         self._consumer_tags = itertools.count(1)
         self.confirms: Confirms | None = None  # from confirm.select on
+        self._stored = connection.factory.limits.stored(connection.vhost)  # its vhost's max_messages, if any
         self.closing = False
         self.transactional = False
         self._tx: list[tuple] = []
@@ -95,12 +98,36 @@ class Channel:
     def _reply(self, name: str, **values) -> None:
         self.connection.write(encode_method(self.number, name, **values))
 
-    def _allowed(self, action: str, destination: str, command: Command) -> None:
-        authorizer = self.connection.factory.authorizer
-        principal = self.connection.principal
-        if authorizer is not None and authorizer.enabled and not authorizer.allowed(principal, action, destination):
-            raise self._error(spec.ACCESS_REFUSED, f"{action} on {destination} is not allowed for "
-                                                   f"{getattr(principal, 'name', '?')}", command)
+    def _allowed(self, action: str, destination: str, command: Command, arguments: object = None) -> None:
+        """Both authorization maps: the destination map's ``action`` on ``destination``, and
+        what the vhost map asks of the method (its ``arguments``, the command's by default)."""
+        access = self.connection.factory.access
+        if access.enabled:  # checked first: a node without either map does nothing more per message
+            principal = self.connection.principal or ANONYMOUS  # set before any channel opens
+            if not access.authorizer.allowed(principal, action, destination):
+                raise self._error(spec.ACCESS_REFUSED, f"{action} on {destination} is not allowed for "
+                                                       f"{principal.name}", command)
+            self._permitted(command, arguments)
+
+    def _permitted(self, command: Command, arguments: object = None) -> None:
+        """The vhost map alone (RabbitMQ's configure/write/read): 403 with RabbitMQ's words
+        naming the first resource refused."""
+        permissions = self.connection.factory.access.permissions
+        if not permissions.enabled:
+            return
+        connection = self.connection
+        principal = connection.principal or ANONYMOUS  # set before any channel opens
+        args = command.args if arguments is None else arguments
+        method = command.spec.name
+        dead_letter_exchange = None
+        if method == "queue.declare":
+            named = (getattr(args, "arguments", None) or {}).get("x-dead-letter-exchange")
+            dead_letter_exchange = named if isinstance(named, str) else None
+        for need in amqp_needs(method, args, dead_letter_exchange=dead_letter_exchange):
+            if not permissions.allowed(principal, connection.vhost, need.operation, need.name):
+                raise self._error(spec.ACCESS_REFUSED, f"access to {need.kind} {need.name!r} in vhost "
+                                                       f"{connection.vhost!r} refused for user {principal.name!r}",
+                                  command)
 
     # -- channel --------------------------------------------------------------------------
 
@@ -474,6 +501,8 @@ class Channel:
         if broker.memory_full or (publish.persistent and store.blocked is not None):
             connection.pause_reading(store.when_room if store.blocked is not None and not broker.memory_full
                                      else broker.when_memory_available)
+        elif self._stored is not None and self._stored.full:
+            connection.pause_reading(self._stored.when_below)  # its vhost holds max_messages: until one goes
 
     def method_confirm_select(self, args, command: Command) -> None:
         if self.transactional:

@@ -7,6 +7,7 @@ written in the class do."""
 from __future__ import annotations
 
 import secrets
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from gateway.amqp import spec
@@ -41,6 +42,8 @@ def method_exchange_declare(channel: Channel, args, command: Command) -> None:
         if current is None:
             channel._allowed("admin", "/exchange/" + name, command)
             channel.broker.declare_exchange(name, wanted)
+        else:  # RabbitMQ asks for configure on every declare, the destination map only for a new exchange
+            channel._permitted(command)
     if not args.nowait:
         channel._reply("exchange.declare_ok")
 
@@ -93,7 +96,13 @@ def method_queue_declare(channel: Channel, args, command: Command) -> None:
         if queue is None:
             raise channel._error(spec.NOT_FOUND, f"no queue {name!r}", command)
     else:
-        channel._allowed("read", "/queue/" + name, command)
+        channel._allowed("read", "/queue/" + name, command,
+                         SimpleNamespace(queue=name, arguments=args.arguments))  # a server-named queue's name
+        if queue is None:
+            connection = channel.connection
+            refusal = connection.factory.limits.queue_refusal(connection.vhost, len(broker.queues))
+            if refusal is not None:
+                raise channel._error(spec.PRECONDITION_FAILED, refusal, command)
         settings = _settings(args.arguments or {}, command, channel)
         current = broker.queue_settings.get(name)
         if current is not None and (current.amqp_arguments or {}) != (settings.amqp_arguments or {}):

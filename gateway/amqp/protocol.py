@@ -27,10 +27,12 @@ from gateway.amqp.fields import DecodeError, decode_table
 from gateway.amqp.lifetimes import QueueLifetimes
 from gateway.amqp.reader import Command, ContentRefused, FrameReader, Heartbeat, ProtocolHeader
 from gateway.amqp.spec import AmqpError
-from gateway.auth import ANONYMOUS, Principal
+from gateway.auth import ANONYMOUS, Authorizer, Principal
 from gateway.broker.broker import Broker
 from gateway.broker.session import ConnectionInfo, Session
+from gateway.broker.vhost_limits import VhostLimits
 from gateway.hostile_log import PeerLog, quote
+from gateway.permissions import AccessControl, VhostPermissions
 from gateway.transport import Transport
 from model.events import USER_LIMIT, AuthenticationFailed
 from model.mesh import Connection
@@ -88,6 +90,8 @@ class AmqpProtocol(Protocol):
         self.session: Session | None = None  # the connection's own, from connection.open (see _listed)
         self.broker: Broker  # its vhost's, from connection.open (before which no channel opens)
         self.lifetimes: QueueLifetimes  # its vhost's AMQP queue lifetimes, likewise
+        self.vhost = DEFAULT_VHOST  # its name, from connection.open
+        self._counted: str | None = None  # the vhost whose connection limit counts this one
         self.peer_host = "?"  # the client's address: what its log budget is kept by
         self.remote = "?"  # its address and port
 
@@ -129,6 +133,7 @@ class AmqpProtocol(Protocol):
         if self.session is not None:  # connection.open chose its vhost
             self.session.close()
             self.lifetimes.connection_gone(self)
+        self._uncount()
 
     def _handshake_timeout(self) -> None:
         if self.state not in ("open", "closed"):
@@ -279,6 +284,14 @@ class AmqpProtocol(Protocol):
         broker = factory.broker_for(vhost)
         if broker is None:  # RabbitMQ's words, which clients and their users know
             raise AmqpError(spec.NOT_ALLOWED, f"vhost {quote(vhost)} not found", 0, 10, 40)
+        principal = self.principal or ANONYMOUS
+        if not factory.access.may_open(principal, vhost):  # RabbitMQ's words
+            raise AmqpError(spec.NOT_ALLOWED, f"access to vhost {quote(vhost)} refused for user "
+                                              f"{quote(principal.name)}", 0, 10, 40)
+        refusal = factory.limits.connect(vhost)
+        if refusal is not None:
+            raise AmqpError(spec.NOT_ALLOWED, refusal, 0, 10, 40)
+        self._counted = self.vhost = vhost
         self.broker = broker
         self.lifetimes = factory.lifetimes(broker)
         self.name = f"{factory.node_name}-amqp-{next(factory.connection_ids)}"
@@ -299,7 +312,14 @@ class AmqpProtocol(Protocol):
         self.session.principal = self.principal
         self.session.connection = self.info
 
+    def _uncount(self) -> None:
+        """Give back the place this connection took under its vhost's max_connections."""
+        if self._counted is not None:
+            self.factory.limits.disconnect(self._counted)
+            self._counted = None
+
     def method_connection_close(self, command: Command) -> None:
+        self._uncount()  # before close_ok: a client told its connection is closed may open another at once
         # Its channels end before close_ok goes: a client that got close_ok finds them gone.
         for channel in list(self.channels.values()):
             channel.closed()
@@ -486,11 +506,17 @@ class AmqpFactory(ServerFactory[AmqpProtocol]):
     protocol = AmqpProtocol
 
     def __init__(self, broker: Broker, settings: AmqpSettings, authenticator, authorizer, clock,
-                 node_name: str = "meshgate", threadpool=None, vhosts: VirtualHosts | None = None) -> None:
+                 node_name: str = "meshgate", threadpool=None, vhosts: VirtualHosts | None = None,
+                 permissions: VhostPermissions | None = None, limits: VhostLimits | None = None) -> None:
         self.broker = broker
         self.settings = settings
         self.authenticator = authenticator
         self.authorizer = authorizer
+        # Both authorization maps (docs/vhosts.md, "Permissions") and the vhosts' limits.
+        nobody_refused = Authorizer((), enabled=False)  # a factory may be made without a map (benches)
+        self.access = AccessControl(authorizer if authorizer is not None else nobody_refused,
+                                    permissions or VhostPermissions((), enabled=False))
+        self.limits = limits or VhostLimits()
         self.clock = clock
         self.node_name = node_name
         self.threadpool = threadpool

@@ -19,6 +19,7 @@ from gateway.broker.message import EXCHANGE_HEADER, QUEUE, ROUTING_KEY_HEADER, T
 from gateway.broker.names import check_name
 from gateway.broker.queue import ACK_MODES, Queue, Subscription, TopicBinding
 from gateway.broker.session import DeliverySink, Session
+from gateway.broker.vhost_limits import StoredMessages
 from gateway.store.base import Store
 from model.definitions import (
     DURABLE_SUBSCRIPTION,
@@ -394,6 +395,26 @@ class Broker(DefiningMixin):
             self._topic_cache.clear()
         self._topic_cache[address] = bindings
         return bindings
+
+    def count_stored(self, stored: StoredMessages) -> None:
+        """Count the messages this broker holds against its vhost's ``max_messages``
+        (gateway.broker.vhost_limits), from those it holds now on. ``enqueue`` and
+        ``consumed`` are wrapped on this broker alone, so a broker without the limit
+        runs the code it ran before, with no new step per message."""
+        queues = [*self.queues.values(), *self.temp_queues.values(), *(b.queue for b in self.bindings.values())]
+        stored.count = sum(len(queue) + queue.inflight for queue in queues)
+        enqueue, consumed = self.enqueue, self.consumed
+
+        def counted_enqueue(queue: Queue, message: Message) -> None:
+            enqueue(queue, message)
+            stored.added()
+
+        def counted_consumed(queue: Queue, message: Message) -> None:
+            consumed(queue, message)
+            stored.removed()
+
+        self.enqueue = counted_enqueue  # type: ignore[method-assign]
+        self.consumed = counted_consumed  # type: ignore[method-assign]
 
     # -- memory: the node's budget (gateway.broker.memory), shared by its vhosts' brokers --
 

@@ -23,12 +23,14 @@ from gateway.broker.errors import BrokerError
 from gateway.broker.message import Message
 from gateway.broker.queue import Subscription
 from gateway.broker.session import ConnectionInfo
+from gateway.broker.vhost_limits import StoredMessages, VhostLimits
 from gateway.hostile_log import PeerLog
+from gateway.permissions import AccessControl, VhostPermissions
 from gateway.stomp.codec import HEARTBEAT, Frame, FrameError, FrameParser, encode_frame
 from gateway.stomp.versions import SUPPORTED, VERSIONS, Stomp10, StompError
 from gateway.transport import Transport
 from model.events import USER_LIMIT, AuthenticationFailed
-from model.names import quoted
+from model.names import DEFAULT_VHOST, quoted
 
 if TYPE_CHECKING:
     from gateway.broker.vhosts import VirtualHosts
@@ -72,6 +74,9 @@ class StompProtocol(Protocol):
         self._stream: deque | None = None  # what waits behind a large body going out in pieces
         self._close_after_stream = False
         self._socket_full = False
+        self.vhost = DEFAULT_VHOST  # chosen at CONNECT
+        self._counted: str | None = None  # the vhost whose connection limit counts this one
+        self._stored: StoredMessages | None = None  # its vhost's max_messages, if it has one
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -99,6 +104,7 @@ class StompProtocol(Protocol):
         self._timers.clear()
         self._count_partial(0)
         self.factory.connections.discard(self)
+        self._uncount()
         if self.handler is not None:
             self.handler.session.close()
             self.handler = None
@@ -175,6 +181,8 @@ class StompProtocol(Protocol):
                 persistent = persistent or frame.headers.get("persistent") == "true"
         if sent and self.factory.broker.memory_full and not self._fills_memory_itself():
             self._pause_reading()  # producer flow control: stop reading this client until memory drains
+        if sent and self._stored is not None and self._stored.full:
+            self._pause_reading(self._stored.when_below)  # its vhost holds max_messages: likewise, until one goes
         if persistent and store.blocked is not None and not self._reading_paused:
             # Store flow control: not read while the store is at store.limit or
             # store.max_disk_usage; after no_space_fail_after_ms of that, an ERROR.
@@ -266,6 +274,16 @@ class StompProtocol(Protocol):
         if broker is None:
             self.fail(f"no virtual host named {quoted(host or '')} on this broker")
             return
+        vhost = self.vhost = _vhost_name(factory, host, broker)
+        if not factory.access.may_open(principal, vhost):  # RabbitMQ's words, as AMQP's 530 has them
+            self.fail(f"access to vhost {quoted(vhost)} refused for user {quoted(principal.name)}")
+            return
+        refusal = factory.limits.connect(vhost)
+        if refusal is not None:
+            self.fail(refusal)
+            return
+        self._counted = vhost
+        self._stored = factory.limits.stored(vhost)
         try:
             session = broker.open_session(self, session_id, headers.get("client-id"))
         except BrokerError as error:  # a client-id no client could address
@@ -400,7 +418,14 @@ class StompProtocol(Protocol):
         if not receipts and self._close_after_receipts:
             self._lose_connection()
 
+    def _uncount(self) -> None:
+        """Give back the place this connection took under its vhost's max_connections."""
+        if self._counted is not None:
+            self.factory.limits.disconnect(self._counted)
+            self._counted = None
+
     def disconnect_requested(self) -> None:
+        self._uncount()  # before the DISCONNECT's receipt: a client told it is gone may connect again at once
         self.closing = True
         self._close_after_receipts = True
         # The DISCONNECT's own receipt is queued after this returns.
@@ -477,12 +502,16 @@ class StompFactory(ServerFactory[StompProtocol]):
     protocol = StompProtocol
 
     def __init__(self, broker: Broker, settings: StompSettings, authenticator, authorizer, clock,
-                 node_name: str = "meshgate", threadpool=None, vhosts: VirtualHosts | None = None) -> None:
+                 node_name: str = "meshgate", threadpool=None, vhosts: VirtualHosts | None = None,
+                 permissions: VhostPermissions | None = None, limits: VhostLimits | None = None) -> None:
         self.broker = broker  # the default vhost's; the node's store and memory budget are every vhost's
         self.vhosts = vhosts
         self.settings = settings
         self.authenticator = authenticator
         self.authorizer = authorizer
+        # Both authorization maps (docs/vhosts.md, "Permissions") and the vhosts' limits.
+        self.access = AccessControl(authorizer, permissions or VhostPermissions((), enabled=False))
+        self.limits = limits or VhostLimits()
         self.clock = clock
         self.node_name = node_name
         self.connections: set[StompProtocol] = set()
@@ -490,6 +519,13 @@ class StompFactory(ServerFactory[StompProtocol]):
         self.threadpool = threadpool
         self.peer_log = PeerLog(log, clock.seconds)  # what clients make the node log, rate-limited per address
 
+
+
+def _vhost_name(factory: StompFactory, host: str | None, broker: Broker) -> str:
+    """The name of the vhost CONNECT chose: ``host`` if it names one, else the default vhost's."""
+    if host is not None and factory.vhosts is not None and factory.vhosts.get(host) is broker:
+        return host
+    return DEFAULT_VHOST
 
 
 def _negotiate(accept_version: str | None) -> str | None:

@@ -12,7 +12,7 @@ from gateway.broker.message import NOT_FROM_SENDERS, QUEUE, TOPIC, Message
 from gateway.broker.queue import AUTO, CLIENT, CLIENT_INDIVIDUAL, Subscription
 from gateway.numbers import whole_number
 from gateway.stomp.codec import Frame, escape_header, message_head
-from model.names import quoted
+from model.names import DEFAULT_VHOST, quoted
 
 STREAM_AT = 256 * 1024  # a MESSAGE body this large goes out in pieces, as the socket takes them
 MAX_EXPIRES = 2 ** 63 - 1  # epoch milliseconds: what the journal holds (a signed 64-bit number)
@@ -39,12 +39,15 @@ class Stomp10:
         self.session = session
         self.principal = principal
         self.broker = session.broker
-        self.authorizer = protocol.factory.authorizer
+        self.access = protocol.factory.access  # both authorization maps
+        self.vhost = protocol.vhost
+        # The vhost's max_queues (None: none): a queue name not yet made is checked against it.
+        self._max_queues = protocol.factory.limits.max_queues(self.vhost)
         self._subscription_numbers: dict[int, Subscription] = {}
         self._next_number = 0
         self._temp_names: dict[str, str] = {}  # global temp queue name -> name the client used
         self._destinations: dict[str, tuple[str, str]] = {}  # parsed once per connection
-        if not self.authorizer.enabled:
+        if not self.access.enabled:
             # mypy forbids replacing a method; a plain function, unlike a bound method, makes no
             # reference cycle that would keep the handler alive past its connection.
             self.authorize = _allow_all  # type: ignore[method-assign]
@@ -76,15 +79,23 @@ class Stomp10:
         parsed = self._destinations.get(text)
         if parsed is None:
             parsed = self._parse_destination(text)
-            if len(self._destinations) < 1000:
+            # With max_queues a name is looked at every time: its queue may be deleted and asked for again.
+            if len(self._destinations) < 1000 and self._max_queues is None:
                 self._destinations[text] = parsed
         return parsed
+
+    def _check_queue_limit(self) -> None:
+        refusal = self.protocol.factory.limits.queue_refusal(self.vhost, len(self.broker.queues))
+        if refusal is not None:
+            raise StompError(refusal)
 
     def _parse_destination(self, text: str) -> tuple[str, str]:
         kind, sep, name = text[1:].partition("/")
         if not sep or not name or text[0] != "/":
             raise StompError(f"invalid destination {quoted(text)}: use /queue/NAME, /topic/NAME or /temp-queue/NAME")
         if kind == "queue":
+            if self._max_queues is not None and name not in self.broker.queues and name not in self.broker.services:
+                self._check_queue_limit()
             return QUEUE, name
         if kind == "topic":
             return TOPIC, name
@@ -102,8 +113,11 @@ class Stomp10:
         return f"/{message.kind}/{message.address}"
 
     def authorize(self, action: str, destination: str) -> None:
-        if not self.authorizer.allowed(self.principal, action, destination):
-            raise StompError(f"user {self.principal.name!r} is not authorized to {action} {destination}")
+        # A service address (management) has its own admin check: the vhost map does not apply to it.
+        service = destination.startswith("/queue/") and destination[7:] in self.broker.services
+        if not self.access.allowed(self.principal, self.vhost, action, destination, () if service else None):
+            where = "" if self.vhost == DEFAULT_VHOST else f" in vhost {quoted(self.vhost)}"
+            raise StompError(f"user {self.principal.name!r} is not authorized to {action} {destination}{where}")
 
     # -- producing ------------------------------------------------------------------------
 

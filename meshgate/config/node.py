@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from meshgate.config.ha import HaConfig
 from meshgate.config.mesh import MeshConfig
 from meshgate.config.metrics import MetricsConfig
+from meshgate.config.permissions import check_principals
 from meshgate.config.schema import (
     _NODE_NAME,
     _QUEUE_NAME,
@@ -228,6 +229,7 @@ class NodeConfig:
         if self.ha.replicated and not self.replication_password:
             raise ConfigError("ha.password", 'needed with mode = "replicated" (or a [mesh] cluster_password): it '
                                              "authenticates the replication link and the witness")
+        check_principals(self.vhosts.permissions, self.security.users, "vhosts.permissions")
 
     @property
     def replication_password(self) -> str:
