@@ -174,6 +174,20 @@ class MeshMember:
         consumer.listener.wait_for_body(fence)
         return fence
 
+    def reach(self, topic: str, consumer: Client, timeout: float = 10.0) -> None:
+        """Publish probes to ``topic`` on this node until ``consumer`` (on another node) gets
+        one: a topic message sent before the subscription's demand reached this node goes
+        to nobody, so one fence may be too early; demand arrives in milliseconds."""
+        producer = self.client()
+        sent: list[str] = []
+
+        def arrived() -> bool:
+            sent.append(unique("probe"))
+            producer.send(topic, sent[-1])
+            return any(m.body in sent for m in consumer.listener.messages)
+
+        wait_until(arrived, f"a probe on {topic} to reach the subscriber", timeout=timeout, interval=0.2)
+
     def subscriber(self, destination: str, **subscribe) -> Client:
         """A new client of this node, subscribed to ``destination`` (its receipt awaited)."""
         client = self.client()

@@ -51,7 +51,7 @@ def test_three_nodes_over_mutual_tls_carry_queue_and_topic_traffic_both_ways(mes
         _received_all(consumer, bodies)
         topic = f"/topic/{unique('tls')}"
         subscriber = consumer_node.subscriber(topic)
-        producer_node.fence(topic, subscriber)
+        producer_node.reach(topic, subscriber)
     for node in (a, b, c):
         assert node.count(r"tls: ") == 0, node.stderr()[-3000:]
 
