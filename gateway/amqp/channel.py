@@ -1,7 +1,9 @@
 """An AMQP channel on the broker core: one core session per channel, one handler
-per method (``method_basic_publish`` …), deliveries numbered by delivery tag,
-publisher confirms (gateway.amqp.confirms) sent once what they confirm is durable.
-Declaring, binding and purging exchanges and queues is gateway.amqp.declarations'."""
+per method (``method_basic_publish`` …), and the publishing side: basic.publish,
+publisher confirms (gateway.amqp.confirms) sent once what they confirm is durable,
+and transactions. Consuming (qos, consume, deliveries, get, acks) is
+gateway.amqp.consuming's; declaring, binding and purging exchanges and queues is
+gateway.amqp.declarations'."""
 
 from __future__ import annotations
 
@@ -9,32 +11,23 @@ import itertools
 from collections import OrderedDict
 from typing import TYPE_CHECKING, cast
 
-from gateway.amqp import declarations, spec
+from gateway.amqp import consuming, declarations, spec
 from gateway.amqp import properties as props
-from gateway.amqp.codec import (
-    encode_consumer,
-    encode_content,
-    encode_delivery,
-    encode_method,
-    encode_properties,
-    encode_route,
-)
+from gateway.amqp.codec import encode_content, encode_method
 from gateway.amqp.confirms import Confirms
-from gateway.amqp.properties import route_of
+from gateway.amqp.consuming import UNLIMITED
 from gateway.amqp.reader import Command
 from gateway.amqp.spec import AmqpError
 from gateway.auth import ANONYMOUS
 from gateway.broker.errors import BrokerError
 from gateway.broker.exchanges import TOPIC_EXCHANGE
-from gateway.broker.message import QUEUE, Message
-from gateway.broker.queue import AUTO, CLIENT_INDIVIDUAL, Queue, Subscription
+from gateway.broker.message import Message
+from gateway.broker.queue import Queue, Subscription
 from gateway.permissions import amqp_needs
 from model.mesh import ChannelSummary
 
 if TYPE_CHECKING:
     from gateway.amqp.protocol import AmqpProtocol
-
-UNLIMITED = 2 ** 31  # a prefetch of 0 means no limit
 
 
 class Channel:
@@ -219,231 +212,19 @@ class Channel:
         if owner is not None and owner is not self.connection:
             raise self._error(spec.RESOURCE_LOCKED, f"queue {name!r} is exclusive to another connection", command)
 
-    # -- consuming ------------------------------------------------------------------------
+    # -- consuming: gateway.amqp.consuming -----------------------------------------------
 
-    def method_basic_qos(self, args, command: Command) -> None:
-        if not args.global_:
-            self.prefetch = args.prefetch_count or UNLIMITED
-            self._reply("basic.qos_ok")
-            return
-        self.global_prefetch = args.prefetch_count
-        self._reply("basic.qos_ok")  # before any delivery the new limit lets through
-        if self.global_prefetch and len(self.unacked) - self._gets >= self.global_prefetch:
-            if not self._full:
-                self._close_windows()
-        elif self._full:
-            self._reopen()
-
-    def _close_windows(self, attaching: Subscription | None = None) -> None:
-        """The channel holds global_prefetch unacked deliveries: none of its consumers takes more
-        (``attaching``: one that filled it while it attached, before it is in self.consumers)."""
-        self._full = True
-        for sub in self.consumers.values():
-            sub.prefetch = 0  # what the mesh does to a subscription that must take nothing new
-        if attaching is not None:
-            attaching.prefetch = 0
-
-    def _room_made(self) -> None:
-        """Acks, nacks, rejects, a recover or a consumer gone took deliveries off a full channel."""
-        if not self.global_prefetch or len(self.unacked) - self._gets < self.global_prefetch:
-            self._reopen()
-
-    def _reopen(self) -> None:
-        """The consumers' own windows come back, and the channel's queues fill the room there is,
-        taking turns: the one that filled it last time goes last."""
-        self._full = False
-        windows = self._windows
-        queues: list[Queue] = []
-        for tag, sub in self.consumers.items():
-            sub.prefetch = windows[tag]
-            if sub.ack_mode != AUTO and sub.queue not in queues:
-                queues.append(sub.queue)
-        turn = self._turn
-        for step in range(len(queues)):
-            queues[(turn + step) % len(queues)].dispatch()
-            if self._full:
-                self._turn = turn + step + 1
-                return
-
-    def method_basic_consume(self, args, command: Command) -> None:
-        queue = self._existing_queue(args.queue, command)
-        self._allowed("read", "/queue/" + args.queue, command)
-        tag = args.consumer_tag or f"amq.ctag-{self.connection.name}-{self.number}-{next(self._consumer_tags)}"
-        if tag in self.consumers:
-            raise AmqpError(spec.NOT_ALLOWED, f"consumer tag {tag!r} is already in use on this channel", 0,
-                            command.spec.class_id, command.spec.method_id)
-        exclusive = self.connection.lifetimes.exclusive_consumers
-        holder = exclusive.get(args.queue)
-        if holder is not None and holder.queue is queue and holder in queue.consumers:
-            raise self._error(spec.ACCESS_REFUSED, f"queue {args.queue!r} has an exclusive consumer", command)
-        if args.exclusive and queue.consumers:
-            raise self._error(spec.ACCESS_REFUSED, f"queue {args.queue!r} has consumers: none can be exclusive",
-                              command)
-        # consume_ok goes first: a delivery may follow at once.
-        if not args.nowait:
-            self._reply("basic.consume_ok", consumer_tag=tag)
-        session = self.session
-        ack_mode = AUTO if args.no_ack else CLIENT_INDIVIDUAL
-        consumer = encode_consumer(tag)  # the subscription's tag: what its deliveries start with
-        if self._full and ack_mode != AUTO:
-            # The channel-wide limit is reached: the consumer starts with its window closed
-            # (the session takes nothing while it attaches, the queue dispatching as it does).
-            writable, session.writable = session.writable, False
-            try:
-                sub = session.subscribe(tag, QUEUE, args.queue, ack_mode, self.prefetch, None, tag=consumer)
-            finally:
-                session.writable = writable
-            sub.prefetch = 0
-        else:
-            sub = session.subscribe(tag, QUEUE, args.queue, ack_mode, self.prefetch, None, tag=consumer)
-        self.consumers[tag] = sub
-        self._windows[tag] = self.prefetch
-        if args.exclusive:
-            exclusive[args.queue] = sub  # until it leaves the queue's consumers
-
-    def method_basic_cancel(self, args, command: Command) -> None:
-        sub = self.consumers.pop(args.consumer_tag, None)
-        if sub is not None:
-            del self._windows[sub.id]
-            # No more deliveries; what it holds stays unacked, to be acked or nacked still
-            # (and counted against a channel-wide limit until it is, as in RabbitMQ).
-            del self.session.subscriptions[sub.id]
-            self.broker.unsubscribe(sub, [])
-            if sub.inflight:
-                self._cancelled.append(sub)
-            self.connection.lifetimes.consumer_gone(sub.queue.name)
-        if not args.nowait:
-            self._reply("basic.cancel_ok", consumer_tag=args.consumer_tag)
-
-    def cancel_from_server(self, sub: Subscription) -> None:
-        """The queue went (deleted): the client hears basic.cancel."""
-        if self.consumers.pop(sub.id, None) is not None:
-            del self._windows[sub.id]
-            self._forget_consumer(sub)
-            self.session.unsubscribe(sub.id)
-            self._reply("basic.cancel", consumer_tag=sub.id, nowait=True)
-            if self._full:
-                self._room_made()
-
-    def _forget_consumer(self, sub: Subscription) -> None:
-        for tag, (_, _, held_by) in list(self.unacked.items()):
-            if held_by is sub:
-                del self.unacked[tag]
-
-    def deliver(self, sub: Subscription, message: Message) -> None:
-        """The core hands a message to one of this channel's consumers."""
-        tag = next(self._tags)
-        if sub.ack_mode != AUTO:
-            unacked = self.unacked
-            unacked[tag] = (sub.queue, message, sub)
-            if self.global_prefetch and len(unacked) - self._gets >= self.global_prefetch:
-                self._close_windows(sub)
-        encoded = message.encoded.get("amqp")
-        if encoded is None:  # shared by the copies a fan-out made, and by every redelivery
-            encoded = message.encoded["amqp"] = (
-                encode_route(*route_of(message)),
-                encode_properties(props.to_properties(message.headers, message.persistent, message.priority)))
-        connection = self.connection
-        # sub.tag: the consumer's part of basic.deliver, encoded at basic.consume
-        connection.write_soon(encode_delivery(self.number, sub.tag, tag, message.redelivered, encoded[0],
-                                              encoded[1], message.body, connection.frame_max))
-
-    def method_basic_get(self, args, command: Command) -> None:
-        queue = self._existing_queue(args.queue, command)
-        self._allowed("read", "/queue/" + args.queue, command)
-        taken = queue.take(1)
-        if not taken:
-            self._reply("basic.get_empty")
-            return
-        message = taken[0]
-        message.deliveries += 1
-        tag = next(self._tags)
-        if args.no_ack:
-            self.broker.consumed(queue, message)
-            queue.acknowledged([message], self.broker.seconds())
-        else:
-            self.unacked[tag] = (queue, message, None)
-            self._gets += 1
-        exchange, routing_key = route_of(message)
-        frames = [encode_method(self.number, "basic.get_ok", delivery_tag=tag, redelivered=message.redelivered,
-                                exchange=exchange, routing_key=routing_key, message_count=len(queue))]
-        properties = props.to_properties(message.headers, message.persistent, message.priority)
-        frames += encode_content(self.number, properties, message.body, self.connection.frame_max)
-        self.connection.writeSequence(frames)
-
-    def method_basic_ack(self, args, command: Command) -> None:
-        by_sub: dict[Subscription | None, list[Message]] = {}
-        queues: dict[Subscription | None, Queue] = {}
-        for _, (queue, message, sub) in self._settled(args.delivery_tag, args.multiple, command):
-            if sub is not None:
-                if sub.inflight.pop(message.id, None) is None:
-                    continue  # returned already (the consumer's queue went)
-            else:
-                self._gets -= 1
-            by_sub.setdefault(sub, []).append(message)
-            queues[sub] = queue
-        consumed = self.broker.consumed
-        now = self.broker.seconds()
-        for sub, messages in by_sub.items():
-            queue = queues[sub]
-            for message in messages:
-                consumed(queue, message)
-            queue.acknowledged(messages, now)
-            queue.dispatch()
-        if self._full:
-            self._room_made()
-
-    def method_basic_nack(self, args, command: Command) -> None:
-        self._refuse(self._settled(args.delivery_tag, args.multiple, command), args.requeue)
-
-    def method_basic_reject(self, args, command: Command) -> None:
-        self._refuse(self._settled(args.delivery_tag, False, command), args.requeue)
-
-    def method_basic_recover(self, args, command: Command) -> None:
-        self._recover()
-        self._reply("basic.recover_ok")
-
-    def method_basic_recover_async(self, args, command: Command) -> None:
-        self._recover()
-
-    def _recover(self) -> None:
-        # Taken off first: what the requeues dispatch to this channel again is unacked anew.
-        settled = list(self.unacked.items())
-        self.unacked.clear()
-        self._refuse(settled, requeue=True)
-
-    def _settled(self, delivery_tag: int, multiple: bool, command: Command) -> list:
-        unacked = self.unacked
-        if multiple:
-            if delivery_tag:
-                tags = []
-                for tag in unacked:  # in delivery order: the ones up to delivery_tag come first
-                    if tag > delivery_tag:
-                        break
-                    tags.append(tag)
-            else:
-                tags = list(unacked)
-        elif delivery_tag in unacked:
-            tags = [delivery_tag]
-        else:
-            raise self._error(spec.PRECONDITION_FAILED, f"unknown delivery tag {delivery_tag}", command)
-        return [(tag, unacked.pop(tag)) for tag in tags]
-
-    def _refuse(self, settled: list, requeue: bool) -> None:
-        for _, (queue, message, sub) in settled:
-            if sub is not None:
-                if message.id not in sub.inflight:
-                    continue
-                del sub.inflight[message.id]
-            else:
-                self._gets -= 1
-            if requeue:
-                self.broker.requeue(queue, [message])
-            else:
-                self.broker.dead_letter(queue, message, "rejected")
-            queue.dispatch()
-        if self._full:
-            self._room_made()
+    method_basic_qos = consuming.method_basic_qos
+    method_basic_consume = consuming.method_basic_consume
+    method_basic_cancel = consuming.method_basic_cancel
+    cancel_from_server = consuming.cancel_from_server
+    deliver = consuming.deliver
+    method_basic_get = consuming.method_basic_get
+    method_basic_ack = consuming.method_basic_ack
+    method_basic_nack = consuming.method_basic_nack
+    method_basic_reject = consuming.method_basic_reject
+    method_basic_recover = consuming.method_basic_recover
+    method_basic_recover_async = consuming.method_basic_recover_async
 
     # -- publishing -----------------------------------------------------------------------
 

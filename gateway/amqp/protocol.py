@@ -1,6 +1,7 @@
-"""The Twisted side of AMQP 0-9-1: bytes in and out, the connection's handshake
-(protocol header, start, tune, open), heart-beats, flow control, and connection
-errors. Channels, and what they do with the broker core, are gateway.amqp.channel.
+"""The Twisted side of AMQP 0-9-1: bytes in and out, the connection's life from its
+handshake (gateway.amqp.handshake) to its close, heart-beats, flow control, and
+connection errors. Channels, and what they do with the broker core, are
+gateway.amqp.channel; what a listener's connections share is gateway.amqp.factory.
 
 What a client sends wrong gets the reply code the specification gives it; anything
 else that goes wrong while handling its bytes (a bug) closes that connection alone
@@ -9,37 +10,29 @@ bounded, and rate-limited per peer address."""
 
 from __future__ import annotations
 
-import itertools
 import logging
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from twisted.internet import interfaces, threads
-from twisted.internet.protocol import Protocol, ServerFactory
+from twisted.internet import interfaces
+from twisted.internet.protocol import Protocol
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway import __version__
-from gateway.amqp import spec
+from gateway.amqp import handshake, spec
 from gateway.amqp.channel import Channel
 from gateway.amqp.codec import encode_heartbeat, encode_method
-from gateway.amqp.fields import DecodeError, decode_table
+from gateway.amqp.factory import AmqpListener, AmqpSettings
 from gateway.amqp.lifetimes import QueueLifetimes
 from gateway.amqp.reader import Command, ContentRefused, FrameReader, Heartbeat, ProtocolHeader
 from gateway.amqp.spec import AmqpError
-from gateway.auth import ANONYMOUS, Authorizer, Principal
+from gateway.auth import Principal
 from gateway.broker.broker import Broker
 from gateway.broker.session import ConnectionInfo, Session
-from gateway.broker.vhost_limits import VhostLimits
-from gateway.hostile_log import PeerLog, quote
-from gateway.permissions import AccessControl, VhostPermissions
+from gateway.hostile_log import quote
 from gateway.transport import Transport
-from model.events import USER_LIMIT, AuthenticationFailed
 from model.mesh import Connection
 from model.names import DEFAULT_VHOST
 
-if TYPE_CHECKING:
-    from gateway.broker.vhosts import VirtualHosts
+__all__ = ["AmqpFactory", "AmqpProtocol", "AmqpSettings"]  # AmqpSettings: where its users have always imported it
 
 log = logging.getLogger(__name__)
 
@@ -49,20 +42,7 @@ HOLD_LIMIT = 65536  # bytes of deliveries held for one write at most (Twisted's 
 _HARD = {spec.CONNECTION_FORCED, spec.INVALID_PATH, spec.FRAME_ERROR, spec.SYNTAX_ERROR, spec.COMMAND_INVALID,
          spec.CHANNEL_ERROR, spec.UNEXPECTED_FRAME, spec.RESOURCE_ERROR, spec.NOT_ALLOWED, spec.NOT_IMPLEMENTED,
          spec.INTERNAL_ERROR}
-SERVER_CAPABILITIES = {
-    "publisher_confirms": True, "exchange_exchange_bindings": True, "basic.nack": True,
-    "consumer_cancel_notify": True, "connection.blocked": True, "authentication_failure_close": True,
-    "per_consumer_qos": True, "consumer_priorities": False, "direct_reply_to": False,
-}
 
-
-@dataclass
-class AmqpSettings:
-    frame_max: int = 131072
-    channel_max: int = 2047
-    heartbeat_s: int = 60  # offered; the client's choice wins, 0 turns them off
-    max_message_size: int = 100 * 1024 * 1024
-    max_connections: int = 100000
 
 
 @implementer(interfaces.IPushProducer)
@@ -87,9 +67,10 @@ class AmqpProtocol(Protocol):
         self._last_received = 0.0
         self._held: list[bytes] = []  # what write_soon holds for the end of the reactor turn
         self._held_size = 0
-        self.session: Session | None = None  # the connection's own, from connection.open (see _listed)
+        self.session: Session | None = None  # the connection's own, from connection.open (see handshake._listed)
         self.broker: Broker  # its vhost's, from connection.open (before which no channel opens)
         self.lifetimes: QueueLifetimes  # its vhost's AMQP queue lifetimes, likewise
+        self.info: ConnectionInfo  # what the management model lists of it, likewise
         self.vhost = DEFAULT_VHOST  # its name, from connection.open
         self._counted: str | None = None  # the vhost whose connection limit counts this one
         self.peer_host = "?"  # the client's address: what its log budget is kept by
@@ -209,108 +190,14 @@ class AmqpProtocol(Protocol):
         else:
             channel.command(command)
 
-    def _protocol_header(self, header: ProtocolHeader) -> None:
-        if not header.ok:
-            # The spec: answer with the protocol header we speak, then close.
-            self.transport.write(spec.PROTOCOL_HEADER)
-            self.state = "closed"
-            self._lose_connection()
-            return
-        self.state = "start"
-        self.write(encode_method(
-            0, "connection.start", version_major=0, version_minor=9,
-            server_properties={"product": "Meshgate", "version": __version__, "platform": "Python/Twisted",
-                               "cluster_name": self.factory.node_name, "capabilities": SERVER_CAPABILITIES},
-            mechanisms="PLAIN AMQPLAIN", locales="en_US"))
+    # -- the handshake: gateway.amqp.handshake --------------------------------------------
 
-    # -- the handshake --------------------------------------------------------------------
+    _protocol_header = handshake.protocol_header
+    method_connection_start_ok = handshake.method_connection_start_ok
+    method_connection_tune_ok = handshake.method_connection_tune_ok
+    method_connection_open = handshake.method_connection_open
 
-    def method_connection_start_ok(self, command: Command) -> None:
-        if self.state != "start":
-            raise AmqpError(spec.COMMAND_INVALID, "connection.start_ok out of turn", 0, 10, 11)
-        args = command.args
-        self.client_properties = args.client_properties or {}
-        login, password = _credentials(args.mechanism, args.response)
-        self.state = "authenticating"
-        authenticator = self.factory.authenticator
-        if authenticator.anonymous:
-            self._authenticated(ANONYMOUS, login)
-            return
-        d = threads.deferToThreadPool(self.clock, self.factory.threadpool, authenticator.authenticate, login,
-                                      password)
-        d.addCallback(self._authenticated, login)
-        d.addErrback(self._authenticator_failed)
-
-    def _authenticator_failed(self, failure: Failure) -> None:
-        assert failure.value is not None  # Twisted's type allows None; a Failure made from an exception holds it
-        self.internal_error(failure.value)
-
-    def _authenticated(self, principal: Principal | None, login: str | None) -> None:
-        if self.state != "authenticating":
-            return
-        if principal is None:
-            self.factory.broker.events.emit(AuthenticationFailed(user=(login or "")[:USER_LIMIT], remote=self.remote))
-            self.close_connection(AmqpError(spec.ACCESS_REFUSED, f"login refused for user {quote(login or '')}: "
-                                                                  "wrong user or password", 0, 10, 11))
-            return
-        self.principal = principal
-        self.state = "tune"
-        settings = self.factory.settings
-        self.write(encode_method(0, "connection.tune", channel_max=settings.channel_max,
-                                 frame_max=settings.frame_max, heartbeat=settings.heartbeat_s))
-
-    def method_connection_tune_ok(self, command: Command) -> None:
-        if self.state != "tune":
-            raise AmqpError(spec.COMMAND_INVALID, "connection.tune_ok out of turn", 0, 10, 31)
-        args = command.args
-        settings = self.factory.settings
-        if args.frame_max and args.frame_max < spec.FRAME_MIN_SIZE:
-            raise AmqpError(spec.NOT_ALLOWED, f"frame_max {args.frame_max} is under the minimum of "
-                                              f"{spec.FRAME_MIN_SIZE}", 0, 10, 31)
-        self.frame_max = min(args.frame_max or settings.frame_max, settings.frame_max)
-        self.reader.frame_max = self.frame_max
-        self.channel_max = min(args.channel_max or settings.channel_max, settings.channel_max)
-        self.heartbeat = args.heartbeat
-        self.state = "opening"
-        if self.heartbeat:
-            self._timers.append(self.clock.callLater(self.heartbeat / 2, self._beat))
-            self._timers.append(self.clock.callLater(self.heartbeat / 2, self._check_alive))
-
-    def method_connection_open(self, command: Command) -> None:
-        if self.state != "opening":
-            raise AmqpError(spec.COMMAND_INVALID, "connection.open out of turn", 0, 10, 40)
-        factory = self.factory
-        vhost = command.args.virtual_host or DEFAULT_VHOST
-        broker = factory.broker_for(vhost)
-        if broker is None:  # RabbitMQ's words, which clients and their users know
-            raise AmqpError(spec.NOT_ALLOWED, f"vhost {quote(vhost)} not found", 0, 10, 40)
-        principal = self.principal or ANONYMOUS
-        if not factory.access.may_open(principal, vhost):  # RabbitMQ's words
-            raise AmqpError(spec.NOT_ALLOWED, f"access to vhost {quote(vhost)} refused for user "
-                                              f"{quote(principal.name)}", 0, 10, 40)
-        refusal = factory.limits.connect(vhost)
-        if refusal is not None:
-            raise AmqpError(spec.NOT_ALLOWED, refusal, 0, 10, 40)
-        self._counted = self.vhost = vhost
-        self.broker = broker
-        self.lifetimes = factory.lifetimes(broker)
-        self.name = f"{factory.node_name}-amqp-{next(factory.connection_ids)}"
-        # Shared by the sessions of its channels: the management model lists the connection once.
-        self.info = ConnectionInfo("amqp", "0-9-1", self.remote, self.clock.seconds(), self.close_from_admin, self.name,
-                                   self.describe)
-        self._listed()
-        self.state = "open"
-        self.write(encode_method(0, "connection.open_ok"))
-        if broker.memory_full:
-            self.set_blocked(True)
-
-    def _listed(self) -> None:
-        """The management model lists a connection from its sessions (its channels'
-        share ``info``); this one, holding no subscriptions, lists it from
-        connection.open on, before any channel, as STOMP's does from CONNECT."""
-        self.session = self.broker.open_session(_NO_DELIVERIES, self.name)
-        self.session.principal = self.principal
-        self.session.connection = self.info
+    # -- closing --------------------------------------------------------------------------
 
     def _uncount(self) -> None:
         """Give back the place this connection took under its vhost's max_connections."""
@@ -492,74 +379,7 @@ class AmqpProtocol(Protocol):
         pass
 
 
-class _NoDeliveries:
-    """The sink of a connection's own session: it never subscribes (its channels do)."""
+class AmqpFactory(AmqpListener[AmqpProtocol]):
+    """A listener's factory of AmqpProtocols; what they share is AmqpListener's."""
 
-    def deliver(self, subscription, message) -> None:
-        raise AssertionError("an AMQP connection's own session has no subscriptions")
-
-
-_NO_DELIVERIES = _NoDeliveries()
-
-
-class AmqpFactory(ServerFactory[AmqpProtocol]):
     protocol = AmqpProtocol
-
-    def __init__(self, broker: Broker, settings: AmqpSettings, authenticator, authorizer, clock,
-                 node_name: str = "meshgate", threadpool=None, vhosts: VirtualHosts | None = None,
-                 permissions: VhostPermissions | None = None, limits: VhostLimits | None = None) -> None:
-        self.broker = broker
-        self.settings = settings
-        self.authenticator = authenticator
-        self.authorizer = authorizer
-        # Both authorization maps (docs/vhosts.md, "Permissions") and the vhosts' limits.
-        nobody_refused = Authorizer((), enabled=False)  # a factory may be made without a map (benches)
-        self.access = AccessControl(authorizer if authorizer is not None else nobody_refused,
-                                    permissions or VhostPermissions((), enabled=False))
-        self.limits = limits or VhostLimits()
-        self.clock = clock
-        self.node_name = node_name
-        self.threadpool = threadpool
-        self.connections: set[AmqpProtocol] = set()
-        self.connection_ids = itertools.count(1)
-        self.peer_log = PeerLog(log, clock.seconds)
-        self.vhosts = vhosts
-        self._lifetimes: dict[Broker, QueueLifetimes] = {}  # one per vhost
-
-    def broker_for(self, vhost: str) -> Broker | None:
-        """The broker of the vhost connection.open names, None if there is none. Without
-        vhosts (a factory made on one broker) every name is that broker."""
-        if self.vhosts is None:
-            return self.broker
-        return self.vhosts.get(vhost)
-
-    def lifetimes(self, broker: Broker) -> QueueLifetimes:
-        """Exclusive, auto-delete and x-expires queues of ``broker``'s vhost."""
-        lifetimes = self._lifetimes.get(broker)
-        if lifetimes is None:
-            lifetimes = self._lifetimes[broker] = QueueLifetimes(broker, self.clock)
-        return lifetimes
-
-
-
-def _credentials(mechanism: str, response: bytes) -> tuple[str | None, str | None]:
-    """The login and password a client gave (PLAIN: authzid NUL login NUL password;
-    AMQPLAIN: a field table without its length, LOGIN and PASSWORD). A response that
-    is not what its mechanism says is a refused login (403), what clients report as one."""
-    if mechanism == "PLAIN":
-        parts = response.split(b"\x00")
-        if len(parts) == 3:
-            return parts[1].decode(errors="replace"), parts[2].decode(errors="replace")
-        raise AmqpError(spec.ACCESS_REFUSED, "a PLAIN response is authzid NUL login NUL password", 0, 10, 11)
-    if mechanism == "AMQPLAIN":
-        try:
-            table, _ = decode_table(len(response).to_bytes(4, "big") + response, 0)
-        except DecodeError as error:
-            raise AmqpError(spec.ACCESS_REFUSED, f"a malformed AMQPLAIN response: {error}", 0, 10, 11) from None
-        login, password = table.get("LOGIN"), table.get("PASSWORD")
-        if not all(value is None or isinstance(value, str) for value in (login, password)):
-            raise AmqpError(spec.ACCESS_REFUSED, "an AMQPLAIN response's LOGIN and PASSWORD are UTF-8 strings", 0,
-                            10, 11)
-        return login, password
-    raise AmqpError(spec.ACCESS_REFUSED, f"unknown mechanism {quote(mechanism)}; use PLAIN or AMQPLAIN", 0, 10, 11)
-

@@ -1,36 +1,37 @@
-"""The Twisted side of STOMP: bytes in and out, CONNECT negotiation,
-heart-beats, receipts in order, flow control and errors. Frame handling lives
-in :mod:`gateway.stomp.versions`."""
+"""The Twisted side of STOMP: bytes in and out, heart-beats, receipts in order
+and errors, and the factory. CONNECT lives in :mod:`gateway.stomp.connect`,
+producer flow control in :mod:`gateway.stomp.flow`, frame handling in
+:mod:`gateway.stomp.versions`."""
 
 from __future__ import annotations
 
 import itertools
 import logging
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from twisted.internet import interfaces, threads
+from twisted.internet import interfaces
 from twisted.internet.protocol import Protocol, ServerFactory
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from gateway import __version__
-from gateway.auth import ANONYMOUS, Principal
+from gateway.auth import Principal
 from gateway.broker.broker import Broker
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import Message
 from gateway.broker.queue import Subscription
-from gateway.broker.session import ConnectionInfo
-from gateway.broker.vhost_limits import StoredMessages, VhostLimits
+from gateway.broker.session import ConnectionInfo, Session
+from gateway.broker.vhost_limits import VhostLimits
 from gateway.hostile_log import PeerLog
 from gateway.permissions import AccessControl, VhostPermissions
 from gateway.stomp.codec import HEARTBEAT, Frame, FrameError, FrameParser, encode_frame
-from gateway.stomp.versions import SUPPORTED, VERSIONS, Stomp10, StompError
+from gateway.stomp.connect import connect
+from gateway.stomp.flow import ProducerFlow
+from gateway.stomp.settings import StompSettings
+from gateway.stomp.versions import VERSIONS, Stomp10, StompError
 from gateway.transport import Transport
-from model.events import USER_LIMIT, AuthenticationFailed
-from model.names import DEFAULT_VHOST, quoted
+from model.names import DEFAULT_VHOST
 
 if TYPE_CHECKING:
     from gateway.broker.vhosts import VirtualHosts
@@ -40,17 +41,7 @@ log = logging.getLogger(__name__)
 CONNECT_TIMEOUT = 30.0
 PIECE = 256 * 1024  # of a large body written at a time (versions.STREAM_AT)
 
-
-@dataclass
-class StompSettings:
-    max_frame_size: int = 100 * 1024 * 1024  # ActiveMQ's maxFrameSize
-    max_headers: int = 1000
-    max_header_length: int = 10240
-    heartbeat_send_ms: int = 10000
-    heartbeat_receive_ms: int = 10000
-    heartbeat_grace: float = 1.5
-    max_connections: int = 100000
-    no_space_fail_after_ms: int = 0  # a persistent producer waiting for store room this long gets an ERROR
+__all__ = ["StompFactory", "StompProtocol", "StompSettings"]  # StompSettings too: node.py and tests import it here
 
 
 @implementer(interfaces.IPushProducer)
@@ -58,6 +49,7 @@ class StompProtocol(Protocol):
     factory: StompFactory
     transport: Transport  # type: ignore[assignment]  # Twisted's is ITransport | None: see gateway.transport
     parser: FrameParser  # made in connectionMade, before any byte is read
+    flow: ProducerFlow  # likewise
 
     def __init__(self) -> None:
         self.handler: Stomp10 | None = None
@@ -68,15 +60,12 @@ class StompProtocol(Protocol):
         self._receipts: deque[list] = deque()
         self._close_after_receipts = False
         self._timers: list = []
-        self._reading_paused = False
-        self._held: list[Frame] | None = None
-        self._partial = 0  # bytes of a frame still arriving, counted against the broker's memory
+        self.held: list[Frame] | None = None  # while CONNECT's password is checked: handled after it
         self._stream: deque | None = None  # what waits behind a large body going out in pieces
         self._close_after_stream = False
         self._socket_full = False
         self.vhost = DEFAULT_VHOST  # chosen at CONNECT
-        self._counted: str | None = None  # the vhost whose connection limit counts this one
-        self._stored: StoredMessages | None = None  # its vhost's max_messages, if it has one
+        self.counted: str | None = None  # the vhost whose connection limit counts this one
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -85,6 +74,7 @@ class StompProtocol(Protocol):
         settings = factory.settings
         self.parser = FrameParser("1.0", settings.max_frame_size, settings.max_headers, settings.max_header_length)
         self.clock = factory.clock
+        self.flow = ProducerFlow(self, factory.broker, self.clock, settings.no_space_fail_after_ms)
         factory.connections.add(self)
         self.transport.registerProducer(self, True)
         # A RECEIPT or a MESSAGE is a small write after a pause: without this, Nagle's
@@ -102,7 +92,7 @@ class StompProtocol(Protocol):
             if timer.active():
                 timer.cancel()
         self._timers.clear()
-        self._count_partial(0)
+        self.flow.stop()
         self.factory.connections.discard(self)
         self._uncount()
         if self.handler is not None:
@@ -135,25 +125,12 @@ class StompProtocol(Protocol):
             if not parser.stopped_at_connect or self.closing:
                 break
             data = b""  # CONNECT negotiated the version: parse what followed it
-        if parser.buffered != self._partial and not self.closing:
-            self._count_partial(parser.buffered)
-
-    def _count_partial(self, buffered: int) -> None:
-        """A large frame counts against the memory limit as it arrives, and a client
-        whose frame arrives while memory is full is not read on (unless its frame
-        is most of what fills it: only reading on can end that)."""
-        broker = self.factory.broker
-        grown, self._partial = buffered - self._partial, buffered
-        if grown > 0:
-            broker.reserve_memory(grown)
-            if broker.memory_full and buffered * 2 < broker.memory_used:
-                self._pause_reading()
-        elif grown < 0:
-            broker.release_memory(-grown)
+        if parser.buffered != self.flow.partial and not self.closing:
+            self.flow.count_partial(parser.buffered)
 
     def process(self, frames: list[Frame]) -> None:
-        if self._held is not None:  # still authenticating: keep order, handle later
-            self._held.extend(frames)
+        if self.held is not None:  # still authenticating: keep order, handle later
+            self.held.extend(frames)
             return
         store = self.factory.broker.store
         sent = persistent = False
@@ -165,134 +142,27 @@ class StompProtocol(Protocol):
             before = store.position
             try:
                 if handler is None:
-                    self.connect(frame)
-                    if self._held is not None:
-                        self._held.extend(frames[index + 1:])
+                    connect(self, frame)
+                    if self.held is not None:
+                        self.held.extend(frames[index + 1:])
                         return
                     continue
                 handler.handle(frame)
             except Exception as error:
-                self._frame_failed(frame, error, receipt)
+                self.frame_failed(frame, error, receipt)
                 return
             if receipt is not None:
                 self.receipt(receipt, store.position != before)
             if frame.command == "SEND":
                 sent = True
                 persistent = persistent or frame.headers.get("persistent") == "true"
-        if sent and self.factory.broker.memory_full and not self._fills_memory_itself():
-            self._pause_reading()  # producer flow control: stop reading this client until memory drains
-        if sent and self._stored is not None and self._stored.full:
-            self._pause_reading(self._stored.when_below)  # its vhost holds max_messages: likewise, until one goes
-        if persistent and store.blocked is not None and not self._reading_paused:
-            # Store flow control: not read while the store is at store.limit or
-            # store.max_disk_usage; after no_space_fail_after_ms of that, an ERROR.
-            self._pause_reading(store.when_room)
-            wait_ms = self.factory.settings.no_space_fail_after_ms
-            if wait_ms:
-                self._timers.append(self.clock.callLater(wait_ms / 1000.0, self._no_room, store))
+        if sent:
+            self.flow.after_sends(persistent)
 
-    def _no_room(self, store) -> None:
-        if self._reading_paused and store.blocked is not None:
-            self.fail(f"no room for persistent messages: {store.blocked} (waited store.fail_after_ms)")
+    # -- CONNECT done (gateway.stomp.connect negotiates it) -------------------------------
 
-    def _pause_reading(self, until: Callable[[Callable[[], None]], None] | None = None) -> None:
-        """Stop reading this client until ``until`` (the broker's memory by default)
-        calls back."""
-        if not self._reading_paused:
-            self._reading_paused = True
-            self.transport.pauseProducing()
-            (until or self.factory.broker.when_memory_available)(self._resume_reading)
-
-    def _fills_memory_itself(self) -> bool:
-        """Its own open transactions hold most of the memory: only reading on
-        (to its COMMIT, or to the transaction limit's ERROR) can free it."""
-        handler = self.handler
-        return handler is not None and handler.session.transaction_bytes * 2 >= self.factory.broker.memory_used
-
-    def _resume_reading(self) -> None:
-        if self._reading_paused and not self.closing:
-            self._reading_paused = False
-            self.transport.resumeProducing()
-
-    # -- CONNECT --------------------------------------------------------------------------
-
-    def connect(self, frame: Frame) -> None:
-        headers = frame.headers
-        if frame.command not in ("CONNECT", "STOMP"):
-            self.fail(f"expected CONNECT or STOMP as the first frame, got {frame.command}", headers.get("receipt"))
-            return
-        version = _negotiate(headers.get("accept-version"))
-        if version is None:
-            self.fail(
-                f"no supported protocol version in accept-version {headers.get('accept-version')!r}",
-                extra={"version": ",".join(SUPPORTED)},
-            )
-            return
-        self.parser.version = version
-        authenticator = self.factory.authenticator
-        if authenticator.anonymous:
-            self._connected(frame, version, ANONYMOUS)
-            return
-        # A password check costs a PBKDF2 run: keep it off the reactor thread,
-        # and hold the frames that follow CONNECT until it is done.
-        self._held = []
-        login, passcode = headers.get("login"), headers.get("passcode")
-        d = threads.deferToThreadPool(self.clock, self.factory.threadpool, authenticator.authenticate, login, passcode)
-        d.addCallback(self._authenticated, frame, version)
-
-    def _authenticated(self, principal: Principal | None, frame: Frame, version: str) -> None:
-        held, self._held = self._held, None
-        if self.closing:
-            return
-        if principal is None:
-            peer = self.transport.getPeer()
-            login = frame.headers.get("login")
-            self.factory.broker.events.emit(AuthenticationFailed(
-                user=None if login is None else login[:USER_LIMIT],
-                remote=f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"))
-            self.fail(f"access refused for user {quoted(login or '')}: wrong login or passcode")
-            return
-        try:
-            self._connected(frame, version, principal)
-        except Exception as error:
-            self._frame_failed(frame, error)
-            return
-        if held:
-            self.process(held)
-
-    def _connected(self, frame: Frame, version: str, principal: Principal) -> None:
-        headers = frame.headers
-        factory = self.factory
-        session_id = f"{factory.node_name}-{next(factory.session_ids)}"
-        reply = {"version": version, "server": f"meshgate/{__version__}", "session": session_id}
-        beats = _parse_heartbeat(headers.get("heart-beat", "0,0")) if version != "1.0" else None
-        if version != "1.0" and beats is None:
-            self.fail(f"malformed heart-beat header {headers.get('heart-beat', '')[:40]!r}: expected 'cx,cy'")
-            return
-        host = headers.get("host")
-        broker = factory.broker if factory.vhosts is None else factory.vhosts.for_stomp_host(host)
-        if broker is None:
-            self.fail(f"no virtual host named {quoted(host or '')} on this broker")
-            return
-        vhost = self.vhost = _vhost_name(factory, host, broker)
-        if not factory.access.may_open(principal, vhost):  # RabbitMQ's words, as AMQP's 530 has them
-            self.fail(f"access to vhost {quoted(vhost)} refused for user {quoted(principal.name)}")
-            return
-        refusal = factory.limits.connect(vhost)
-        if refusal is not None:
-            self.fail(refusal)
-            return
-        self._counted = vhost
-        self._stored = factory.limits.stored(vhost)
-        try:
-            session = broker.open_session(self, session_id, headers.get("client-id"))
-        except BrokerError as error:  # a client-id no client could address
-            self.fail(str(error))
-            return
-        if beats is not None:
-            settings = factory.settings
-            reply["heart-beat"] = f"{settings.heartbeat_send_ms},{settings.heartbeat_receive_ms}"
-            self._start_heartbeats(beats, settings)
+    def opened(self, session: Session, principal: Principal, version: str, reply: dict[str, str]) -> None:
+        """CONNECT opened ``session``: its version's handler takes the frames from here on."""
         session.principal = principal
         peer = self.transport.getPeer()
         remote = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', 0)}"
@@ -302,7 +172,7 @@ class StompProtocol(Protocol):
 
     # -- heart-beats ----------------------------------------------------------------------
 
-    def _start_heartbeats(self, client: tuple[int, int], settings: StompSettings) -> None:
+    def start_heartbeats(self, client: tuple[int, int], settings: StompSettings) -> None:
         client_send, client_receive = client
         if settings.heartbeat_send_ms and client_receive:
             # Ticking at half the interval keeps every gap within the interval.
@@ -420,9 +290,9 @@ class StompProtocol(Protocol):
 
     def _uncount(self) -> None:
         """Give back the place this connection took under its vhost's max_connections."""
-        if self._counted is not None:
-            self.factory.limits.disconnect(self._counted)
-            self._counted = None
+        if self.counted is not None:
+            self.factory.limits.disconnect(self.counted)
+            self.counted = None
 
     def disconnect_requested(self) -> None:
         self._uncount()  # before the DISCONNECT's receipt: a client told it is gone may connect again at once
@@ -455,7 +325,7 @@ class StompProtocol(Protocol):
         self.write(error)
         self._lose_connection()
 
-    def _frame_failed(self, frame: Frame, error: Exception, receipt: str | None = None) -> None:
+    def frame_failed(self, frame: Frame, error: Exception, receipt: str | None = None) -> None:
         """A frame refused (StompError, BrokerError: the ERROR says why), or one our code
         failed on: a bug, so the client hears only that, and the log says where."""
         if isinstance(error, (StompError, BrokerError)):
@@ -515,32 +385,6 @@ class StompFactory(ServerFactory[StompProtocol]):
         self.clock = clock
         self.node_name = node_name
         self.connections: set[StompProtocol] = set()
-        self.session_ids = itertools.count(1)
+        self.session_ids: Iterator[int] = itertools.count(1)
         self.threadpool = threadpool
         self.peer_log = PeerLog(log, clock.seconds)  # what clients make the node log, rate-limited per address
-
-
-
-def _vhost_name(factory: StompFactory, host: str | None, broker: Broker) -> str:
-    """The name of the vhost CONNECT chose: ``host`` if it names one, else the default vhost's."""
-    if host is not None and factory.vhosts is not None and factory.vhosts.get(host) is broker:
-        return host
-    return DEFAULT_VHOST
-
-
-def _negotiate(accept_version: str | None) -> str | None:
-    if accept_version is None:
-        return "1.0"
-    offered = {v.strip() for v in accept_version.split(",")}
-    for version in reversed(SUPPORTED):
-        if version in offered:
-            return version
-    return None
-
-
-def _parse_heartbeat(value: str) -> tuple[int, int] | None:
-    send, sep, receive = value.partition(",")
-    send, receive = send.strip(), receive.strip()
-    if not sep or not send.isdigit() or not receive.isdigit():
-        return None
-    return int(send), int(receive)

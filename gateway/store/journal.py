@@ -4,27 +4,28 @@ Records (message added / message removed) are appended to segment files.
 Writes are buffered within one reactor turn and written with one ``write``;
 a sync thread then covers everything written so far with one ``fdatasync``
 and fires every waiter it covers, so many connections' persistent sends share
-one disk sync. Segments are deleted oldest-first once nothing in them is live
-(which keeps removals of older segments' messages safe to forget), and an old
-segment that is mostly dead has its live messages re-appended so one stuck
-message cannot pin the disk. See docs/architecture.md for why a journal.
+one disk sync. See docs/architecture.md for why a journal.
+
+Beside it: the segment files on disk and their replay at recovery
+(segments.py), deleting and compacting old segments (collection.py), and
+store.limit / store.max_disk_usage (room.py); the last two are mixed into
+:class:`JournalStore`, whose state they share.
 """
 
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import threading
-import time
 from collections import deque
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from twisted.internet.defer import Deferred, fail, succeed
 
 from gateway.broker.message import Message
 from gateway.store.catalog import CatalogFile
+from gateway.store.collection import SegmentCollection
 from gateway.store.files import fsync_dir
 from gateway.store.records import (
     ADD_TIMED,
@@ -33,15 +34,15 @@ from gateway.store.records import (
     encode_add,
     encode_remove,
     record_head,
-    replay,
     vhost_add_record,
     vhost_remove_record,
 )
+from gateway.store.room import RoomWatch
+from gateway.store.segments import replay_segments, segment_path
 from model.names import DEFAULT_VHOST
 
 log = logging.getLogger(__name__)
 
-_SEGMENT_SUFFIX = ".log"
 RETRY_S = 1.0  # a failed write is tried again this often
 CLOSE_PATIENCE_S = 3.0  # a close waits this long for a failing disk before giving up
 # The file layer, looked up at each call so that tests can make it fail (ENOSPC, EIO).
@@ -99,7 +100,7 @@ class _Syncer(threading.Thread):
             self.store.reactor.callFromThread(self.store._synced, target)
 
 
-class JournalStore:
+class JournalStore(SegmentCollection, RoomWatch):
     def __init__(
         self,
         directory: str | os.PathLike,
@@ -136,17 +137,8 @@ class JournalStore:
         self.syncs = 0
         self.failure: str | None = None  # why writing fails now (None: it works)
         self._closed = False
-        self.limit = limit  # journal bytes past which persistent producers wait
-        self.max_disk_usage = max_disk_usage  # percent of the filesystem, likewise
-        self.blocked: str | None = None  # why producers wait now, else None
-        self.blocked_since = 0.0
-        self.on_blocked: Callable[[str], None] = lambda reason: None
-        self.on_resumed: Callable[[float], None] = lambda waited: None
-        self._room_waiters: list[Callable[[], None]] = []
-        self._room_check = None
-        self._collect_scheduled = False
-        # The segment whose live records were copied, and where the copies end: it goes once they are durable.
-        self._compacting: tuple[Path, int] | None = None
+        RoomWatch.__init__(self, limit, max_disk_usage)
+        SegmentCollection.__init__(self)
         self._bytes = 0  # the segment files' sizes
         self.broken: str | None = None  # a failed sync: nothing more can be made durable
         self.catalog = CatalogFile(self.root / "catalog.json")
@@ -159,13 +151,12 @@ class JournalStore:
     # -- recovery -------------------------------------------------------------------------
 
     def recover(self) -> Iterator[tuple[str, Message]]:
-        live: dict[tuple[str, str], tuple[str, Message]] = {}
-        segments = self._segment_numbers()
+        replayed = replay_segments(self.dir)
+        segments, live = replayed.segments, replayed.live
         for number in segments:
             self._live.setdefault(number, {})
             self._live_bytes.setdefault(number, 0)
-            self._replay(number, live, last=number == segments[-1])
-            self._bytes += self._path(number).stat().st_size
+        self._bytes += replayed.size
         for key, (_, message) in live.items():
             self._ids[message.id] = self._ids.get(message.id, 0) + 1
             self._live[message.segment][key] = message
@@ -175,31 +166,6 @@ class JournalStore:
         self._collect()
         # Enqueue order, not journal order: compaction moves old messages forward.
         return iter(sorted(live.values(), key=lambda entry: entry[1].sequence))
-
-    def _segment_numbers(self) -> list[int]:
-        return sorted(int(p.stem) for p in self.dir.glob("*" + _SEGMENT_SUFFIX) if p.stem.isdigit())
-
-    def _path(self, number: int) -> Path:
-        return self.dir / f"{number:08d}{_SEGMENT_SUFFIX}"
-
-    def _replay(self, number: int, live: dict, last: bool) -> None:
-        path = self._path(number)
-        with open(path, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if not size:
-                return
-            # Mapped, not read: only the records' own bytes are copied out, so a
-            # segment holding a 100 MiB message (or many dead ones) is never all in memory.
-            with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                pos = replay(data, size, number, live)
-        if pos < size:
-            if last:
-                # A torn tail from a crash mid-write: nothing after it was ever acknowledged.
-                log.warning("journal %s: truncating %d bytes of torn tail", path.name, size - pos)
-                with open(path, "r+b") as f:
-                    f.truncate(pos)
-            else:
-                log.error("journal %s: corrupt record at offset %d; skipping the rest of the segment", path.name, pos)
 
     # -- writing --------------------------------------------------------------------------
 
@@ -346,7 +312,7 @@ class JournalStore:
     # -- segments -------------------------------------------------------------------------
 
     def _open_segment(self, number: int) -> None:
-        fd = os.open(self._path(number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(segment_path(self.dir, number), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         fsync_dir(self.dir)
         old = self._fd
         self._fd = fd
@@ -371,109 +337,7 @@ class JournalStore:
         self._open_segment(self._segment + 1)
         self._collect()
 
-    def _collect(self) -> None:
-        """Delete dead segments, oldest first; compact a mostly-dead oldest one."""
-        self._collect_scheduled = False
-        while len(self._live) >= 2:
-            oldest = min(self._live)
-            live = self._live[oldest]
-            path = self._path(oldest)
-            if not live:
-                del self._live[oldest], self._live_bytes[oldest]
-                self._delete(path)
-                continue
-            if len(self._live) < 4 or self._live_bytes[oldest] * 2 > self.segment_size:
-                return
-            if self._compacting is not None:
-                # One compaction at a time: each holds up to half a segment twice until its
-                # copies are durable, and a fast consumer could start one per segment on a
-                # nearly full disk.
-                return
-            # Re-append what is still live; the old file goes once the copies are durable.
-            moved = list(live.items())
-            del self._live[oldest], self._live_bytes[oldest]
-            for (queue_key, _), message in moved:
-                self._forget_id(message.id)  # add() counts it again
-                self.add(queue_key, message)
-            self._compacting = (path, self._appended)
-            self.when_durable()  # the copies go out now, not with the next write
-            return
-
-    def _collect_soon(self) -> None:
-        if not self._collect_scheduled:
-            self._collect_scheduled = True
-            self.reactor.callLater(0, self._collect)
-
-    def _delete(self, path: Path) -> None:
-        try:
-            self._bytes -= path.stat().st_size
-        except OSError:
-            return  # gone already
-        path.unlink(missing_ok=True)
-        if self.blocked is not None:
-            self.check_room()
-
-    # -- room: store.limit and store.max_disk_usage -----------------------------------------
-
-    def check_room(self) -> None:
-        """Whether persistent producers must wait (``blocked`` says why), checked
-        after every write and every deleted segment, and every second while they wait
-        (other files on the disk may come and go)."""
-        reason = None
-        if self.limit is not None and self._bytes >= self.limit:
-            reason = f"the journal reached store.limit ({self._bytes} of {self.limit} bytes)"
-        elif self.max_disk_usage < 100:
-            used = self.disk_usage()
-            if used is not None and used >= self.max_disk_usage:
-                reason = f"the disk is {used:.0f}% full (store.max_disk_usage {self.max_disk_usage}%)"
-        was, self.blocked = self.blocked, reason
-        if reason is not None and was is None:
-            self.blocked_since = time.monotonic()
-            log.warning("store: %s; producers of persistent messages wait for room", reason)
-            self.on_blocked(reason)
-            self._room_check = self.reactor.callLater(RETRY_S, self._recheck)
-            self._collect_soon()  # files emptied since the last roll-over may go at once
-        elif reason is None and was is not None:
-            waited = time.monotonic() - self.blocked_since
-            log.warning("store: room again after %.1f s; producers resume", waited)
-            waiters, self._room_waiters = self._room_waiters, []
-            for resume in waiters:
-                resume()
-            self.on_resumed(waited)
-
-    def _recheck(self) -> None:
-        self._room_check = None
-        if self.blocked is not None and not self._closed:
-            self._collect()
-            self.check_room()
-            if self.blocked is not None and self._room_check is None:
-                self._room_check = self.reactor.callLater(RETRY_S, self._recheck)
-
-    def when_room(self, resume: Callable[[], None]) -> None:
-        """Call ``resume`` once producers may go on (at once if they may now)."""
-        if self.blocked is None:
-            resume()
-        else:
-            self._room_waiters.append(resume)
-
-    def disk_usage(self) -> float | None:
-        """Percent of the store's filesystem in use (as df counts: blocks not free to
-        unprivileged users), or None if it cannot be told."""
-        stat = self._filesystem()
-        if stat is None or not stat.f_blocks:
-            return None
-        return 100.0 * (stat.f_blocks - stat.f_bavail) / stat.f_blocks
-
-    def disk_free(self) -> int | None:
-        """Bytes free to the node on the store's filesystem, or None if it cannot be told."""
-        stat = self._filesystem()
-        return None if stat is None else stat.f_bavail * stat.f_frsize
-
-    def _filesystem(self) -> os.statvfs_result | None:
-        try:
-            return os.statvfs(self.root)
-        except OSError:
-            return None
+    # -- what is stored -------------------------------------------------------------------
 
     def _forget_id(self, message_id: str) -> None:
         left = self._ids.pop(message_id, 1) - 1

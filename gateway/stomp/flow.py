@@ -1,0 +1,100 @@
+"""Producer flow control of one STOMP connection: its client is not read on while
+the node's memory is full, while its vhost holds ``max_messages``, or (a persistent
+producer) while the store has no room, and is read again once that ends. Apart from
+the protocol because it is a policy of its own; the protocol consults it once per
+read, never per frame."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from gateway.broker.broker import Broker
+from gateway.broker.vhost_limits import StoredMessages
+from gateway.store.base import Store
+from gateway.transport import Transport
+
+if TYPE_CHECKING:
+    from gateway.stomp.versions import Stomp10
+
+
+class FlowControlled(Protocol):
+    """What flow control needs of the connection it pauses (a StompProtocol)."""
+
+    transport: Transport
+    closing: bool
+    handler: Stomp10 | None
+
+    def fail(self, message: str, receipt: str | None = None, extra: dict | None = None) -> None: ...
+
+
+class ProducerFlow:
+    def __init__(self, connection: FlowControlled, broker: Broker, clock: Any, no_space_fail_after_ms: int) -> None:
+        self._connection = connection
+        self._broker = broker  # the default vhost's: the node's store and memory budget are every vhost's
+        self._clock = clock
+        self._no_space_fail_after_ms = no_space_fail_after_ms
+        self._timers: list = []
+        self.paused = False
+        self.partial = 0  # bytes of a frame still arriving, counted against the broker's memory
+        self.stored: StoredMessages | None = None  # its vhost's max_messages, if it has one (set at CONNECT)
+
+    def count_partial(self, buffered: int) -> None:
+        """A large frame counts against the memory limit as it arrives, and a client
+        whose frame arrives while memory is full is not read on (unless its frame
+        is most of what fills it: only reading on can end that)."""
+        broker = self._broker
+        grown, self.partial = buffered - self.partial, buffered
+        if grown > 0:
+            broker.reserve_memory(grown)
+            if broker.memory_full and buffered * 2 < broker.memory_used:
+                self._pause()
+        elif grown < 0:
+            broker.release_memory(-grown)
+
+    def after_sends(self, persistent: bool) -> None:
+        """A read held SENDs (``persistent``: one at least was): pause if they filled what they went to."""
+        broker = self._broker
+        if broker.memory_full and not self._fills_memory_itself():
+            self._pause()  # producer flow control: stop reading this client until memory drains
+        if self.stored is not None and self.stored.full:
+            self._pause(self.stored.when_below)  # its vhost holds max_messages: likewise, until one goes
+        store = broker.store
+        if persistent and store.blocked is not None and not self.paused:
+            # Store flow control: not read while the store is at store.limit or
+            # store.max_disk_usage; after no_space_fail_after_ms of that, an ERROR.
+            self._pause(store.when_room)
+            wait_ms = self._no_space_fail_after_ms
+            if wait_ms:
+                self._timers.append(self._clock.callLater(wait_ms / 1000.0, self._no_room, store))
+
+    def stop(self) -> None:
+        """The connection is gone: no ERROR for it any more, and its partial frame's memory back."""
+        for timer in self._timers:
+            if timer.active():
+                timer.cancel()
+        self._timers.clear()
+        self.count_partial(0)
+
+    def _no_room(self, store: Store) -> None:
+        if self.paused and store.blocked is not None:
+            self._connection.fail(f"no room for persistent messages: {store.blocked} (waited store.fail_after_ms)")
+
+    def _pause(self, until: Callable[[Callable[[], None]], None] | None = None) -> None:
+        """Stop reading this client until ``until`` (the broker's memory by default)
+        calls back."""
+        if not self.paused:
+            self.paused = True
+            self._connection.transport.pauseProducing()
+            (until or self._broker.when_memory_available)(self._resume)
+
+    def _fills_memory_itself(self) -> bool:
+        """Its own open transactions hold most of the memory: only reading on
+        (to its COMMIT, or to the transaction limit's ERROR) can free it."""
+        handler = self._connection.handler
+        return handler is not None and handler.session.transaction_bytes * 2 >= self._broker.memory_used
+
+    def _resume(self) -> None:
+        if self.paused and not self._connection.closing:
+            self.paused = False
+            self._connection.transport.resumeProducing()
