@@ -53,6 +53,8 @@ class LocalState:
         self.certificates = certificates  # each TLS listener's and dialler's certificate in use
         self._snapshots = 0
         self._depth_window: float | None = None  # the window the queues' depth_max belong to
+        self._other_queues: tuple = ()  # the other vhosts' (name, broker, queues_version) at the last snapshot
+        self._other_changes = 0
         if mesh is not None:
             mesh.describe_node = self.node
 
@@ -215,17 +217,23 @@ class LocalState:
 
     def _sessions(self) -> list[tuple[str, str, Session]]:
         """Every vhost's sessions (clients and, in "/", the mesh links'): name, vhost, session."""
-        brokers = self.vhosts.brokers.items() if self.vhosts is not None else [(DEFAULT_VHOST, self.broker)]
-        return [(name, vhost, session) for vhost, broker in brokers for name, session in broker.sessions.items()]
+        return [(name, vhost, session) for vhost, broker in self._brokers().items()
+                for name, session in broker.sessions.items()]
 
     # -- snapshots --------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
         self._snapshots += 1
         taken_at = self.clock.seconds()  # the queues' too: their deepest depth is of taken_at's window
+        brokers = self._brokers()
+        queues = [queue for vhost in brokers for queue in self.queues(now=taken_at, vhost=vhost)]
         return Snapshot(seq=self._snapshots, taken_at=taken_at, node=self.node(), links=self.links(),
-                        queues=self.queues(now=taken_at), subscriptions=self.subscriptions(),
-                        queues_version=self.broker.queues_version)
+                        queues=queues, subscriptions=self.subscriptions(),
+                        queues_version=self._queues_version(brokers))
+
+    def _brokers(self) -> dict[str, Broker]:
+        """Every vhost's broker, "/" first."""
+        return dict(self.vhosts.brokers) if self.vhosts is not None else {DEFAULT_VHOST: self.broker}
 
     def roll_depth_window(self, now: float) -> None:
         """Start the queues' deepest depth afresh when ``now`` is in a window of its
@@ -235,8 +243,21 @@ class LocalState:
         if window == self._depth_window:
             return
         self._depth_window = window
-        for queue in self.broker.queues.values():
-            queue.depth_max = len(queue)
+        for broker in self._brokers().values():
+            for queue in broker.queues.values():
+                queue.depth_max = len(queue)
+
+    def _queues_version(self, brokers: dict[str, Broker]) -> int:
+        """The snapshot's ``queues_version``: the default vhost's, plus one for every
+        snapshot in which the other vhosts' set of queues changed (a queue or a vhost
+        made or deleted), so that it only goes up and is the default vhost's own on a
+        node without other vhosts."""
+        others = tuple((name, id(broker), broker.queues_version) for name, broker in brokers.items()
+                       if broker is not self.broker)
+        if others != self._other_queues:
+            self._other_queues = others
+            self._other_changes += 1
+        return self.broker.queues_version + self._other_changes
 
 
 def _address(value: object) -> str | None:

@@ -4,7 +4,11 @@ are filled in by the node's event log when the event is recorded.
 
 Frequent happenings are counted, not listed: a dead-letter, expiry or
 redistribution event covers what happened to one queue within about a second
-(``count``)."""
+(``count``).
+
+An event that names a queue or a destination names its vhost too (``vhost``;
+left out of the JSON for the default vhost ``/``, so what older readers see of
+``/`` is unchanged)."""
 
 from __future__ import annotations
 
@@ -12,10 +16,20 @@ from typing import cast
 
 import msgspec
 
+from model.names import DEFAULT_VHOST
+
 
 class Event(msgspec.Struct, kw_only=True, tag_field="kind"):
     time: float = 0.0
     node: str = ""
+
+
+class _InVhost(Event, kw_only=True, omit_defaults=True):
+    """An event about a queue or destination of one vhost. Only ``vhost`` has a
+    default a node leaves in place (``time`` and ``node`` are stamped), so it alone
+    is left out of the JSON when it is ``/``."""
+
+    vhost: str = DEFAULT_VHOST
 
 
 class NodeJoined(Event, kw_only=True, tag="node_joined"):
@@ -52,7 +66,7 @@ class LinkDown(Event, kw_only=True, tag="link_down"):
     reason: str
 
 
-class Redistribution(Event, kw_only=True, tag="redistribution"):
+class Redistribution(_InVhost, kw_only=True, tag="redistribution"):
     """A backlog moved to a node with consumers (``count`` messages, custody passed)."""
 
     queue: str
@@ -68,25 +82,25 @@ class ScaleDown(Event, kw_only=True, tag="scale_down"):
     left: int
 
 
-class DeadLetter(Event, kw_only=True, tag="dead_letter"):
+class DeadLetter(_InVhost, kw_only=True, tag="dead_letter"):
     queue: str
     reason: str  # max-delivery-attempts | expired
     dead_letter_queue: str
     count: int
 
 
-class Expired(Event, kw_only=True, tag="expiry"):
+class Expired(_InVhost, kw_only=True, tag="expiry"):
     queue: str
     count: int
 
 
-class ConsumerAttached(Event, kw_only=True, tag="consumer_attached"):
+class ConsumerAttached(_InVhost, kw_only=True, tag="consumer_attached"):
     destination: str  # "/queue/NAME" or "/topic/PATTERN"
     connection: str
     consumers: int  # local consumers of the destination now
 
 
-class ConsumerDetached(Event, kw_only=True, tag="consumer_detached"):
+class ConsumerDetached(_InVhost, kw_only=True, tag="consumer_detached"):
     destination: str
     connection: str
     consumers: int

@@ -9,9 +9,12 @@ divided by ``seconds``."""
 
 from __future__ import annotations
 
+from urllib.parse import quote, unquote
+
 import msgspec
 
 from model import latency
+from model.names import DEFAULT_VHOST
 
 SCHEMA_VERSION = 1
 RESOLUTIONS: dict[str, int] = {"10s": 10, "1m": 60}  # name -> window length in seconds
@@ -51,6 +54,7 @@ class QueueWindow(msgspec.Struct, kw_only=True):
 
     schema_version: int = SCHEMA_VERSION
     queue: str
+    vhost: str = DEFAULT_VHOST  # absent in windows written before vhosts: "/"
     start: float
     seconds: int
     total: Counts
@@ -99,7 +103,7 @@ def with_percentiles(counts: Counts) -> Counts:
 
 def window_key(prefix: str, resolution: str, start: float) -> str:
     """The hash holding one window: field ``cluster`` (a ClusterWindow) and one field
-    ``queue:<name>`` (a QueueWindow) per queue reported in it."""
+    per queue reported in it (a QueueWindow, ``queue_field``)."""
     return f"{prefix}:rollup:{resolution}:{int(start)}"
 
 
@@ -115,5 +119,37 @@ def status_key(prefix: str) -> str:
 CLUSTER_FIELD = "cluster"
 
 
-def queue_field(name: str) -> str:
-    return f"queue:{name}"
+_VHOST_QUEUE = "vhost-queue:"
+QUEUE_KEY_SEPARATOR = "\x1f"  # in no name (names have no control characters): a vhost's queue key is unambiguous
+
+
+def queue_field(name: str, vhost: str = DEFAULT_VHOST) -> str:
+    """A queue's field in a window's hash: ``queue:<name>`` in the default vhost (as
+    before vhosts, so windows written then read the same), else
+    ``vhost-queue:<vhost, percent-encoded>/<name>`` (``vhost-queue:team-a/orders``)."""
+    if vhost == DEFAULT_VHOST:
+        return f"queue:{name}"
+    return f"{_VHOST_QUEUE}{quote(vhost, safe='')}/{name}"
+
+
+def parse_queue_field(field: str) -> tuple[str, str] | None:
+    """(vhost, name) of a ``queue_field``; None if ``field`` is not one."""
+    if field.startswith("queue:"):
+        return DEFAULT_VHOST, field[len("queue:"):]
+    if field.startswith(_VHOST_QUEUE):
+        vhost, slash, name = field[len(_VHOST_QUEUE):].partition("/")
+        return (unquote(vhost), name) if slash else None
+    return None
+
+
+def queue_key(name: str, vhost: str = DEFAULT_VHOST) -> str:
+    """One string for a queue of a vhost, as the pipeline keys its partial queues: the
+    name in the default vhost (the keys from before vhosts), else vhost, a separator
+    no name holds, and the name."""
+    return name if vhost == DEFAULT_VHOST else f"{vhost}{QUEUE_KEY_SEPARATOR}{name}"
+
+
+def split_queue_key(key: str) -> tuple[str, str]:
+    """(vhost, name) of a ``queue_key``."""
+    vhost, separator, name = key.partition(QUEUE_KEY_SEPARATOR)
+    return (vhost, name) if separator else (DEFAULT_VHOST, key)

@@ -20,7 +20,8 @@ be a baseline (``Reduction.queue_rows``): elsewhere it is not even decoded.
 
 Decoding uses the model's own field names, types and defaults (a projection of
 ``model.mesh.Snapshot`` to what the rollups use); an entry that does not decode
-to it is malformed."""
+to it is malformed. A partial queue is known by its ``model.rollups.queue_key``
+from its decoding on: its name in the default vhost, its vhost and name in another."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ import msgspec
 from msgspec import inspect
 
 from model.mesh import WINDOW_S, PartialQueue
-from model.rollups import COUNTERS
+from model.names import DEFAULT_VHOST
+from model.rollups import COUNTERS, queue_key
 from pipeline.source import id_key
 
 WINDOW_SECONDS = WINDOW_S  # the finest resolution; coarser windows are sums of these
@@ -62,8 +64,10 @@ def _projection(name: str, source: type[msgspec.Struct], names: Iterable[str], r
     return msgspec.defstruct(name, fields, kw_only=True, gc=False)
 
 
-_QUEUE_FIELDS = ("name", *GAUGES, *COUNTERS, "latency", "latency_sum_ms", "window_depth_max")
+_QUEUE_FIELDS = ("name", "vhost", *GAUGES, *COUNTERS, "latency", "latency_sum_ms", "window_depth_max")
 _Queue = _projection("_Queue", PartialQueue, _QUEUE_FIELDS, {"name"})
+_vhost = attrgetter("vhost")
+_DEFAULT_ONLY = {DEFAULT_VHOST}
 
 
 class _NodeRef(msgspec.Struct, gc=False):
@@ -82,8 +86,20 @@ class _Event(msgspec.Struct, gc=False):
     time: float
 
 
-_snapshot = msgspec.json.Decoder(_Snapshot).decode
+_decode_snapshot = msgspec.json.Decoder(_Snapshot).decode
 _event = msgspec.json.Decoder(_Event).decode
+
+
+def _snapshot(data: Any) -> _Snapshot:
+    """A snapshot decoded, each partial queue named by its ``queue_key``: the name in
+    the default vhost (a snapshot from before vhosts has no other), so that two vhosts'
+    queues of one name are two partial queues everywhere after."""
+    snapshot = _decode_snapshot(data)
+    queues: list[Any] = snapshot.queues
+    if queues and set(map(_vhost, queues)) != _DEFAULT_ONLY:
+        for partial in queues:
+            partial.name = queue_key(partial.name, partial.vhost)
+    return snapshot
 
 
 def partials_schema() -> Any:

@@ -1,7 +1,7 @@
 """``meshgate pipeline --export DIR``: the history in the streams, as Parquet.
 
 A batch job over the same entries and the same reduction as the streaming job,
-all of it on Spark: per partial queue and 10-second window the counts (counter
+all of it on Spark: per partial queue (its vhost and queue name) and 10-second window the counts (counter
 differences, each node start counted from its first snapshot seen), depths,
 consumers and latency percentiles (``DIR/queues``), and events per node, kind
 and window (``DIR/events``). Both are partitioned by ``day`` and ``node``;
@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from model import latency
-from model.rollups import COUNTERS
+from model.names import DEFAULT_VHOST
+from model.rollups import COUNTERS, QUEUE_KEY_SEPARATOR
 from pipeline import transform
 
 
@@ -42,8 +43,12 @@ def export(spark: Any, redis_url: str, prefix: str, directory: str, starting: st
                               .otherwise(F.col("first")["latency_sum_ms"]))
         histogram = F.zip_with(F.col("last")["latency"], base_latency,
                                lambda a, b: F.greatest(F.coalesce(a, F.lit(0)) - F.coalesce(b, F.lit(0)), F.lit(0)))
+        key = F.col("queue")  # model.rollups.queue_key: the vhost and the name
+        vhost = F.when(F.instr(key, QUEUE_KEY_SEPARATOR) > 0, F.substring_index(key, QUEUE_KEY_SEPARATOR, 1))
         rows = groups.select(
-            F.date_format(F.timestamp_seconds("window"), "yyyy-MM-dd").alias("day"), "node", "boot", "queue",
+            F.date_format(F.timestamp_seconds("window"), "yyyy-MM-dd").alias("day"), "node", "boot",
+            vhost.otherwise(F.lit(DEFAULT_VHOST)).alias("vhost"),
+            F.substring_index(key, QUEUE_KEY_SEPARATOR, -1).alias("queue"),
             F.timestamp_seconds("window").alias("window_start"), F.lit(transform.WINDOW_SECONDS).alias("seconds"),
             *columns, F.col("depth_max"), F.col("now")["depth"].alias("depth_last"),
             F.col("now")["consumers"].alias("consumers"), F.col("now")["in_flight"].alias("in_flight"),

@@ -37,7 +37,10 @@ from model.rollups import (
     PipelineStatus,
     QueueWindow,
     index_key,
+    parse_queue_field,
     queue_field,
+    queue_key,
+    split_queue_key,
     status_key,
     window_key,
 )
@@ -49,7 +52,6 @@ from pipeline.window_counts import Block, WindowCounts
 _ZEROS = (0,) * len(COUNTERS)
 STATE_TTL_S = 7 * 24 * 3600  # a partial queue's last counters, kept for a node that comes back
 DEFAULT_RETENTION_S = {"10s": 6 * 3600, "1m": 7 * 24 * 3600}
-_PREFIX = len(queue_field(""))  # a queue field is the prefix, then the name
 _FIRST_SEEN = "\x00first-seen"  # the state field holding the first seq seen of a node start
 
 
@@ -254,8 +256,9 @@ class Rollups:
                 name_field = raw_field.decode()
                 if name_field == CLUSTER_FIELD:
                     window.events = _cluster_decode(raw).node_events
-                elif name_field.startswith("queue:"):
-                    queues[name_field[_PREFIX:]] = _queue_decode(raw).nodes
+                elif (queue := parse_queue_field(name_field)) is not None:
+                    vhost, queue_name = queue
+                    queues[queue_key(queue_name, vhost)] = _queue_decode(raw).nodes
             window.counts = WindowCounts.stored(queues)
             self._windows[(name, start)] = window
 
@@ -302,9 +305,10 @@ def _documents(window: Window, now: float) -> dict[str, bytes]:
     if window.dirty:
         queues, bounds, nodes, partials, totals = window.counts.by_queue(window.dirty)
         made = _counts(partials)
-        for queue, begin, end, total in zip(queues, bounds[:-1], bounds[1:], _counts(totals), strict=True):
-            fields[queue_field(queue)] = _encode(QueueWindow(
-                queue=queue, start=window.start, seconds=window.seconds, total=total,
+        for key, begin, end, total in zip(queues, bounds[:-1], bounds[1:], _counts(totals), strict=True):
+            vhost, queue = split_queue_key(key)
+            fields[queue_field(queue, vhost)] = _encode(QueueWindow(
+                queue=queue, vhost=vhost, start=window.start, seconds=window.seconds, total=total,
                 nodes=dict(zip(nodes[begin:end], made[begin:end], strict=True))))
     names, node_totals, total = window.counts.by_node()
     events: dict[str, int] = {}

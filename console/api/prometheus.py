@@ -1,5 +1,6 @@
 """``GET /metrics``: every node, link and partial queue in the Prometheus text
 format, from the nodes' latest snapshots (nodes down are ``meshgate_node_up 0``).
+A partial queue's series carry its ``vhost`` label, ``/`` included.
 
 It names every queue, node and link of the mesh, so like the API it needs a console
 user's API token (``Authorization: Bearer <token>``, Prometheus's ``authorization``
@@ -85,22 +86,25 @@ def exposition() -> str:
         family(name, "gauge", help_text, [(_labels(node=s.node.name), get(s.node)) for s in snapshots])
     family("node_metrics_dropped", "counter", "Snapshots and events the node could not write to Redis.",
            [(_labels(node=s.node.name), s.node.metrics.dropped) for s in snapshots])
+    # Every vhost's partial queues, each with its vhost ("/" too): summing over
+    # ``vhost`` gives what the series without it gave.
     queues = [(s.node.name, q) for s in snapshots for q in s.queues]
     for name, help_text, get in _QUEUE_GAUGES:
-        family(name, "gauge", help_text, [(_labels(node=node, queue=q.name), get(q)) for node, q in queues])
+        family(name, "gauge", help_text,
+               [(_labels(node=node, vhost=q.vhost, queue=q.name), get(q)) for node, q in queues])
     for name, help_text, field in _QUEUE_COUNTERS:
         family(name, "counter", help_text,
-               [(_labels(node=node, queue=q.name), getattr(q, field)) for node, q in queues])
+               [(_labels(node=node, vhost=q.vhost, queue=q.name), getattr(q, field)) for node, q in queues])
     lines.append("# HELP meshgate_queue_latency_seconds From a SEND accepted to its ack, on whichever node.")
     lines.append("# TYPE meshgate_queue_latency_seconds histogram")
     for node, q in queues:
         total = 0
+        labels = _labels(node=node, vhost=q.vhost, queue=q.name)
         for le, count in zip(_LE, padded(q.latency), strict=True):
             total += count
-            lines.append(f"meshgate_queue_latency_seconds_bucket{_labels(node=node, queue=q.name, le=le)} {total}")
-        lines.append(f"meshgate_queue_latency_seconds_sum{_labels(node=node, queue=q.name)} "
-                     f"{q.latency_sum_ms / 1000.0}")
-        lines.append(f"meshgate_queue_latency_seconds_count{_labels(node=node, queue=q.name)} {total}")
+            lines.append(f"meshgate_queue_latency_seconds_bucket{labels[:-1]},le=\"{le}\"}} {total}")
+        lines.append(f"meshgate_queue_latency_seconds_sum{labels} {q.latency_sum_ms / 1000.0}")
+        lines.append(f"meshgate_queue_latency_seconds_count{labels} {total}")
     links = [(s.node.name, link) for s in snapshots for link in s.links]
     for name, help_text, get in _LINK_GAUGES:
         family(name, "gauge", help_text, [(_labels(node=node, peer=link.peer_name), get(link)) for node, link in links])

@@ -24,3 +24,25 @@ class NullEvents:
 
     def count(self, event: Event, n: int = 1) -> None:
         pass
+
+
+class VhostEvents:
+    """The event sink of a vhost other than ``/``: an event that names a queue or
+    destination (one with a ``vhost`` field) gets the vhost's name, then goes to the
+    node's sink. The default vhost's broker has the node's sink itself."""
+
+    __slots__ = ("sink", "vhost")
+
+    def __init__(self, sink: EventSink, vhost: str) -> None:
+        self.sink = sink
+        self.vhost = vhost
+
+    def emit(self, event: Event) -> None:
+        if "vhost" in event.__struct_fields__:
+            event.vhost = self.vhost  # type: ignore[attr-defined]
+        self.sink.emit(event)
+
+    def count(self, event: Event, n: int = 1) -> None:
+        if "vhost" in event.__struct_fields__:
+            event.vhost = self.vhost  # type: ignore[attr-defined]
+        self.sink.count(event, n)

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Literal
 
 from gateway.broker.broker import Broker
+from gateway.broker.events import VhostEvents
 from gateway.broker.memory import MemoryBudget
 from gateway.broker.message import Message
 from gateway.store.base import Store
@@ -62,7 +63,10 @@ class VirtualHosts:
         broker = self.brokers.get(name)
         if broker is None:
             check_vhost_name(name)  # also what keeps VHOST_MARK out of the store's qualified keys
-            broker = self.brokers[name] = Broker(VhostStoreView(self.store, name), **self._settings)
+            settings = self._settings
+            if settings.get("events") is not None:  # its events name it (no cost per message: a wrapped sink)
+                settings = {**settings, "events": VhostEvents(settings["events"], name)}
+            broker = self.brokers[name] = Broker(VhostStoreView(self.store, name), **settings)
             if self._recovered:  # defined while running: what the store kept for it is its
                 broker.recover(self._unclaimed.pop(name, []))
         return broker

@@ -10,8 +10,9 @@ import subprocess
 
 import pytest
 from django.test import Client
-from e2e_support import unique
+from e2e_support import HOST, run_meshgate, unique
 from mesh_support import send_many
+from vhost_support import VhostClients
 
 PROMTOOL = "/usr/bin/promtool"
 _SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$')
@@ -112,7 +113,7 @@ def test_queue_depth_is_what_was_sent_on_that_node(mesh, client):
     mesh.send(mesh.b, queue, [f"m{i}" for i in range(7)])
     text = mesh.wait(lambda: (t := _scrape(client)) and _value(t, "meshgate_queue_messages", node="B", queue=queue)
                      == 7 and t, "the depth of the queue on B")
-    assert f'meshgate_queue_messages{{node="B",queue="{queue}"}} 7\n' in text
+    assert f'meshgate_queue_messages{{node="B",vhost="/",queue="{queue}"}} 7\n' in text
     assert _value(text, "meshgate_queue_enqueued_total", node="B", queue=queue) == 7
     assert _value(text, "meshgate_queue_consumers", node="B", queue=queue) == 0
     assert _value(text, "meshgate_queue_oldest_message_age_seconds", node="B", queue=queue) >= 0
@@ -154,3 +155,25 @@ def test_links_are_exported_from_both_ends(mesh, client):
         _value(t, "meshgate_link_up", node=a, peer=b) == 1 for a in "ABC" for b in "ABC" if a != b) and t,
         "every link up at both ends")
     assert _value(text, "meshgate_link_messages_in_flight", node="A", peer="B") is not None
+
+
+def test_two_vhosts_with_the_same_queue_name_are_two_series_told_apart_by_vhost(mesh, client):
+    vhost, queue = unique("team"), unique("orders")
+    added = run_meshgate(["vhost", "add", vhost, "--stomp", f"{HOST}:{mesh.b.stomp}"])
+    assert added.returncode == 0, added.stdout + added.stderr
+    mesh.send(mesh.b, queue, ["m0", "m1"])  # the default vhost's queue
+    clients = VhostClients()
+    try:
+        send_many(clients.stomp_on(mesh.b.proc, vhost), f"/queue/{queue}", ["t0", "t1", "t2"])
+        text = mesh.wait(lambda: (t := _scrape(client)) and _value(
+            t, "meshgate_queue_messages", node="B", vhost=vhost, queue=queue) == 3 and t, "the vhost's queue on B")
+    finally:
+        clients.close_all()
+    assert _value(text, "meshgate_queue_messages", node="B", vhost="/", queue=queue) == 2
+    assert _value(text, "meshgate_queue_enqueued_total", node="B", vhost=vhost, queue=queue) == 3
+    assert _value(text, "meshgate_queue_enqueued_total", node="B", vhost="/", queue=queue) == 2
+    counts = [labels for name, labels, _ in _samples(text)
+              if name == "meshgate_queue_latency_seconds_count" and labels.get("queue") == queue]
+    assert sorted(labels["vhost"] for labels in counts) == sorted(["/", vhost])
+    checked = _promtool(text)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

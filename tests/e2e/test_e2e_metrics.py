@@ -10,6 +10,7 @@ import msgspec
 import redis
 from e2e_support import manage, manage_result, unique
 from mesh_support import mesh_fixture, send_many, wait_until  # noqa: F401  (the fixture)
+from vhost_support import TEAM_A, VHOSTS, VhostClients
 
 from model.events import AnyEvent
 from model.mesh import Snapshot
@@ -135,3 +136,46 @@ def test_redis_killed_under_load_costs_the_broker_nothing_and_publishing_resumes
     latest = snapshots(client)[-1][1]
     assert latest.node.metrics.dropped >= dropped
     assert broker.running
+
+
+def test_every_vhosts_partial_queues_are_in_the_snapshots_with_their_vhost(broker_factory, redis_server, connect):
+    broker = broker_factory(config=VHOSTS, sets=metrics_sets(redis_server))
+    queue = unique("orders")
+    clients = VhostClients()
+    try:
+        send_many(connect(broker), "/queue/" + queue, ["m0"])
+        send_many(clients.stomp_on(broker, TEAM_A), "/queue/" + queue, ["t0", "t1"])  # one queue name, two vhosts
+        client = redis.Redis.from_url(redis_server.url)
+        wait_until(lambda: {(p.vhost, p.depth) for _, s in snapshots(client)[-1:] for p in s.queues
+                            if p.name == queue} == {("/", 1), (TEAM_A, 2)}, "both vhosts' partial queues in a snapshot")
+    finally:
+        clients.close_all()
+    fields, _ = snapshots(client)[-1]
+    raw = [partial for partial in msgspec.json.decode(fields[b"data"])["queues"] if partial["name"] == queue]
+    assert sorted(partial.get("vhost", "-") for partial in raw) == ["-", TEAM_A]  # "/" left out, as before
+
+
+def test_a_vhosts_queues_and_events_name_it_and_the_default_vhosts_stay_as_they_were(broker_factory, redis_server,
+                                                                                      connect):
+    broker = broker_factory(config=VHOSTS, sets=metrics_sets(redis_server, 200, "broker.max_delivery_attempts=1"))
+    queue = unique("orders")
+    clients = VhostClients()
+    try:
+        for consumer in (connect(broker), clients.stomp_on(broker, TEAM_A)):  # one queue name in two vhosts
+            consumer.subscribe("/queue/" + queue, ack="client-individual")
+            send_many(consumer, "/queue/" + queue, ["bad"])
+            consumer.nack(consumer.listener.wait_for(1)[0])
+        client = redis.Redis.from_url(redis_server.url)
+        wait_until(lambda: len([e for e in events(client, "dead_letter") if e.queue == queue]) == 2,
+                   "a dead_letter event per vhost")
+    finally:
+        clients.close_all()
+    dead = {e.vhost: e for e in events(client, "dead_letter") if e.queue == queue}
+    assert set(dead) == {"/", TEAM_A} and all(e.count == 1 for e in dead.values())
+    attached = {e.vhost for e in events(client, "consumer_attached") if e.destination == "/queue/" + queue}
+    assert attached == {"/", TEAM_A}
+    raw = [msgspec.json.decode(fields[b"data"]) for _, fields in client.xrange("meshgate:events")
+           if fields[b"kind"] == b"dead_letter"]
+    assert sorted(entry.get("vhost", "-") for entry in raw if entry["queue"] == queue) == ["-", TEAM_A]  # "/" left out
+    wait_until(lambda: {(p.vhost, p.dead_lettered) for _, s in snapshots(client)[-1:] for p in s.queues
+                        if p.name == queue} == {("/", 1), (TEAM_A, 1)}, "both vhosts' partial queues in a snapshot")

@@ -12,6 +12,7 @@ from model.rollups import (
     PipelineStatus,
     QueueWindow,
     queue_field,
+    split_queue_key,
     status_key,
     window_key,
 )
@@ -25,8 +26,12 @@ def cluster(client, seconds: int, start: float, prefix: str = "meshgate") -> Clu
 
 
 def queue(client, seconds: int, start: float, name: str, prefix: str = "meshgate") -> QueueWindow | None:
-    raw = client.hget(window_key(prefix, RESOLUTION_NAMES[seconds], start), queue_field(name))
-    return msgspec.json.decode(raw, type=QueueWindow) if raw else None
+    """The window of queue ``name`` (a ``queue_key``: a vhost's queue names its vhost)."""
+    vhost, queue_name = split_queue_key(name)
+    raw = client.hget(window_key(prefix, RESOLUTION_NAMES[seconds], start), queue_field(queue_name, vhost))
+    window = msgspec.json.decode(raw, type=QueueWindow) if raw else None
+    assert window is None or (window.vhost, window.queue) == (vhost, queue_name), window
+    return window
 
 
 def status(client, prefix: str = "meshgate") -> PipelineStatus:

@@ -15,6 +15,7 @@ from metrics.reporter import snapshot_fields
 from model import latency
 from model.events import DeadLetter, LinkUp
 from model.mesh import SCHEMA_VERSION, WINDOW_S, Node, PartialQueue, Snapshot
+from model.rollups import split_queue_key
 
 COUNTER_NAMES = ("enqueued", "acked", "forwarded_out", "forwarded_in", "redistributed_out", "redistributed_in",
                  "expired", "dead_lettered")
@@ -80,7 +81,8 @@ class Expected:
 
 
 class Mesh:
-    """Nodes whose traffic the test drives; ``snapshot`` writes what a node would
+    """Nodes whose traffic the test drives (a queue of a vhost other than "/" named by
+its ``model.rollups.queue_key``); ``snapshot`` writes what a node would
     (``headed`` False: what a node of an earlier version wrote, with no head fields
     and no ``window_depth_max``). Depths change only at snapshots here, so the
     deepest depth a node reports for a window is the deepest its snapshots show."""
@@ -131,8 +133,9 @@ class Mesh:
         queues = []
         for name, partial in sorted(traffic.queues.items()):
             deepest = traffic.deepest[(name, window)] = max(traffic.deepest.get((name, window), 0), partial.depth)
+            vhost, queue_name = split_queue_key(name)
             queues.append(PartialQueue(
-                node=node, name=name, depth=partial.depth, in_flight=0, consumers=partial.consumers,
+                node=node, name=queue_name, vhost=vhost, depth=partial.depth, in_flight=0, consumers=partial.consumers,
                 latency=latency.trimmed(list(partial.latency)), latency_sum_ms=partial.latency_sum_ms,
                 window_depth_max=deepest if self.headed else 0, **partial.counters))
             if count_depth:

@@ -88,6 +88,20 @@ def test_different_subjects_are_counted_apart(clock):
     assert len(log.recent) == 4
 
 
+def test_one_queue_name_in_two_vhosts_is_counted_apart_and_the_default_vhost_is_left_out_of_the_json(clock):
+    import msgspec
+
+    log = EventLog("node-1", clock)
+    log.count(Expired(queue="orders", count=0), 2)
+    log.count(Expired(queue="orders", count=0, vhost="team-a"), 3)
+    clock.advance(1.0)
+    assert {(e.vhost, e.count) for e in log.recent} == {("/", 2), ("team-a", 3)}
+    encoded = {e.vhost: msgspec.json.decode(msgspec.json.encode(e)) for e in log.recent}
+    assert "vhost" not in encoded["/"] and encoded["team-a"]["vhost"] == "team-a"
+    old = b'{"kind":"expiry","time":1.0,"node":"n","queue":"orders","count":1}'  # from a node before vhosts
+    assert msgspec.json.decode(old, type=Expired).vhost == "/"
+
+
 def test_a_new_window_starts_after_a_flush(clock):
     log = EventLog("node-1", clock)
     log.count(dead_letter())
