@@ -14,6 +14,7 @@ vhost names hold no control characters, and no default-vhost key starts with one
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from typing import Any
@@ -56,18 +57,23 @@ def split_key(key: str) -> tuple[str | None, str]:
 def vhost_add_record(queue_key: str, message: Message) -> tuple[int, bytes]:
     """The type and payload recording ``message`` in ``queue_key``, a store key of a
     vhost other than the default one (whose adds are plain ADD_TIMED records)."""
-    vhost, key = split_key(queue_key)
-    return ADD_VHOST, _vhost_prefix(vhost or "") + encode_add(key, message)
+    prefix, key = _record_parts(queue_key)
+    return ADD_VHOST, prefix + encode_add(key, message)
 
 
 def vhost_remove_record(queue_key: str, message_id: str) -> tuple[int, bytes]:
+    prefix, key = _record_parts(queue_key)
+    return REMOVE_VHOST, prefix + encode_remove(key, message_id)
+
+
+@functools.lru_cache(maxsize=4096)
+def _record_parts(queue_key: str) -> tuple[bytes, str]:
+    """The encoded vhost name and the vhost's own queue key of a qualified store key:
+    remembered, since every record of a persistent message of that queue asks (taking
+    the key apart and encoding the name each time cost ~0.8 µs a record)."""
     vhost, key = split_key(queue_key)
-    return REMOVE_VHOST, _vhost_prefix(vhost or "") + encode_remove(key, message_id)
-
-
-def _vhost_prefix(vhost: str) -> bytes:
-    name = vhost.encode()
-    return VHOST_NAME.pack(len(name)) + name
+    name = (vhost or "").encode()
+    return VHOST_NAME.pack(len(name)) + name, key
 
 
 def encode_add(queue_key: str, message: Message) -> bytes:

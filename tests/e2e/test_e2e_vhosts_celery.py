@@ -1,0 +1,135 @@
+"""A Celery app per vhost (issue 25): two teams' apps with the same task name and the same
+queue (Celery's default ``celery``), their broker URLs naming vhosts ``team-a`` and
+``team-b`` of one node; each team's worker runs its own team's tasks and no other. Real
+Celery worker processes, results in a Redis of the test's own, kombu underneath.
+
+On a 2-node mesh the teams' apps and workers use node A, and a third app of the default
+vhost ``/`` sends through A to a worker on B: the mesh carries ``/`` and nothing of the
+teams' vhosts (docs/vhosts.md, "Not yet")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from amqp_support import AMQP_ON, amqp_port
+from celery import Celery
+from e2e_support import HOST, unique
+from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
+
+TEAM_VHOSTS = '[vhosts]\n[[vhosts.host]]\nname = "team-a"\n[[vhosts.host]]\nname = "team-b"\n'
+TASKS_PER_APP = 12
+
+# Both teams run this same module: one task name, one queue; only the environment differs.
+CELERY_APP = """
+    import os
+    from celery import Celery
+    app = Celery("teamtasks", broker=os.environ["BROKER"], backend=os.environ["BACKEND"])
+    app.conf.update(broker_connection_retry_on_startup=True, worker_prefetch_multiplier=1,
+                    broker_heartbeat=0, result_expires=600)
+
+    @app.task(name="teamtasks.record")
+    def record(tag):
+        with open(os.environ["RAN"], "a") as ran:  # what this worker ran, beside the result
+            ran.write(tag + "\\n")
+        return os.environ["TEAM"] + ":" + tag
+"""
+
+
+class Worker:
+    """A `celery worker` process of one team, on the broker URL given."""
+
+    def __init__(self, workdir: Path, team: str, broker_url: str, backend: str) -> None:
+        self.team = team
+        self.ran = workdir / f"{team}.ran"
+        self.path = workdir / f"{team}.log"
+        env = {**os.environ, "BROKER": broker_url, "BACKEND": backend, "PYTHONPATH": str(workdir),
+               "TEAM": team, "RAN": str(self.ran)}
+        env.pop("DJANGO_SETTINGS_MODULE", None)  # the test run's: Celery would set Django up in the worker
+        self.log = self.path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "teamtasks", "worker", "--pool=solo", "--concurrency=1",
+             "--loglevel=INFO", "-n", f"{team}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.path.read_text()
+
+    def wait_ready(self) -> None:
+        wait_until(lambda: "ready." in self.output() or self.proc.poll() is not None,
+                   f"the Celery worker of {self.team} to start", timeout=60)
+        assert self.proc.poll() is None, self.output()
+
+    def tags_run(self) -> list[str]:
+        return self.ran.read_text().split() if self.ran.exists() else []
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def url(process, vhost: str) -> str:
+    """A kombu/Celery broker URL: the vhost is the path (``//`` is ``/``)."""
+    return f"amqp://guest:guest@{HOST}:{amqp_port(process)}/{vhost}"
+
+
+def run_teams(tmp_path: Path, backend: str, teams: dict[str, tuple[str, str]]) -> None:
+    """``teams``: team -> (the URL its app sends on, the URL its worker consumes on). Every
+    team's worker is up before any task is sent, so all of them compete for the tasks if
+    the vhosts do not keep them apart; then each team's tasks must come back from its own
+    worker, which ran nothing else."""
+    (tmp_path / "teamtasks.py").write_text(textwrap.dedent(CELERY_APP))
+    workers = []
+    apps = []
+    try:
+        for team, (_, worker_url) in teams.items():
+            workers.append(Worker(tmp_path, team, worker_url, backend))
+        for worker in workers:
+            worker.wait_ready()
+        sent: dict[str, list[str]] = {}
+        results = {}
+        for team, (send_url, _) in teams.items():
+            app = Celery("teamtasks", broker=send_url, backend=backend)
+            app.conf.update(broker_heartbeat=0)
+            apps.append(app)
+            sent[team] = [unique(team) for _ in range(TASKS_PER_APP)]
+            results[team] = [app.send_task("teamtasks.record", args=[tag]) for tag in sent[team]]
+        for team, pending in results.items():
+            # Who ran each task: a task of another vhost's app would come back with that team's name.
+            assert [r.get(timeout=60) for r in pending] == [f"{team}:{tag}" for tag in sent[team]]
+        for worker in workers:
+            assert sorted(worker.tags_run()) == sorted(sent[worker.team]), worker.output()[-3000:]
+    finally:
+        for app in apps:
+            app.close()
+        for worker in workers:
+            worker.stop()
+
+
+def test_a_celery_app_per_vhost_on_one_node_runs_each_teams_tasks_on_its_own_worker(
+        broker_factory, redis_server, tmp_path):
+    node = broker_factory(config=TEAM_VHOSTS, sets=[AMQP_ON])
+    run_teams(tmp_path, redis_server.url, {
+        "team-a": (url(node, "team-a"), url(node, "team-a")),
+        "team-b": (url(node, "team-b"), url(node, "team-b")),
+    })
+
+
+def test_on_a_mesh_the_teams_tasks_stay_on_their_node_while_the_default_vhosts_cross(
+        mesh, redis_server, tmp_path):
+    a, b = mesh(2, extra="\n" + TEAM_VHOSTS, sets=[AMQP_ON])
+    run_teams(tmp_path, redis_server.url, {
+        "team-a": (url(a.proc, "team-a"), url(a.proc, "team-a")),
+        "team-b": (url(a.proc, "team-b"), url(a.proc, "team-b")),
+        "default": (url(a.proc, "/"), url(b.proc, "/")),  # sent on A, run on B: the mesh carries "/"
+    })
