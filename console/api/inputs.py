@@ -14,7 +14,7 @@ from rest_framework.settings import api_settings
 
 from model.amqp_arguments import MAX_MILLISECONDS, argument_problem
 from model.events import KINDS
-from model.names import MAX_NAME_BYTES, InvalidName, check_name, quoted
+from model.names import MAX_NAME_BYTES, InvalidName, check_name, check_vhost_name, quoted
 from model.requests import ALL, MAX_WHOLE_NUMBER
 from model.rollups import RESOLUTIONS
 
@@ -29,6 +29,14 @@ def valid_name(name: str, what: str) -> str:
     """``name`` if the rule for names takes it, else a 400 saying why."""
     try:
         return check_name(name, what)
+    except InvalidName as error:
+        raise ValidationError(str(error)) from None
+
+
+def valid_vhost(name: str) -> str:
+    """``name`` if it can name a vhost, else a 400 saying why."""
+    try:
+        return check_vhost_name(name)
     except InvalidName as error:
         raise ValidationError(str(error)) from None
 
@@ -180,6 +188,39 @@ class EventParams(serializers.Serializer):
                                    help_text="only after this time (epoch seconds)")
     q = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=MAX_TEXT_FILTER,
                               help_text="only events whose text holds this")
+
+
+class VhostField(serializers.CharField):
+    """A vhost name (model.names.check_vhost_name), as given: "/" is %2F in a URL."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(trim_whitespace=False, **kwargs)
+
+    def to_internal_value(self, data) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return valid_vhost(data)
+
+
+class VhostParams(serializers.Serializer):
+    vhost = VhostField(required=False, help_text="one vhost (%2F for the default vhost /); "
+                                                  "a list without it shows every vhost, a queue is of /")
+
+
+class VhostInput(_Body):
+    name = VhostField(help_text="1 to 255 bytes of UTF-8, no control characters")
+    description = serializers.CharField(required=False, allow_blank=True, max_length=MAX_TEXT_FILTER,
+                                        help_text="shown in the definitions")
+
+    def validate_description(self, value: str) -> str:
+        if not value.isprintable():
+            raise ValidationError("the description holds a control character")
+        return value
+
+
+class VhostDeleteParams(serializers.Serializer):
+    force = serializers.BooleanField(required=False, default=False, help_text=(
+        "delete it even while it holds messages: its clients are disconnected, its queues and messages dropped"))
 
 
 class WhereParams(serializers.Serializer):

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from console.api import views
+from console.api import definitions, vhosts, views
 
 app_name = "api"
 urlpatterns = [
@@ -19,11 +19,13 @@ urlpatterns = [
     path("queues/<path:name>/send", views.QueueSend.as_view(), name="queue-send"),
     path("queues/<path:name>/history", views.QueueHistory.as_view(), name="queue-history"),
     path("queues/<path:name>", views.QueueDetail.as_view(), name="queue"),
-    path("definitions", views.DefinitionList.as_view(), name="definitions"),
-    path("definitions/queues/<path:name>", views.QueueDefinition.as_view(), name="queue-definition"),
-    path("definitions/durable/<path:name>", views.DurableDefinition.as_view(), name="durable-definition"),
+    path("definitions", definitions.DefinitionList.as_view(), name="definitions"),
+    path("definitions/queues/<path:name>", definitions.QueueDefinition.as_view(), name="queue-definition"),
+    path("definitions/durable/<path:name>", definitions.DurableDefinition.as_view(), name="durable-definition"),
     path("connections", views.ConnectionList.as_view(), name="connections"),
     path("connections/<str:connection>", views.ConnectionDetail.as_view(), name="connection"),
+    path("vhosts", vhosts.VhostListView.as_view(), name="vhosts"),
+    path("vhosts/<path:name>", vhosts.VhostDetail.as_view(), name="vhost"),
     path("events", views.EventList.as_view(), name="events"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
 ]

@@ -26,10 +26,10 @@ def queue_state(frame) -> dict:
     """Every queue's totals; where the messages are (``nodes``) only for the queues that
     are moving between nodes now — a mesh may hold a hundred thousand partial queues."""
     moving = [row for row in frame.queues if row.rates.forward or row.rates.redistribute]
-    where = {row.name: msgspec.to_builtins(row.nodes) for row in frame.with_where_of(moving)}
+    where = {row.key: msgspec.to_builtins(row.nodes) for row in frame.with_where_of(moving)}
     rows = [{
-        "name": row.name, "messages": row.messages, "depth": row.depth, "in_flight": row.in_flight,
+        "name": row.name, "vhost": row.vhost, "messages": row.messages, "depth": row.depth, "in_flight": row.in_flight,
         "forwarding": row.forwarding, "in_doubt": row.in_doubt, "consumers": row.consumers,
-        "node_count": row.node_count, "rates": msgspec.to_builtins(row.rates), "nodes": where.get(row.name, []),
+        "node_count": row.node_count, "rates": msgspec.to_builtins(row.rates), "nodes": where.get(row.key, []),
     } for row in frame.queues]
     return {"type": "queues", "queues": rows}

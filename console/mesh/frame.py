@@ -8,7 +8,17 @@ from dataclasses import dataclass
 
 import msgspec
 
-from console.mesh.shapes import LinkRow, NodeRow, Overview, QueueDetail, QueuePart, QueueRow, QueueWhere, Rates
+from console.mesh.shapes import (
+    LinkRow,
+    NodeRow,
+    Overview,
+    QueueDetail,
+    QueuePart,
+    QueueRow,
+    QueueWhere,
+    Rates,
+    queue_key,
+)
 from model.latency import merge
 from model.mesh import Link, PartialQueue, Snapshot
 
@@ -22,7 +32,7 @@ class NodeSnapshots:
 
     latest: Snapshot
     previous: Snapshot | None
-    previous_queues: dict[str, PartialQueue]
+    previous_queues: dict[str, PartialQueue]  # by queue_key
 
     @property
     def interval(self) -> float:
@@ -46,7 +56,7 @@ class MeshFrame:
         self.states = {row.id: row.state for row in self.nodes}
         self.links = self._links()
         self.queues = self._queues()
-        self.queue_index = {row.name: row for row in self.queues}
+        self.queue_index = {row.key: row for row in self.queues}  # by queue_key
         self.overview = self._overview()
 
     # -- states -----------------------------------------------------------------------------
@@ -82,7 +92,7 @@ class MeshFrame:
             rates = Rates()
             partial_rates = self._partial_rates[node_id] = {}
             for partial in queues:
-                partial_rates[partial.name] = these = _rates(snapshots, partial)
+                partial_rates[queue_key(partial.vhost, partial.name)] = these = _rates(snapshots, partial)
                 if these is not _NO_RATES:
                     rates.add(these)
             rows[node_id] = NodeRow(
@@ -110,10 +120,11 @@ class MeshFrame:
             name = snapshots.latest.node.name
             rates = self._partial_rates[node_id]
             for partial in snapshots.latest.queues:
-                groups.setdefault(partial.name, []).append((node_id, name, partial, rates[partial.name]))
+                key = queue_key(partial.vhost, partial.name)
+                groups.setdefault(key, []).append((node_id, name, partial, rates[key]))
         self._groups = groups
         rows = []
-        for queue_name, items in groups.items():
+        for items in groups.values():
             rates = Rates()
             depth = in_flight = forwarding = in_doubt = consumers = 0
             latency_sum = 0.0
@@ -130,10 +141,11 @@ class MeshFrame:
                     latency_sum += partial.latency_sum_ms
                     histograms.append(partial.latency)
             rows.append(QueueRow(
-                name=queue_name, messages=depth + in_flight + forwarding + in_doubt, depth=depth, in_flight=in_flight,
+                name=items[0][2].name, vhost=items[0][2].vhost, messages=depth + in_flight + forwarding + in_doubt,
+                depth=depth, in_flight=in_flight,
                 forwarding=forwarding, in_doubt=in_doubt, consumers=consumers, node_count=len(items), rates=rates,
                 latency=merge(*histograms), latency_sum_ms=latency_sum))
-        return sorted(rows, key=lambda row: row.name)
+        return sorted(rows, key=lambda row: (row.name, row.vhost))
 
     def detail(self, row: QueueRow) -> QueueDetail:
         """The queue with each node's partial queue in full, by node name."""
@@ -141,18 +153,19 @@ class MeshFrame:
                            in_flight=partial.in_flight, forwarding=partial.forwarding, in_doubt=partial.in_doubt,
                            consumers=partial.consumers, oldest_age_ms=partial.oldest_age_ms, rates=rates,
                            partial=partial)
-                 for node_id, name, partial, rates in self._groups.get(row.name, ())]
+                 for node_id, name, partial, rates in self._groups.get(row.key, ())]
         parts.sort(key=lambda part: part.node_name)
         return QueueDetail(**msgspec.structs.asdict(row) | {"nodes": parts})
 
     def with_where_of(self, rows: list[QueueRow]) -> list[QueueRow]:
         """The rows with where each queue's messages and consumers are, node by node."""
-        return [msgspec.structs.replace(row, nodes=self.where(row.name)) for row in rows]
+        return [msgspec.structs.replace(row, nodes=self.where(row.key)) for row in rows]
 
-    def where(self, name: str) -> list[QueueWhere]:
+    def where(self, key: str) -> list[QueueWhere]:
+        """Where the queue of ``key`` (shapes.queue_key) is."""
         where = [QueueWhere(node=node_id, node_name=node_name, messages=_messages(partial),
                             consumers=partial.consumers, in_flight=partial.in_flight, in_doubt=partial.in_doubt)
-                 for node_id, node_name, partial, _ in self._groups.get(name, ())]
+                 for node_id, node_name, partial, _ in self._groups.get(key, ())]
         where.sort(key=lambda part: part.node_name)
         return where
 
@@ -225,7 +238,7 @@ def _rates(snapshots: NodeSnapshots, partial: PartialQueue) -> Rates:
     previous = snapshots.previous
     if previous is None or previous.node.started_at != snapshots.latest.node.started_at:
         return _NO_RATES
-    before = snapshots.previous_queues.get(partial.name)
+    before = snapshots.previous_queues.get(queue_key(partial.vhost, partial.name))
     if before is not None and before.enqueued == partial.enqueued and before.acked == partial.acked \
             and before.forwarded_out == partial.forwarded_out \
             and before.redistributed_out == partial.redistributed_out and before.expired == partial.expired \

@@ -14,6 +14,7 @@ from django.conf import settings
 from console.mesh import rollups
 from console.mesh.sources import redis_client, stream
 from model.mesh import Snapshot
+from model.names import DEFAULT_VHOST
 
 MAX_ENTRIES = 3000
 RATES = ("enqueue", "ack", "forward", "redistribute")
@@ -21,10 +22,11 @@ _COUNTERS = dict(zip(RATES, ("enqueued", "acked", "forwarded_out", "redistribute
 _decode = msgspec.json.Decoder(Snapshot).decode
 
 
-def rates(seconds: float = 300.0, queue: str | None = None, step: float = 1.0) -> list[dict]:
+def rates(seconds: float = 300.0, queue: str | None = None, step: float = 1.0,
+          vhost: str = DEFAULT_VHOST) -> list[dict]:
     """``[{t, enqueue, ack, forward, redistribute}]`` every ``step`` seconds, oldest first:
     each node's rate over the snapshot interval holding ``t``, summed over nodes (over
-    one queue's partial queues when ``queue`` is given)."""
+    one queue's partial queues when ``queue`` is given, of ``vhost``)."""
     now = time.time()
     entries = redis_client().xrevrange(stream("snapshots"), "+", f"{int((now - seconds) * 1000)}-0",
                                        count=MAX_ENTRIES)
@@ -37,7 +39,7 @@ def rates(seconds: float = 300.0, queue: str | None = None, step: float = 1.0) -
             continue
         totals = dict.fromkeys(RATES, 0)
         for partial in snapshot.queues:
-            if queue is None or partial.name == queue:
+            if queue is None or (partial.name == queue and partial.vhost == vhost):
                 for rate, counter in _COUNTERS.items():
                     totals[rate] += getattr(partial, counter)
                 totals["enqueue"] -= partial.forwarded_in + partial.redistributed_in  # sent once, counted once
@@ -67,7 +69,8 @@ def rates(seconds: float = 300.0, queue: str | None = None, step: float = 1.0) -
     return points
 
 
-def chart(seconds: float = 300.0, queue: str | None = None, resolution: str | None = None) -> dict:
+def chart(seconds: float = 300.0, queue: str | None = None, resolution: str | None = None,
+          vhost: str = DEFAULT_VHOST) -> dict:
     """``{source, resolution, points}`` over the last ``seconds`` (the mesh, or one
     queue): ``source`` "pipeline" with the rollups' points at ``resolution`` (chosen
     from ``seconds`` when None) when the pipeline runs and its windows cover the range,
@@ -76,7 +79,7 @@ def chart(seconds: float = 300.0, queue: str | None = None, resolution: str | No
     since = now - seconds
     resolution = resolution or rollups.resolution_for(seconds)
     found = rollups.read(redis_client(), settings.MESHGATE["STREAM_PREFIX"], resolution, since, now, queue=queue,
-                         snapshots_stream=stream("snapshots"))
+                         vhost=vhost, snapshots_stream=stream("snapshots"))
     if rollups.is_running(found.status, now) and found.covers(since, now):
         return {"source": "pipeline", "resolution": found.resolution, "points": rollups.points(found, now)}
-    return {"source": "snapshots", "resolution": None, "points": rates(seconds, queue=queue)}
+    return {"source": "snapshots", "resolution": None, "points": rates(seconds, queue=queue, vhost=vhost)}

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import msgspec
 
+from model.names import DEFAULT_VHOST
 from model.rollups import (
     CLUSTER_FIELD,
     RESOLUTIONS,
@@ -93,9 +94,9 @@ class Windows:
 
 
 def read(client, prefix: str, resolution: str, since: float, until: float, queue: str | None = None,
-         snapshots_stream: str | None = None, when_running: bool = True) -> Windows:
+         snapshots_stream: str | None = None, when_running: bool = True, vhost: str = DEFAULT_VHOST) -> Windows:
     """The status and the windows overlapping ``[since, until]`` at ``resolution``: the
-    cluster (``queue`` None) or one queue; ``when_running``: the windows only if the
+    cluster (``queue`` None) or one queue (of ``vhost``); ``when_running``: the windows only if the
     pipeline runs (else ``windows`` is empty). Raises KeyError for an unknown resolution."""
     seconds = RESOLUTIONS[resolution]
     pipe = client.pipeline(transaction=False)
@@ -111,7 +112,7 @@ def read(client, prefix: str, resolution: str, since: float, until: float, queue
     oldest = None
     if snapshots_stream is not None and answers[2]:
         oldest = int(answers[2][0][0].split(b"-")[0]) / 1000.0
-    field = CLUSTER_FIELD if queue is None else queue_field(queue)
+    field = CLUSTER_FIELD if queue is None else queue_field(queue, vhost)
     decode = _cluster if queue is None else _queue
     windows: list = []
     if when_running and not is_running(status):

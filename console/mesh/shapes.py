@@ -9,6 +9,15 @@ from typing import Literal
 import msgspec
 
 from model.mesh import Link, Node, PartialQueue
+from model.names import DEFAULT_VHOST
+from model.rollups import QUEUE_KEY_SEPARATOR
+
+
+def queue_key(vhost: str, name: str) -> str:
+    """What tells a queue from every other of the mesh: its name in ``/`` (as before
+    vhosts), else its vhost and name apart by a character no name holds."""
+    return name if vhost == DEFAULT_VHOST else f"{vhost}{QUEUE_KEY_SEPARATOR}{name}"
+
 
 NodeState = Literal["up", "leaving", "down", "silent"]  # silent: linked, but writes no snapshots
 
@@ -68,6 +77,7 @@ class QueuePart(QueueWhere, kw_only=True):
 
 class QueueRow(msgspec.Struct, kw_only=True):
     name: str
+    vhost: str = DEFAULT_VHOST
     messages: int  # the sum over nodes of waiting, in flight and in doubt
     depth: int
     in_flight: int
@@ -79,6 +89,10 @@ class QueueRow(msgspec.Struct, kw_only=True):
     latency: list[int]  # merged histogram (model.latency)
     latency_sum_ms: float = 0.0
     nodes: list[QueueWhere] = []  # by node name
+
+    @property
+    def key(self) -> str:
+        return queue_key(self.vhost, self.name)
 
 
 class QueueDetail(QueueRow, kw_only=True):

@@ -52,8 +52,8 @@ class Publisher:
         if not self.version:  # versions go on across restarts of the worker
             self.version = int(self.client.get(self.version_key) or 0)
         self.version += 1
-        now = {"where": {row.name: _encode(frame.where(row.name)) for row in frame.queues},
-               "parts": {row.name: _encode(frame.detail(row).nodes) for row in frame.queues}}
+        now = {"where": {row.key: _encode(frame.where(row.key)) for row in frame.queues},
+               "parts": {row.key: _encode(frame.detail(row).nodes) for row in frame.queues}}
         links = [msgspec.structs.replace(link, ends=[]) for link in frame.links]
         data = SharedFrameData(version=self.version, taken_at=frame.taken_at, overview=frame.overview,
                                nodes=frame.nodes, links=links, queues=frame.queues)
@@ -83,21 +83,21 @@ class SharedFrame:
         self.nodes = data.nodes
         self.links = data.links
         self.queues = data.queues
-        self.queue_index = {row.name: row for row in self.queues}
+        self.queue_index = {row.key: row for row in self.queues}  # by queue_key
         self.names = {row.id: row.name for row in self.nodes}
         self.states = {row.id: row.state for row in self.nodes}
         self._client = client
         self._prefix = prefix
 
     def detail(self, row: QueueRow) -> QueueDetail:
-        data = self._client.hget(f"{self._prefix}:{PARTS}", row.name)
+        data = self._client.hget(f"{self._prefix}:{PARTS}", row.key)
         return QueueDetail(**msgspec.structs.asdict(row) | {"nodes": _decode_parts(data) if data else []})
 
     def with_where_of(self, rows: list[QueueRow]) -> list[QueueRow]:
         """The rows with where each queue is, in one round trip to Redis."""
         if not rows:
             return []
-        found = self._client.hmget(f"{self._prefix}:{WHERE}", [row.name for row in rows])
+        found = self._client.hmget(f"{self._prefix}:{WHERE}", [row.key for row in rows])
         return [msgspec.structs.replace(row, nodes=_decode_where(data) if data else [])
                 for row, data in zip(rows, found, strict=True)]
 

@@ -16,6 +16,7 @@ from typing import Callable
 import msgspec
 
 from console.mesh.frame import MeshFrame, NodeSnapshots
+from console.mesh.shapes import queue_key
 from model.mesh import Snapshot
 
 log = logging.getLogger(__name__)
@@ -57,7 +58,8 @@ class MeshView:
             client = self._client()
             changed = self._tail(client) if self._last_id is not None else self._backfill(client, now)
             snapshots = {node_id: NodeSnapshots(latest, previous,
-                                                {q.name: q for q in previous.queues} if previous else {})
+                                                {queue_key(q.vhost, q.name): q for q in previous.queues}
+                                                if previous else {})
                          for node_id, (latest, previous) in self._latest.items()}
             self._frame = MeshFrame(snapshots, now)  # states change with time too: always a new one
             return changed

@@ -16,4 +16,5 @@ urlpatterns = [
     path("connections/", views.page("connections"), name="connections"),
     path("links/", views.page("links"), name="links"),
     path("events/", views.page("events"), name="events"),
+    path("vhosts/", views.page("vhosts"), name="vhosts"),
 ]

@@ -19,9 +19,17 @@
     }
   }
 
+  // The vhost the top bar's selector shows (?vhost= of the page's URL), or null for every
+  // vhost. A queue's own page is of one vhost: "/" when its URL names none.
+  const chosenVhost = new URLSearchParams(window.location.search).get("vhost");
+  const vhost = chosenVhost === null || chosenVhost === "" ? (body.dataset.page === "queue" ? "/" : null) : chosenVhost;
+  const IN_VHOST = /^(queues|connections|definitions)(\/|\?|$)/;  // what the API answers per vhost
+
   // GET/POST/DELETE /api/v1/<path>; resolves with the JSON answer, rejects with an ApiError.
+  // Queue, connection and definition requests are of the chosen vhost unless `query` names one.
   async function api(path, { method = "GET", body: payload, query } = {}) {
     const url = new URL("/api/v1/" + path, window.location.origin);
+    if (vhost !== null && IN_VHOST.test(path) && !(query && "vhost" in query)) url.searchParams.set("vhost", vhost);
     for (const [key, value] of Object.entries(query || {})) {
       if (value === undefined || value === null || value === "") continue;
       for (const one of [].concat(value)) url.searchParams.append(key, one);
@@ -344,6 +352,7 @@
 
   function writeQuery(state, defaults) {
     const params = new URLSearchParams();
+    if (chosenVhost) params.set("vhost", chosenVhost);  // the top bar's, kept with the page's own
     for (const [key, value] of Object.entries(state)) {
       if (JSON.stringify(value) === JSON.stringify(defaults[key])) continue;
       for (const one of [].concat(value)) params.append(key, one);
@@ -639,9 +648,59 @@
     return list;
   }
 
+  // A link to a console page of the chosen vhost; a queue's page names the queue's own vhost.
+  function withVhost(href, of = vhost) {
+    if (of === null || of === undefined || (of === "/" && href.startsWith("/queues/") && href !== "/queues/")) return href;
+    return href + (href.includes("?") ? "&" : "?") + "vhost=" + encodeURIComponent(of);
+  }
+
+  function queueHref(name, of) {
+    return withVhost("/queues/" + encodeURIComponent(name) + "/", of || "/");
+  }
+
+  // The top bar's selector: every vhost the mesh has; choosing one reloads the page of it
+  // (back to the first page of a list), and the menu's links keep it.
+  async function vhostSelector() {
+    const select = document.getElementById("vhost-select");
+    if (!select) return;
+    if (vhost !== null) select.append(el("option", { value: vhost }, vhost));
+    select.value = vhost === null ? "" : vhost;
+    select.parentElement.classList.toggle("chosen", vhost !== null);
+    const kept = chosenVhost || null;  // a queue page's own "/" is not a choice to carry
+    for (const link of document.querySelectorAll("header.top nav a")) link.href = withVhost(link.getAttribute("href"), kept);
+    select.addEventListener("change", () => {
+      const params = new URLSearchParams(window.location.search);
+      params.delete("page");
+      if (select.value === "") params.delete("vhost");
+      else params.set("vhost", select.value);
+      const path = body.dataset.page === "queue" ? "/queues/" : window.location.pathname;
+      const query = params.toString();
+      window.location.assign(path + (query ? "?" + query : ""));
+    });
+    // The vhosts are asked for when the selector is about to be used, not on every page load.
+    let asked = false;
+    async function fill() {
+      if (asked) return;
+      asked = true;
+      try {
+        const answer = await api("vhosts", { query: { page_size: 500 } });
+        for (const row of answer.items) {
+          if (row.name !== vhost) select.append(el("option", { value: row.name }, row.name));
+        }
+      } catch (error) {
+        asked = false;
+        select.title = "the vhosts could not be read: " + error.message;
+      }
+    }
+    select.addEventListener("focus", fill);
+    select.addEventListener("pointerdown", fill);
+  }
+
   window.MG = {
+    vhost, withVhost, queueHref,
     admin: body.dataset.admin === "true", api, ApiError, live, fmt, percentile, el, problem, explain, loadFailed, debounce,
     throttle, badge, stat, sortRows, table, tableRow, pager, dialog, failureText, readQuery, writeQuery, rateChart,
     lineChart, historyCharts, pagedLoader, pagedList,
   };
+  vhostSelector();
 })();

@@ -52,6 +52,7 @@
   const columns = [
     { label: "Connection", sort: "name", value: (c) => el("span", { class: "mono" }, c.id) },
     { label: "Node", sort: "node_name", value: (c) => c.node_name },
+    ...(MG.vhost === null ? [{ label: "Vhost", title: "the vhost the client chose", value: (c) => el("span", { class: "mono" }, c.vhost) }] : []),
     { label: "Remote", value: (c) => el("span", { class: "mono" }, c.remote) },
     { label: "User", sort: "user", value: (c) => c.user },
     { label: "Client id", value: (c) => c.client_id || el("span", { class: "zero" }, "–") },

@@ -93,7 +93,10 @@
     return el("span", { title: fmt.time(record.changed_at) }, fmt.since(record.changed_at));
   }
 
-  const COMMON = [
+  // The vhost of each, when every vhost's are shown and some are not of "/".
+  const VHOST = { label: "Vhost", title: "the vhost it belongs to", value: (r) => mono(r.in_vhost) };
+  const common = () => [
+    ...(MG.vhost === null && records && records.some((r) => r.in_vhost !== "/") ? [VHOST] : []),
     { label: "Version", title: "its version, and the node where the change was made", value: versionCell },
     { label: "Changed", value: changedCell },
   ];
@@ -151,7 +154,7 @@
       columns.push({ label: "AMQP arguments", title: "the x-arguments the queue was declared with",
         value: (r) => arguments_(setting(r, "amqp_arguments")) });
     }
-    columns.push(...COMMON);
+    columns.push(...common());
     if (MG.admin) columns.push({ label: "", value: queueButtons });
     return columns;
   }
@@ -209,7 +212,7 @@
       { label: "Subscriber", title: "where a subscriber is attached now (from the nodes' latest snapshots)", value: subscriberCell },
       { label: "Waiting", num: true, title: "its messages waiting, over every node",
         value: (r) => (r.deleted ? "" : el("span", { class: r.waiting ? null : "zero" }, fmt.n(r.waiting || 0))) },
-      ...COMMON,
+      ...common(),
     ];
     if (MG.admin) {
       columns.push({ label: "", value: (r) => (r.deleted ? "" : el("button", { class: "small", "data-action": "delete",
@@ -258,14 +261,14 @@
       { label: "Auto-delete", value: (r) => (r.spec ? yes(r.spec.auto_delete) : "") },
       { label: "Internal", value: (r) => (r.spec ? yes(r.spec.internal) : "") },
       { label: "Arguments", value: (r) => arguments_(r.spec && r.spec.arguments) },
-      ...COMMON,
+      ...common(),
     ], exchanges, { empty: "No exchange to show.", rowAttributes: (r) => ({ "data-name": r.name }) }));
     bindingList.replaceChildren(MG.table([
       { label: "From exchange", value: (r) => deletedName(r, mono(r.spec.source || "(default)")) },
       { label: "To", value: (r) => [el("span", { class: "muted" }, r.spec.destination_kind), " ", mono(r.spec.destination)] },
       { label: "Routing key", value: (r) => (r.spec.routing_key ? mono(r.spec.routing_key) : blank()) },
       { label: "Arguments", value: (r) => arguments_(r.spec.arguments) },
-      ...COMMON,
+      ...common(),
     ], shown.map((r) => ({ ...r, spec: bindingSpec(r) })).sort((a, b) =>
       (a.spec.source + " " + a.spec.destination).localeCompare(b.spec.source + " " + b.spec.destination)),
     { empty: "No binding to show." }));
@@ -436,7 +439,8 @@
     });
     if (!confirmed) return;
     try {
-      const answer = await MG.api("definitions/queues/" + encodeURIComponent(record.name), { method: "DELETE" });
+      const answer = await MG.api("definitions/queues/" + encodeURIComponent(record.name),
+        { method: "DELETE", query: { vhost: record.in_vhost } });
       report(queueResults, "ok", el("strong", null, "Deleted the definition of " + record.name), " on every node" + done(answer));
     } catch (error) {
       report(queueResults, "error", el("strong", null, "Could not delete the definition of " + record.name),
@@ -459,7 +463,8 @@
     });
     if (!confirmed) return;
     try {
-      const answer = await MG.api("definitions/durable/" + encodeURIComponent(record.name), { method: "DELETE" });
+      const answer = await MG.api("definitions/durable/" + encodeURIComponent(record.name),
+        { method: "DELETE", query: { vhost: record.in_vhost } });
       report(durableResults, "ok", el("strong", null, "Deleted " + record.name), " on every node" + done(answer));
     } catch (error) {
       report(durableResults, "error", el("strong", null, "Could not delete " + record.name), " — " + MG.explain(error));

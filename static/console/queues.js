@@ -13,8 +13,8 @@
   const filter = document.getElementById("filter");
   const pageSize = document.getElementById("page-size");
 
-  function queueLink(name) {
-    return el("a", { href: "/queues/" + encodeURIComponent(name) + "/" }, name);
+  function queueLink(row) {
+    return el("a", { href: MG.queueHref(row.name, row.vhost) }, row.name);
   }
 
   function rateCell(value) {
@@ -29,7 +29,9 @@
   }
 
   const columns = [
-    { label: "Queue", sort: "name", value: (row) => queueLink(row.name) },
+    { label: "Queue", sort: "name", value: queueLink },
+    ...(MG.vhost === null ? [{ label: "Vhost", title: "the vhost the queue is in: a queue of the same name in another vhost is another queue",
+      value: (row) => el("span", { class: "mono" }, row.vhost) }] : []),
     { label: "Messages", sort: "messages", num: true, title: "waiting, in flight, forwarding and in doubt, over every node",
       value: (row) => el("strong", null, fmt.n(row.messages)) },
     { label: "Per node", sort: "node_count", title: "messages on each node (sort: by how many nodes hold the queue); "
@@ -47,14 +49,15 @@
   ];
 
   function emptyText() {
-    if (state.name) return "No queue name contains “" + state.name + "”.";
+    if (state.name) return "No queue name contains “" + state.name + "”" + (MG.vhost === null ? "." : " in vhost " + MG.vhost + ".");
+    if (MG.vhost !== null) return "No queues in vhost " + MG.vhost + " yet — choose “all vhosts” at the top to see every vhost's.";
     return "No queues yet — send a message to any node (for example to /queue/orders) and its queue appears here " +
       "within a second.";
   }
 
   function render(answer) {
     totals.textContent = fmt.n(answer.total_count) + (answer.total_count === 1 ? " queue" : " queues") +
-      (state.name ? " matching “" + state.name + "”" : "");
+      (state.name ? " matching “" + state.name + "”" : "") + (MG.vhost === null ? "" : " in vhost " + MG.vhost);
     box.replaceChildren(MG.table(columns, answer.items, {
       sort: { field: state.sort, reverse: state.reverse },
       onSort: (next) => change({ sort: next.field, reverse: next.reverse, page: 1 }),

@@ -210,7 +210,7 @@
   function renderNode(detail) {
     const node = detail.node;
     const messages = (q) => q.depth + q.in_flight + q.forwarding + q.in_doubt;
-    const queues = [...detail.partial_queues].sort((a, b) => messages(b) - messages(a) || a.name.localeCompare(b.name));
+    const queues = detail.partial_queues.filter((q) => MG.vhost === null || (q.vhost || "/") === MG.vhost).sort((a, b) => messages(b) - messages(a) || a.name.localeCompare(b.name));
     side.replaceChildren(el("div", null,
       el("h2", null, detail.name, MG.badge(detail.state)),
       detail.state === "down" ? el("p", { class: "note bad" }, "Down: what follows is its last snapshot, " + fmt.ago(detail.age) + ".") : null,
@@ -229,16 +229,17 @@
         fact("Metrics", node.metrics.state + (node.metrics.dropped ? " · " + fmt.n(node.metrics.dropped) + " dropped" : ""))) :
         el("p", { class: "note" }, "This node writes no snapshots: it is known only from its peers' links."),
       certificates(node),
-      el("h3", null, "Partial queues"),
+      el("h3", null, "Partial queues" + (MG.vhost === null ? "" : " of vhost " + MG.vhost)),
       MG.table([
-        { label: "Queue", value: (q) => el("a", { href: "/queues/" + encodeURIComponent(q.name) + "/" }, q.name) },
+        { label: "Queue", value: (q) => el("a", { href: MG.queueHref(q.name, q.vhost || "/") }, q.name) },
+        ...(MG.vhost === null ? [{ label: "Vhost", value: (q) => el("span", { class: "mono" }, q.vhost || "/") }] : []),
         { label: "Depth", num: true, value: (q) => fmt.n(q.depth) },
         { label: "In flight", num: true, value: (q) => fmt.n(q.in_flight) },
         { label: "Fwd", num: true, title: "forwarding: sent over links, not yet stored by the peer", value: (q) => fmt.n(q.forwarding) },
         { label: "Doubt", num: true, title: "in doubt", value: (q) => fmt.n(q.in_doubt) },
         { label: "Cons.", num: true, title: "local consumers", value: (q) => fmt.n(q.consumers) },
         { label: "Oldest", num: true, title: "how long the oldest waiting message has waited", value: (q) => fmt.duration(q.oldest_age_ms) },
-      ], queues, { empty: "No queues on this node yet." }),
+      ], queues, { empty: MG.vhost === null ? "No queues on this node yet." : "No queues of vhost " + MG.vhost + " on this node." }),
       el("h3", null, "Links"),
       MG.table([
         { label: "Peer", value: (l) => l.peer_name },

@@ -21,7 +21,7 @@ ENDPOINTS = {
     "queues/{name}/purge": {"post"}, "queues/{name}/move": {"post"}, "queues/{name}/browse": {"post"},
     "queues/{name}/send": {"post"}, "connections": {"get"}, "connections/{connection}": {"delete"},
     "events": {"get"}, "pipeline": {"get"}, "definitions": {"get"}, "definitions/queues/{name}": {"put", "delete"},
-    "definitions/durable/{name}": {"delete"},
+    "definitions/durable/{name}": {"delete"}, "vhosts": {"get", "post"}, "vhosts/{name}": {"get", "delete"},
 }
 _METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 
