@@ -17,10 +17,10 @@ from console.mesh.shapes import (
     QueueRow,
     QueueWhere,
     Rates,
-    queue_key,
 )
 from model.latency import merge
 from model.mesh import Link, PartialQueue, Snapshot
+from model.rollups import queue_key
 
 STALE_INTERVALS = 3  # a node whose snapshot is this many intervals late is down
 MIN_STALE = 3.0  # seconds
@@ -92,7 +92,7 @@ class MeshFrame:
             rates = Rates()
             partial_rates = self._partial_rates[node_id] = {}
             for partial in queues:
-                partial_rates[queue_key(partial.vhost, partial.name)] = these = _rates(snapshots, partial)
+                partial_rates[queue_key(partial.name, partial.vhost)] = these = _rates(snapshots, partial)
                 if these is not _NO_RATES:
                     rates.add(these)
             rows[node_id] = NodeRow(
@@ -120,7 +120,7 @@ class MeshFrame:
             name = snapshots.latest.node.name
             rates = self._partial_rates[node_id]
             for partial in snapshots.latest.queues:
-                key = queue_key(partial.vhost, partial.name)
+                key = queue_key(partial.name, partial.vhost)
                 groups.setdefault(key, []).append((node_id, name, partial, rates[key]))
         self._groups = groups
         rows = []
@@ -238,7 +238,7 @@ def _rates(snapshots: NodeSnapshots, partial: PartialQueue) -> Rates:
     previous = snapshots.previous
     if previous is None or previous.node.started_at != snapshots.latest.node.started_at:
         return _NO_RATES
-    before = snapshots.previous_queues.get(queue_key(partial.vhost, partial.name))
+    before = snapshots.previous_queues.get(queue_key(partial.name, partial.vhost))
     if before is not None and before.enqueued == partial.enqueued and before.acked == partial.acked \
             and before.forwarded_out == partial.forwarded_out \
             and before.redistributed_out == partial.redistributed_out and before.expired == partial.expired \

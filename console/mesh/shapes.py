@@ -10,14 +10,7 @@ import msgspec
 
 from model.mesh import Link, Node, PartialQueue
 from model.names import DEFAULT_VHOST
-from model.rollups import QUEUE_KEY_SEPARATOR
-
-
-def queue_key(vhost: str, name: str) -> str:
-    """What tells a queue from every other of the mesh: its name in ``/`` (as before
-    vhosts), else its vhost and name apart by a character no name holds."""
-    return name if vhost == DEFAULT_VHOST else f"{vhost}{QUEUE_KEY_SEPARATOR}{name}"
-
+from model.rollups import queue_key
 
 NodeState = Literal["up", "leaving", "down", "silent"]  # silent: linked, but writes no snapshots
 
@@ -92,7 +85,7 @@ class QueueRow(msgspec.Struct, kw_only=True):
 
     @property
     def key(self) -> str:
-        return queue_key(self.vhost, self.name)
+        return queue_key(self.name, self.vhost)
 
 
 class QueueDetail(QueueRow, kw_only=True):

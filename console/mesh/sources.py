@@ -16,12 +16,12 @@ from django.conf import settings
 
 from console.mesh import shared
 from console.mesh.actions import Management
-from console.mesh.shapes import queue_key
 from console.mesh.snapshots import latest
 from console.mesh.view import MeshView
 from management.client import TlsFiles
 from model.mesh import Snapshot
 from model.names import DEFAULT_VHOST
+from model.rollups import queue_key
 
 VIEW_REFRESH = 0.5  # seconds between a web process's looks at the snapshot stream (no worker)
 SHARED_CHECK = 0.25  # seconds between looks at the worker's frame version
@@ -82,7 +82,7 @@ class MeshReader:
 
     def queue(self, name: str, vhost: str = DEFAULT_VHOST):
         frame = self.frame
-        row = frame.queue_index.get(queue_key(vhost, name))
+        row = frame.queue_index.get(queue_key(name, vhost))
         return frame.detail(row) if row is not None else None
 
     def snapshots(self, node_ids: set[str]) -> dict[str, Snapshot]:

@@ -16,8 +16,8 @@ from typing import Callable
 import msgspec
 
 from console.mesh.frame import MeshFrame, NodeSnapshots
-from console.mesh.shapes import queue_key
 from model.mesh import Snapshot
+from model.rollups import queue_key
 
 log = logging.getLogger(__name__)
 _decode = msgspec.json.Decoder(Snapshot).decode
@@ -58,7 +58,7 @@ class MeshView:
             client = self._client()
             changed = self._tail(client) if self._last_id is not None else self._backfill(client, now)
             snapshots = {node_id: NodeSnapshots(latest, previous,
-                                                {queue_key(q.vhost, q.name): q for q in previous.queues}
+                                                {queue_key(q.name, q.vhost): q for q in previous.queues}
                                                 if previous else {})
                          for node_id, (latest, previous) in self._latest.items()}
             self._frame = MeshFrame(snapshots, now)  # states change with time too: always a new one
