@@ -13,16 +13,9 @@ import pytest
 from amqp_support import AMQP_ON, amqp_port
 from e2e_support import HOST, TIMEOUT, manage_result, run_meshgate, unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
-from vhost_support import VHOSTS, VhostClients, drain
+from vhost_support import VHOSTS, clients_fixture, drain  # noqa: F401  (the fixture)
 
 from model.requests import Connections, VhostList
-
-
-@pytest.fixture
-def clients():
-    made = VhostClients()
-    yield made
-    made.close_all()
 
 
 def cli(port: int, *args: str):

@@ -15,7 +15,7 @@ import pytest
 from amqp_support import AMQP_ON
 from e2e_support import TIMEOUT, module_broker, unique
 from stomp_client import ConnectRefused
-from vhost_support import VhostClients
+from vhost_support import clients_fixture  # noqa: F401  (the fixture)
 
 LIMITS = """
 [vhosts]
@@ -41,13 +41,6 @@ max_connections = 1000
 def node(tmp_path_factory):
     with module_broker(tmp_path_factory, "vhost-limits", config=LIMITS, sets=[AMQP_ON]) as broker:
         yield broker
-
-
-@pytest.fixture
-def clients():
-    made = VhostClients()
-    yield made
-    made.close_all()
 
 
 def test_a_connection_beyond_max_connections_is_refused_until_one_closes(node, clients):

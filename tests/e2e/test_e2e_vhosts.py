@@ -12,20 +12,13 @@ from amqp_support import AMQP_ON, amqp_port
 from e2e_support import HOST, module_broker, run_meshgate, unique
 from kombu import Connection
 from stomp_client import ConnectRefused
-from vhost_support import TEAM_A, TEAM_B, VHOSTS, VhostClients, drain
+from vhost_support import TEAM_A, TEAM_B, VHOSTS, clients_fixture, drain  # noqa: F401  (the fixture)
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     with module_broker(tmp_path_factory, "vhosts", config=VHOSTS, sets=[AMQP_ON]) as broker:
         yield broker
-
-
-@pytest.fixture
-def clients():
-    made = VhostClients()
-    yield made
-    made.close_all()
 
 
 @pytest.fixture

@@ -6,17 +6,9 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from e2e_support import unique
 from mesh_support import QUIET, mesh_fixture  # noqa: F401
-from vhost_support import TEAM_A, VHOSTS, VhostClients
-
-
-@pytest.fixture
-def clients():
-    made = VhostClients()
-    yield made
-    made.close_all()
+from vhost_support import TEAM_A, VHOSTS, clients_fixture  # noqa: F401  (the fixture)
 
 
 def test_a_non_default_vhosts_messages_stay_on_their_node(mesh, clients):

@@ -10,14 +10,7 @@ import json
 import pytest
 from amqp_support import AMQP_ON
 from e2e_support import unique
-from vhost_support import TEAM_A, TEAM_B, VHOSTS, VhostClients, drain
-
-
-@pytest.fixture
-def clients():
-    made = VhostClients()
-    yield made
-    made.close_all()
+from vhost_support import TEAM_A, TEAM_B, VHOSTS, clients_fixture, drain  # noqa: F401  (the fixture)
 
 
 def send_persistent(client, destination: str, bodies: list[str]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pika
+import pytest
 import stomp
 from amqp_support import amqp_port
 from e2e_support import HOST, TIMEOUT, BrokerProcess
@@ -56,3 +57,11 @@ def drain(channel, queue: str) -> list[bytes]:
     while (got := channel.basic_get(queue, auto_ack=True))[0] is not None:
         bodies.append(got[2])
     return bodies
+
+
+@pytest.fixture(name="clients")
+def clients_fixture():
+    """A VhostClients for one test, every client closed after it (import it as the fixture)."""
+    made = VhostClients()
+    yield made
+    made.close_all()
