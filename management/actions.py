@@ -8,15 +8,27 @@ import itertools
 import re
 from typing import TYPE_CHECKING, Callable
 
+import msgspec
 from twisted.internet.defer import Deferred, maybeDeferred
 
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import NOT_FROM_SENDERS, QUEUE, TOPIC, Message
 from gateway.broker.queue import Queue
+from gateway.broker.vhost_limits import VhostLimit
 from gateway.broker.vhosts import messages_held
+from management.format import format_limits
 from model.definitions import QUEUE_SETTINGS, VHOST, Definition, DefinitionKind, QueueSettings, VhostSpec
 from model.names import DEFAULT_VHOST, InvalidName, check_vhost_name, name_problem, quoted
-from model.requests import BrowsedMessage, BrowsePage, Done, ListenerReload, ManagementError, TlsReload, VhostRow
+from model.requests import (
+    BrowsedMessage,
+    BrowsePage,
+    Done,
+    ListenerReload,
+    ManagementError,
+    TlsReload,
+    VhostRow,
+    VhostSetLimits,
+)
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
@@ -203,8 +215,12 @@ class LocalActions:
 
     def _vhost_row(self, name: str, origin: str, broker: Broker) -> VhostRow:
         connections = {s.connection.name or s.name for s in broker.sessions.values() if s.connection is not None}
+        limits = self.vhosts.limits if self.vhosts is not None else None
+        limit = limits.limit(name) if limits is not None else VhostLimit()
         return VhostRow(node=self.node_id, name=name, origin=origin, queues=len(broker.queues),
-                        messages=messages_held(broker), connections=len(connections))
+                        messages=messages_held(broker), connections=len(connections),
+                        max_connections=limit.max_connections, max_queues=limit.max_queues,
+                        max_messages=limit.max_messages)
 
     def vhost_add(self, name: str, spec: VhostSpec) -> Done:
         vhosts = self._vhosts()
@@ -213,6 +229,27 @@ class LocalActions:
             return self._done("vhost_add", name, detail="it exists already")
         record = vhosts.define(name, spec)
         return self._done("vhost_add", name, detail=f"version {record.version}, for every node")
+
+    def vhost_limits(self, request: VhostSetLimits) -> Done:
+        """Redefine vhost ``request.name`` with the limits the request sets (others kept)."""
+        vhosts = self._vhosts()
+        name = request.name
+        _check_vhost_name(name)
+        if name == DEFAULT_VHOST or name in vhosts.configured:
+            raise ManagementError("conflict", f"vhost {quoted(name)} is in this node's configuration: its limits "
+                                              "are its [[vhosts.host]] entry's", self.node_id)
+        record = vhosts.default.definitions.get(VHOST, name)
+        if record is None or record.vhost is None:
+            raise ManagementError("not_found", f"no vhost {quoted(name)} made by command (meshgate vhost list "
+                                               "shows the vhosts)", self.node_id)
+        changes = {field: value for field in ("max_connections", "max_queues", "max_messages")
+                   if (value := getattr(request, field)) is not msgspec.UNSET}
+        spec = msgspec.structs.replace(record.vhost, **changes)
+        if spec == record.vhost:
+            return self._done("vhost_limits", name, detail="unchanged")
+        record = vhosts.define(name, spec)
+        return self._done("vhost_limits", name, detail=f"version {record.version}, for every node: "
+                                                       + format_limits(spec))
 
     def vhost_delete(self, name: str, force: bool, holding: dict[str, int], unanswered: list[str]) -> Done:
         """Delete vhost ``name`` everywhere. ``holding``: node name -> the messages it

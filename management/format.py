@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from model.definitions import Definition
+from model.definitions import Definition, VhostSpec
 from model.events import AdminAction, Event
 from model.latency import percentile_ms
 from model.mesh import ClusterView, Connection, Link, Node, PartialQueue, TopicSubscription
@@ -180,7 +180,8 @@ def format_definitions(records: list[Definition], names: dict[str, str]) -> str:
 
 
 def format_vhosts(rows: list[VhostRow], names: dict[str, str]) -> str:
-    """One row per vhost and node; with several nodes, a mesh-wide total per vhost."""
+    """One row per vhost and node with its limits there; with several nodes, a mesh-wide
+    total per vhost."""
     by_name: dict[str, list[VhostRow]] = {}
     for row in rows:
         by_name.setdefault(row.name, []).append(row)
@@ -188,11 +189,18 @@ def format_vhosts(rows: list[VhostRow], names: dict[str, str]) -> str:
     for name, rows_of in sorted(by_name.items()):
         for row in sorted(rows_of, key=lambda r: names.get(r.node, r.node)):
             lines.append([name, row.origin, names.get(row.node, row.node[:8]), row.queues, row.messages,
-                          row.connections])
+                          row.connections, format_limits(row)])
         if len(rows_of) > 1:
             lines.append([name, "", "(all)", sum(r.queues for r in rows_of), sum(r.messages for r in rows_of),
-                          sum(r.connections for r in rows_of)])
-    return table(["vhost", "from", "node", "queues", "messages", "connections"], lines, right={3, 4, 5})
+                          sum(r.connections for r in rows_of), ""])
+    return table(["vhost", "from", "node", "queues", "messages", "connections", "limits"], lines, right={3, 4, 5})
+
+
+def format_limits(limits: VhostRow | VhostSpec) -> str:
+    """A vhost's limits as ``max_connections=5 max_queues=10``, "-" for none."""
+    shown = [f"{field}={value}" for field in ("max_connections", "max_queues", "max_messages")
+             if (value := getattr(limits, field)) is not None]
+    return " ".join(shown) or "-"
 
 
 # -- events, browsing, actions ----------------------------------------------------------------

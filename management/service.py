@@ -46,6 +46,7 @@ from model.requests import (
     VhostDelete,
     VhostList,
     VhostRow,
+    VhostSetLimits,
     action_of,
     decode_request,
 )
@@ -58,7 +59,7 @@ log = logging.getLogger(__name__)
 ADDRESS = MANAGEMENT_ADDRESS
 REQUEST_TIMEOUT = 5.0  # seconds a node waits for another node's answer
 # The asked node does it (and tells the mesh).
-_ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition", "vhost_add")
+_ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition", "vhost_add", "vhost_limits")
 _COUNTED = ("purge", "delete_queue", "move", "send")
 
 
@@ -96,6 +97,7 @@ class ManagementService:
             "delete_definition": lambda r: actions.delete_definition(r.kind, r.name, r.vhost),
             "vhost_list": lambda r: actions.vhost_list(),
             "vhost_add": lambda r: actions.vhost_add(r.name, r.spec),
+            "vhost_limits": lambda r: actions.vhost_limits(r),
         }
         broker.register_service(ADDRESS, self.handle)
         if mesh is not None:
@@ -388,7 +390,7 @@ def _reload_detail(result: TlsReload) -> str:
 
 
 def _target_of(request: Request) -> str:
-    if isinstance(request, (VhostAdd, VhostDelete)):
+    if isinstance(request, (VhostAdd, VhostSetLimits, VhostDelete)):
         return f"vhost {request.name}"
     vhost = getattr(request, "vhost", DEFAULT_VHOST)
     where = "" if vhost == DEFAULT_VHOST else f" in vhost {vhost}"

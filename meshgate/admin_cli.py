@@ -8,7 +8,7 @@ not answer (their warnings go to standard error). A name that breaks the one rul
 names (model/names.py) is a bad argument: nothing is asked.
 
 Commands about queues and definitions take ``--vhost NAME`` (default ``/``);
-``meshgate vhost add|delete|list`` makes, deletes and lists vhosts."""
+``meshgate vhost add|limits|delete|list`` makes, limits, deletes and lists vhosts."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from management.client import (
     TlsFiles,
     parse_address,
 )
-from model.definitions import QueueSettings
+from model.definitions import QueueSettings, VhostSpec
 from model.events import KINDS
 from model.names import DEFAULT_VHOST, InvalidName, check_name, check_vhost_name, quoted
 from model.requests import (
@@ -58,6 +58,7 @@ from model.requests import (
     VhostAdd,
     VhostDelete,
     VhostList,
+    VhostSetLimits,
 )
 
 VIEW, ACTION = "view", "action"
@@ -92,6 +93,29 @@ def _vhost_name(text: str) -> str:
         return check_vhost_name(text)
     except InvalidName as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+MAX_LIMIT = 2**31 - 1  # as model.definitions.VhostLimitValue
+
+
+def _limit(text: str) -> int:
+    """A vhost limit: a count from 0 (0 refuses everything)."""
+    if not text.isdigit() or int(text) > MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected a count from 0 to {MAX_LIMIT}, got {quoted(text[:40])}")
+    return int(text)
+
+
+def _limit_or_none(text: str) -> int | None:
+    """A vhost limit, or "none": no limit."""
+    return None if text.lower() == "none" else _limit(text)
+
+
+def _limit_options(parser: argparse.ArgumentParser, value: Callable[[str], int | None], default: object) -> None:
+    what = "N or none" if value is _limit_or_none else "N"
+    for option, help_text in (("--max-connections", "client connections to it at once, per node"),
+                              ("--max-queues", "queues in it, per node"),
+                              ("--max-messages", "messages it holds before its producers wait, per node")):
+        parser.add_argument(option, type=value, default=default, metavar=what, help=help_text)
 
 
 def _header(text: str) -> tuple[str, str]:
@@ -207,7 +231,8 @@ COMMANDS.update({
                                            help="the queue's name, or client-id.subscription-name")),
                  lambda a: DeleteDefinition(kind=a.kind, name=a.name, vhost=a.vhost),
                  lambda r, names, a: fmt.format_done([r], names)),
-    "vhost": ("make, delete or list vhosts: vhost add NAME, vhost delete NAME [--force], vhost list", ACTION,
+    "vhost": ("make, limit, delete or list vhosts: vhost add NAME [--max-connections N ...], vhost limits NAME "
+              "[--max-connections N|none ...], vhost delete NAME [--force], vhost list", ACTION,
               lambda p: _vhost_commands(p), lambda a: _vhost_request(a),
               lambda r, names, a: _format_vhost(r, names, a)),
 })
@@ -224,24 +249,34 @@ PARTLY_DONE: dict[str, Callable[[Any], bool]] = {
 
 
 def _vhost_commands(parser: argparse.ArgumentParser) -> None:
-    """vhost add|delete|list, each with the options of a command that asks a node."""
-    operations = parser.add_subparsers(dest="vhost_command", required=True, metavar="{add,delete,list}")
+    """vhost add|limits|delete|list, each with the options of a command that asks a node."""
+    operations = parser.add_subparsers(dest="vhost_command", required=True, metavar="{add,limits,delete,list}")
     add = operations.add_parser("add", help="make a vhost on every node of the mesh (needs admin)")
     add.add_argument("name", type=_vhost_name)
+    _limit_options(add, _limit, None)
+    limits = operations.add_parser("limits", help="change the limits of a vhost made by vhost add, on every node "
+                                                  "(needs admin); a limit not given is kept, none removes it")
+    limits.add_argument("name", type=_vhost_name)
+    _limit_options(limits, _limit_or_none, msgspec.UNSET)
     delete = operations.add_parser("delete", help="delete a vhost on every node (needs admin); refused while it "
                                                   "holds messages unless --force")
     delete.add_argument("name", type=_vhost_name)
     delete.add_argument("--force", action="store_true", help="delete it with its messages, disconnecting its clients")
-    listing = operations.add_parser("list", help="the vhosts with their queues, messages and connections per node")
+    listing = operations.add_parser("list", help="the vhosts with their queues, messages, connections and limits "
+                                                 "per node")
     listing.add_argument("--node", help="a node's name or id (default: every node)")
-    for operation in (add, delete, listing):
+    for operation in (add, limits, delete, listing):
         add_node_arguments(operation, "the node to ask")
         operation.add_argument("--json", action="store_true", help="print the reply as JSON")
 
 
 def _vhost_request(args: argparse.Namespace) -> Request:
     if args.vhost_command == "add":
-        return VhostAdd(name=args.name)
+        return VhostAdd(name=args.name, spec=VhostSpec(max_connections=args.max_connections,
+                                                       max_queues=args.max_queues, max_messages=args.max_messages))
+    if args.vhost_command == "limits":
+        return VhostSetLimits(name=args.name, max_connections=args.max_connections, max_queues=args.max_queues,
+                              max_messages=args.max_messages)
     if args.vhost_command == "delete":
         return VhostDelete(name=args.name, force=args.force)
     return VhostList(node=args.node or ALL)

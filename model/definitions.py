@@ -69,10 +69,22 @@ class BindingSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unkno
                                     sorted(self.arguments.items())]).decode()
 
 
+# A vhost limit: a count from 0 (0 refuses everything, as RabbitMQ's 0); None (left out) is no limit.
+VhostLimitValue = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | None
+
+
 class VhostSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
-    """A vhost made by command (``meshgate vhost add``): it exists on every node."""
+    """A vhost made by command (``meshgate vhost add``): it exists on every node, with
+    the same limits on each (``meshgate vhost limits`` redefines it with others).
+    Left-out limits are not sent, so a vhost without limits is encoded as before; a
+    node of an earlier release ignores a definition carrying limits (it forbids
+    unknown fields: "not understood", logged) and keeps the version it had
+    (docs/vhosts.md, "Limits")."""
 
     description: str = ""
+    max_connections: VhostLimitValue = None
+    max_queues: VhostLimitValue = None
+    max_messages: VhostLimitValue = None
 
 
 class Definition(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -18,7 +18,7 @@ from typing import Annotated, Any, cast
 
 import msgspec
 
-from model.definitions import Definition, DefinitionKind, QueueSettings, VhostSpec
+from model.definitions import Definition, DefinitionKind, QueueSettings, VhostLimitValue, VhostSpec
 from model.events import AnyEvent
 from model.mesh import SCHEMA_VERSION, ClusterView, Connection, Link, NodeSummary, PartialQueue, TopicSubscription
 from model.names import DEFAULT_VHOST
@@ -177,10 +177,23 @@ class DeleteDefinition(Request, kw_only=True, tag="delete_definition"):
 
 class VhostAdd(Request, kw_only=True, tag="vhost_add"):
     """Make a vhost on every node of the mesh (a definition of kind "vhost": nodes
-    away now get it when they return). Adding one that exists changes nothing."""
+    away now get it when they return), with the limits its spec has. Adding one that
+    exists changes nothing (vhost_limits changes its limits)."""
 
     name: str
     spec: VhostSpec = msgspec.field(default_factory=VhostSpec)
+
+
+class VhostSetLimits(Request, kw_only=True, tag="vhost_limits"):
+    """Give a vhost made by command new limits on every node (it is redefined: its
+    definition's other fields stay). A limit left out keeps its value, None removes
+    it. Only a vhost made by command has them so: a configured one's are its
+    ``[[vhosts.host]]`` entry's."""
+
+    name: str
+    max_connections: VhostLimitValue | msgspec.UnsetType = msgspec.UNSET
+    max_queues: VhostLimitValue | msgspec.UnsetType = msgspec.UNSET
+    max_messages: VhostLimitValue | msgspec.UnsetType = msgspec.UNSET
 
 
 class VhostDelete(Request, kw_only=True, tag="vhost_delete"):
@@ -198,13 +211,13 @@ class VhostList(Request, kw_only=True, tag="vhost_list"):
 
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
               | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue | DeleteDefinition
-              | HaFailback | ReloadTls | VhostAdd | VhostDelete | VhostList)
+              | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
                            "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
-                           "vhost_add", "vhost_delete"})
+                           "vhost_add", "vhost_limits", "vhost_delete"})
 # Actions whose answer is one value, not a list gathered over nodes.
 SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback",
-                           "vhost_add", "vhost_delete"})
+                           "vhost_add", "vhost_limits", "vhost_delete"})
 
 
 # -- results ----------------------------------------------------------------------------
@@ -252,6 +265,10 @@ class VhostRow(msgspec.Struct, kw_only=True):
     queues: int
     messages: int  # waiting in its queues and durable subscriptions on this node
     connections: int  # client connections to it on this node
+    # The limits in force on this node (its [[vhosts.host]] entry's, else its definition's); None: no limit
+    max_connections: int | None = None
+    max_queues: int | None = None
+    max_messages: int | None = None
 
 
 class ListenerReload(msgspec.Struct, kw_only=True):
@@ -297,6 +314,7 @@ RESULT_TYPES: dict[str, Any] = {
     "ha_failback": Done,
     "reload_tls": list[TlsReload],
     "vhost_add": Done,
+    "vhost_limits": Done,
     "vhost_delete": Done,
     "vhost_list": list[VhostRow],
 }

@@ -25,6 +25,7 @@ urlpatterns = [
     path("connections", views.ConnectionList.as_view(), name="connections"),
     path("connections/<str:connection>", views.ConnectionDetail.as_view(), name="connection"),
     path("vhosts", vhosts.VhostListView.as_view(), name="vhosts"),
+    path("vhosts/<path:name>/limits", vhosts.VhostLimitsView.as_view(), name="vhost-limits"),
     path("vhosts/<path:name>", vhosts.VhostDetail.as_view(), name="vhost"),
     path("events", views.EventList.as_view(), name="events"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -1,12 +1,14 @@
 """The vhosts of the mesh: listed with what each holds (every node asked afresh),
 made and deleted mesh-wide by an admin (docs/vhosts.md, "Creating and deleting
-vhosts"). Management exposes no vhost's limits nor permissions (they are each node's
-configuration): one vhost's answer holds what it does expose, per node, and the
-definition that made it, if a command did."""
+vhosts"), their limits set by an admin when a command made them. One vhost's answer
+holds what it holds per node, the definition that made it, if a command did, and
+that definition's limits (a configured vhost's are each node's [[vhosts.host]]
+entry's: null here). Permissions are each node's configuration: not exposed."""
 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
 from rest_framework.exceptions import NotFound
 from rest_framework.response import Response
 
@@ -18,7 +20,7 @@ from console.mesh import vhosts
 from console.mesh.sources import mesh_view
 from model.definitions import VhostSpec
 from model.names import quoted
-from model.requests import ALL, Definitions, VhostAdd, VhostDelete, VhostList
+from model.requests import ALL, Definitions, VhostAdd, VhostDelete, VhostList, VhostSetLimits
 
 _VHOST_SORTS = ("name", "origin", "queues", "messages", "connections", "node_count")
 _PER_NODE = {"type": "object", "required": ["node", "node_name", "origin", "queues", "messages", "connections"],
@@ -36,11 +38,41 @@ _VHOST_PAGE = {200: {"type": "object", "properties": {"items": {"type": "array",
                                                       "failures": {"type": "array", "items": {"type": "object"}}}}}
 _VHOST_DETAIL = {200: {"allOf": [_VHOST_ROW, {"type": "object", "properties": {
     "definition": {"type": ["object", "null"], "description": "the mesh-wide definition (vhost add), if any"},
-    "limits": {"type": "null", "description": "not exposed by management: see each node's [[vhosts.host]]"},
+    "limits": {"type": ["object", "null"], "description": "the definition's limits (null: a count not limited); "
+                                                         "null for a vhost not made by command (each node's "
+                                                         "[[vhosts.host]])"},
     "permissions": {"type": "null", "description": "not exposed by management: see each node's configuration"},
     "failures": {"type": "array", "items": {"type": "object"}}}}]}}
 _DONE = {200: {"type": "object", "properties": {"result": {"$ref": "#/components/schemas/Done"},
                                                 "failures": {"type": "array", "items": {"type": "object"}}}}}
+
+
+LIMITS = ("max_connections", "max_queues", "max_messages")
+
+
+class LimitField(serializers.IntegerField):
+    def __init__(self, help_text: str) -> None:
+        super().__init__(required=False, allow_null=True, min_value=0, max_value=2**31 - 1, help_text=help_text)
+
+
+class VhostLimitsInput(serializers.Serializer):
+    """New limits of a vhost made by command: a field left out is kept, null removes it."""
+
+    max_connections = LimitField("client connections to it at once, per node")
+    max_queues = LimitField("queues in it, per node")
+    max_messages = LimitField("messages it holds before its producers wait, per node")
+
+    def validate(self, attrs: dict) -> dict:
+        unknown = set(self.initial_data) - set(LIMITS) if isinstance(self.initial_data, dict) else set()
+        if unknown:
+            raise serializers.ValidationError(f"unknown field(s): {', '.join(sorted(unknown))[:200]}")
+        if not attrs:
+            raise serializers.ValidationError(f"give one of {', '.join(LIMITS)}")
+        return attrs
+
+
+def _limits_of(spec: VhostSpec | None) -> dict | None:
+    return None if spec is None else {field: getattr(spec, field) for field in LIMITS}
 
 
 def _listed(request):
@@ -94,13 +126,25 @@ class VhostDetail(ApiView):
             "description": definition.vhost.description if definition.vhost else "",
             "origin": definition.origin, "origin_name": mesh_view().names().get(definition.origin),
             "version": definition.version, "changed_at": definition.changed_at},
-            "limits": None, "permissions": None, "failures": _builtins_failures(reply)})
+            "limits": None if definition is None else _limits_of(definition.vhost), "permissions": None,
+            "failures": _builtins_failures(reply)})
 
     @extend_schema(parameters=[VhostDeleteParams], responses=_DONE)
     def delete(self, request, name):
         name = valid_vhost(name)
         force = valid(VhostDeleteParams, request.query_params)["force"]
         return action_response(request, VhostDelete(name=name, force=force))
+
+
+class VhostLimitsView(ApiView):
+    def get_permissions(self):
+        return [*super().get_permissions(), Admin()]
+
+    @extend_schema(operation_id="vhost_limits_update", request=VhostLimitsInput, responses=_DONE)
+    def put(self, request, name):
+        name = valid_vhost(name)
+        data = valid(VhostLimitsInput, request.data)
+        return action_response(request, VhostSetLimits(name=name, **data))
 
 
 def _builtins_failures(reply) -> list:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterable, Iterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.broker.broker import Broker
 from gateway.broker.events import VhostEvents
@@ -30,6 +30,9 @@ from gateway.store.records import split_key
 from gateway.store.vhost_view import VhostStoreView
 from model.definitions import VHOST, Definition, VhostSpec
 from model.names import DEFAULT_VHOST, InvalidName, check_vhost_name, quoted
+
+if TYPE_CHECKING:
+    from gateway.broker.vhost_limits import VhostLimits
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,8 @@ class VirtualHosts:
         # Stored records of vhosts that have no broker here (yet): handed over when one is defined.
         self._unclaimed: dict[str, list[tuple[str, Message]]] = {}
         self._recovered = False
+        # The node's limits, once made (after recovery): told each vhost definition applied here.
+        self.limits: VhostLimits | None = None
         self.default.definitions.on_vhost = self._definition_applied
         for name in names:
             self.add(name)
@@ -90,7 +95,8 @@ class VirtualHosts:
         return len(self._unclaimed.get(name, ())) if broker is None else messages_held(broker)
 
     def define(self, name: str, spec: VhostSpec) -> Definition:
-        """Make vhost ``name`` on every node (InvalidName if none may be called that)."""
+        """Make vhost ``name`` on every node, or give it a new spec there (its limits);
+        InvalidName if none may be called that."""
         check_vhost_name(name)
         record = self.default.define(VHOST, name, vhost=spec)
         self.default.apply_definition(record, save=False)
@@ -113,12 +119,17 @@ class VirtualHosts:
                 self.add(name)
             except InvalidName as error:  # from a node that checked less: nothing to make of it
                 log.error("vhost definition from node %s not applied: %s", record.origin, error)
+                return
+            if self.limits is not None:
+                self.limits.defined(name, record.vhost)
             return
         if name in self.configured or name == DEFAULT_VHOST:
             log.warning("vhost %s was deleted by command on node %s; it stays on this node, whose configuration "
                         "lists it", quoted(name), record.origin)
             return
         self.remove(name)
+        if self.limits is not None:
+            self.limits.defined(name, None)
 
     def remove(self, name: str) -> int:
         """Delete vhost ``name`` here: its clients are disconnected ("vhost deleted"),

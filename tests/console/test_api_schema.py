@@ -22,6 +22,7 @@ ENDPOINTS = {
     "queues/{name}/send": {"post"}, "connections": {"get"}, "connections/{connection}": {"delete"},
     "events": {"get"}, "pipeline": {"get"}, "definitions": {"get"}, "definitions/queues/{name}": {"put", "delete"},
     "definitions/durable/{name}": {"delete"}, "vhosts": {"get", "post"}, "vhosts/{name}": {"get", "delete"},
+    "vhosts/{name}/limits": {"put"},
 }
 _METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 
