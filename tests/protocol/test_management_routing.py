@@ -35,6 +35,7 @@ from model.requests import (
     Send,
     VhostAdd,
     VhostDelete,
+    VhostSetLimits,
 )
 from tests.protocol.management_harness import ManagedNode, ManagementHarness, wire
 from tests.protocol.test_mesh_in_doubt import lose
@@ -407,6 +408,7 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         ReloadTls(node="c"),
         VhostAdd(name="team-x"),
         VhostDelete(name="team-x", force=True),
+        VhostSetLimits(name="team-x", max_connections=5),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)
