@@ -49,6 +49,16 @@ stop_started() {
     STARTED=()
 }
 
+AMQ_DIRS=()  # ActiveMQ data dirs a pair bench started brokers in, for stop_started_and_activemq
+
+stop_started_and_activemq() {  # the pair benches' EXIT trap
+    local dir
+    stop_started
+    for dir in "${AMQ_DIRS[@]}"; do
+        "$ROOT/bench/activemq.sh" stop "$dir" >/dev/null 2>&1 || true
+    done
+}
+
 pair_bench() {  # OUT LABEL PRODUCE_PORT CONSUME_PORT PID... -- STOMP_BENCH_ARGS...
     # stomp_bench.py producing on one port and consuming on the other (the same port for
     # one broker), broker CPU summed over the PIDs; output to the screen and OUT. Reads

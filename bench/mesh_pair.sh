@@ -32,17 +32,9 @@ PYSPY="$ROOT/.venv/bin/py-spy"
 pair_options 21 "$@"
 SCENARIOS=(queue-256 queue-256-persistent)
 WORK="$(mktemp -d /tmp/meshgate-pair.XXXXXX)"
-AMQ_DIRS=()    # ActiveMQ data dirs this script started brokers in
 FAILED=0
 
-cleanup() {
-    local dir
-    stop_started
-    for dir in "${AMQ_DIRS[@]}"; do
-        "$ROOT/bench/activemq.sh" stop "$dir" >/dev/null 2>&1 || true
-    done
-}
-trap cleanup EXIT
+trap stop_started_and_activemq EXIT
 
 mesh_node() {  # name config_file_or_empty stomp_port -> sets MG_PID
     local name=$1 config=$2 port=$3 args=()

@@ -24,17 +24,9 @@ PYSPY="$ROOT/.venv/bin/py-spy"
 pair_options 20 "$@"
 SCENARIOS=(queue-256 queue-256-persistent)
 WORK="$(mktemp -d /tmp/meshgate-pair-tls.XXXXXX)"
-AMQ_DIRS=()
 FAILED=0
 
-cleanup() {
-    local dir
-    stop_started
-    for dir in "${AMQ_DIRS[@]}"; do
-        "$ROOT/bench/activemq.sh" stop "$dir" >/dev/null 2>&1 || true
-    done
-}
-trap cleanup EXIT
+trap stop_started_and_activemq EXIT
 
 declare -A STOMP PID  # node name -> its STOMP port, its PID
 

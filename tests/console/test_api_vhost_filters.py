@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from e2e_support import manage_result, unique
 from mesh_support import send_many
-from vhost_support import VhostClients
+from vhost_support import clients_fixture  # noqa: F401  (the fixture)
 
 from model.requests import VhostAdd, VhostList
 from tests.console.api_support import expect_error, expect_ok
@@ -25,13 +25,6 @@ def team(mesh):
         mesh.wait(lambda node=node: name in {row.name for row in manage_result(node.stomp, VhostList())},
                   f"vhost {name} on {node.name}")
     return name
-
-
-@pytest.fixture
-def clients():
-    made = VhostClients()
-    yield made
-    made.close_all()
 
 
 def _queues(client, **params) -> list[dict]:

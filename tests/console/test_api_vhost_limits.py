@@ -9,18 +9,11 @@ from urllib.parse import quote
 
 import pytest
 from e2e_support import unique
-from vhost_support import ConnectRefused, VhostClients
+from vhost_support import ConnectRefused, clients_fixture  # noqa: F401  (the fixture)
 
 from tests.console.api_support import expect_error, expect_ok
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def clients():
-    made = VhostClients()
-    yield made
-    made.close_all()
 
 
 def _url(name: str, *rest: str) -> str:

@@ -10,18 +10,11 @@ from urllib.parse import quote
 import pytest
 from e2e_support import unique
 from mesh_support import send_many
-from vhost_support import VhostClients
+from vhost_support import clients_fixture  # noqa: F401  (the fixture)
 
 from tests.console.api_support import expect_error, expect_ok
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def clients():
-    made = VhostClients()
-    yield made
-    made.close_all()
 
 
 def _url(name: str) -> str:

@@ -16,7 +16,7 @@ import urllib.parse
 import pytest
 from e2e_support import manage_result, unique
 from mesh_support import send_many
-from vhost_support import VhostClients
+from vhost_support import clients_fixture  # noqa: F401  (the fixture)
 
 from model.requests import VhostList
 from tests.console import test_browser as browser_tests
@@ -39,13 +39,6 @@ TABLE_JS = r"""(box) => {
 @pytest.fixture(scope="module")
 def rest(console) -> Rest:
     return Rest(console.url, console.token("admin"))
-
-
-@pytest.fixture
-def clients():
-    made = VhostClients()
-    yield made
-    made.close_all()
 
 
 def table(page, box: str) -> list[dict[str, str]]:

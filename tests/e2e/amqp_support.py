@@ -3,12 +3,19 @@ AMQP listener (found in what the process printed), always closed at teardown."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
+from pathlib import Path
 
 import pika
 from e2e_support import HOST, BrokerProcess, module_broker
+from mesh_support import wait_until
 
 AMQP_ON = "amqp.bind=127.0.0.1:0"  # a --set that gives a node an AMQP listener on a free port
 
@@ -109,3 +116,40 @@ def expect_no_more(connection: pika.BlockingConnection, got: list, count: int, w
     while time.monotonic() < deadline:
         connection.process_data_events(time_limit=0.05)
     assert len(got) == count, f"{len(got)} deliveries where the limit is {count}"
+
+
+class CeleryWorker:
+    """A real ``celery worker`` process (solo pool) of the app module ``app`` in ``workdir``,
+    named ``name``, on ``broker_url`` with results in ``backend``; ``env`` adds to its
+    environment (what the app module reads besides BROKER and BACKEND)."""
+
+    def __init__(self, workdir: Path, app: str, name: str, broker_url: str, backend: str,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.name = name
+        self.path = workdir / f"{name}.log"
+        environment = {**os.environ, "BROKER": broker_url, "BACKEND": backend, "PYTHONPATH": str(workdir),
+                       **(env or {})}
+        environment.pop("DJANGO_SETTINGS_MODULE", None)  # the test run's: Celery would set Django up in the worker
+        self.log = self.path.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", app, "worker", "--pool=solo", "--concurrency=1",
+             "--loglevel=INFO", "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=workdir, env=environment, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.path.read_text()
+
+    def wait_ready(self) -> None:
+        wait_until(lambda: "ready." in self.output() or self.proc.poll() is not None,
+                   f"the Celery worker {self.name} to start", timeout=60)
+        assert self.proc.poll() is None, self.output()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()

@@ -6,14 +6,11 @@ again by the next worker."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import textwrap
 
 import pika
-from amqp_support import AMQP_ON, amqp_port
+from amqp_support import AMQP_ON, CeleryWorker, amqp_port
 from e2e_support import HOST, unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
 
@@ -86,36 +83,6 @@ CELERY_APP = """
 """
 
 
-class Worker:
-    def __init__(self, workdir, broker_url: str, backend: str, name: str) -> None:
-        env = {**os.environ, "BROKER": broker_url, "BACKEND": backend, "PYTHONPATH": str(workdir)}
-        env.pop("DJANGO_SETTINGS_MODULE", None)  # the test run's: Celery would set Django up in the worker
-        self.log = open(workdir / f"{name}.log", "w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "meshtasks", "worker", "--pool=solo", "--concurrency=1",
-             "--loglevel=INFO", "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        self.path = workdir / f"{name}.log"
-
-    def output(self) -> str:
-        return self.path.read_text()
-
-    def wait_ready(self) -> None:
-        wait_until(lambda: "ready." in self.output() or self.proc.poll() is not None, "the Celery worker to start",
-                   timeout=60)
-        assert self.proc.poll() is None, self.output()
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
 def test_a_celery_worker_on_one_node_runs_tasks_sent_through_another_and_a_killed_task_runs_again(
         mesh, redis_server, tmp_path, monkeypatch):
     a, b = mesh(2, sets=[AMQP_ON])
@@ -123,7 +90,7 @@ def test_a_celery_worker_on_one_node_runs_tasks_sent_through_another_and_a_kille
     backend = redis_server.url
     url_a = f"amqp://guest:guest@{HOST}:{amqp_port(a.proc)}//"
     url_b = f"amqp://guest:guest@{HOST}:{amqp_port(b.proc)}//"
-    workers = [Worker(tmp_path, url_b, backend, "w1")]
+    workers = [CeleryWorker(tmp_path, "meshtasks", "w1", url_b, backend)]
     try:
         workers[0].wait_ready()
         monkeypatch.setenv("BROKER", url_a)
@@ -139,7 +106,7 @@ def test_a_celery_worker_on_one_node_runs_tasks_sent_through_another_and_a_kille
         wait_until(lambda: marker.exists() and "started" in marker.read_text(), "the slow task to start",
                    timeout=60)
         workers[0].stop(signal.SIGKILL)  # mid-task: acks_late, so the message was not acknowledged
-        workers.append(Worker(tmp_path, url_b, backend, "w2"))
+        workers.append(CeleryWorker(tmp_path, "meshtasks", "w2", url_b, backend))
         workers[1].wait_ready()
         wait_until(lambda: marker.read_text().count("started") >= 2, "the killed task to be delivered again",
                    timeout=60)

@@ -9,14 +9,10 @@ teams' vhosts (docs/vhosts.md, "Not yet")."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
-from amqp_support import AMQP_ON, amqp_port
+from amqp_support import AMQP_ON, CeleryWorker, amqp_port
 from celery import Celery
 from e2e_support import HOST, unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
@@ -40,42 +36,16 @@ CELERY_APP = """
 """
 
 
-class Worker:
-    """A `celery worker` process of one team, on the broker URL given."""
+class Worker(CeleryWorker):
+    """A team's worker: its name is the team's, and it notes each task it ran in a file."""
 
     def __init__(self, workdir: Path, team: str, broker_url: str, backend: str) -> None:
         self.team = team
         self.ran = workdir / f"{team}.ran"
-        self.path = workdir / f"{team}.log"
-        env = {**os.environ, "BROKER": broker_url, "BACKEND": backend, "PYTHONPATH": str(workdir),
-               "TEAM": team, "RAN": str(self.ran)}
-        env.pop("DJANGO_SETTINGS_MODULE", None)  # the test run's: Celery would set Django up in the worker
-        self.log = self.path.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "teamtasks", "worker", "--pool=solo", "--concurrency=1",
-             "--loglevel=INFO", "-n", f"{team}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def output(self) -> str:
-        return self.path.read_text()
-
-    def wait_ready(self) -> None:
-        wait_until(lambda: "ready." in self.output() or self.proc.poll() is not None,
-                   f"the Celery worker of {self.team} to start", timeout=60)
-        assert self.proc.poll() is None, self.output()
+        super().__init__(workdir, "teamtasks", team, broker_url, backend, env={"TEAM": team, "RAN": str(self.ran)})
 
     def tags_run(self) -> list[str]:
         return self.ran.read_text().split() if self.ran.exists() else []
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 def url(process, vhost: str) -> str:
