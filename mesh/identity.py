@@ -9,10 +9,14 @@ from typing import Callable
 from mesh.settings import MeshSettings
 from mesh.wire import Hello
 
-# 2: messages carry their accept time; 3: mesh-wide definitions; 4: HELLO carries the node's epoch (fencing).
+# 2: messages carry their accept time; 3: mesh-wide definitions; 4: HELLO carries the node's epoch (fencing);
+# 5: the link carries every vhost (docs/vhosts-mesh-design.md), not only "/".
 # Quorum votes (mesh.quorum) need no new version: a HELLO's "votes" flag says a node answers them, a VOTE is
 # only sent to such a node, and it comes on a connection that never becomes a link.
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
+# The oldest version this node links with. A HELLO's "version" says it, because a node of version 4 refuses
+# any HELLO whose version is not 4; "speaks" says the newest, and a link speaks the lower of both sides'.
+OLDEST_PROTOCOL = 4
 SELF_LINK = "a link to this node itself"  # a refusal: a discovery listed this node's own address
 
 
@@ -34,9 +38,10 @@ class Identity:
         self.own_nonces: set[str] = set()  # of this node's open links: a HELLO with one came from itself
 
     def hello(self, nonce: str) -> Hello:
-        return Hello(version=PROTOCOL_VERSION, node_id=self.node_id, name=self.name, user=self.config.cluster_user,
-                     nonce=nonce, started=self.started_at, link=self.link_address, stomp=self.stomp_address,
-                     group=self.config.group_name, chunks=True, busy=True, epoch=self.epoch, votes=True)
+        return Hello(version=OLDEST_PROTOCOL, speaks=PROTOCOL_VERSION, node_id=self.node_id, name=self.name,
+                     user=self.config.cluster_user, nonce=nonce, started=self.started_at, link=self.link_address,
+                     stomp=self.stomp_address, group=self.config.group_name, chunks=True, busy=True,
+                     epoch=self.epoch, votes=True)
 
     def fenced(self, reason: str) -> None:
         """This node was replaced (its data dir taken over by another process): it must

@@ -37,7 +37,7 @@ from gateway.broker.errors import BrokerError
 from gateway.hostile_log import PeerLog
 from gateway.transport import Transport
 from mesh.codec import LinkParser, encode_control, encode_frame
-from mesh.identity import PROTOCOL_VERSION, SELF_LINK, Identity
+from mesh.identity import OLDEST_PROTOCOL, PROTOCOL_VERSION, SELF_LINK, Identity
 from mesh.large import ChunkedSender
 from mesh.peers import DUPLICATE_LINK, PeerTable
 from mesh.quorum import VoteJudge, answer_vote, same_proof
@@ -129,6 +129,7 @@ class LinkProtocol(TwistedProtocol):
         self.connector: Connector | None = None  # the Connector that dialled it (dialled links)
         self.large: ChunkedSender | None = None
         self._chunks = False  # the peer takes large messages in pieces
+        self.protocol = OLDEST_PROTOCOL  # the link protocol both sides speak, once the peer's HELLO is read
         self.out: _Transport = cast(_Transport, None)  # the transport, once connected
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -363,8 +364,9 @@ class LinkProtocol(TwistedProtocol):
         self.close()
 
     def _hello_received(self, payload: bytes) -> None:
-        hello = self._hello = decode_hello(payload, PROTOCOL_VERSION)
+        hello = self._hello = decode_hello(payload, OLDEST_PROTOCOL, PROTOCOL_VERSION)
         self.peer_id = hello.node_id
+        self.protocol = hello.protocol(PROTOCOL_VERSION)
         self._chunks = hello.chunks
         self.state = LinkState.PROVING
         identity = self.context.identity

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 from gateway.broker.events import EventSink
 from gateway.broker.queue import Subscription
 from gateway.broker.session import Session
+from mesh.identity import PROTOCOL_VERSION
 from mesh.large import ChunkAssembler
 from mesh.settings import Clock
 from mesh.wire import DemandRecord, Hello, LinkSender
@@ -36,6 +37,10 @@ class PeerLink(LinkSender, Protocol):
 
     @property
     def down_reason(self) -> str: ...
+
+    @property
+    def protocol(self) -> int:
+        """The link protocol both sides speak (mesh.identity)."""
 
     def refuse(self, reason: str, expected: bool = False, fenced: int | None = None) -> None: ...
 
@@ -169,6 +174,9 @@ class PeerTable:
         peer = self.linked[peer_id] = self.new_peer(link, now)
         self.link_down_since.pop(peer_id, None)
         log.info("mesh: linked with %s", link.peer_name)
+        if link.protocol < PROTOCOL_VERSION:  # a rolling upgrade under way: say who holds it back
+            log.info("mesh: %s speaks link protocol %d (an older release); this node speaks %d", link.peer_name,
+                     link.protocol, PROTOCOL_VERSION)
         self.events.emit(LinkUp(peer=peer_id, peer_name=link.peer_name, dialled=link.dialled))
         for up in self._up:
             up(peer)

@@ -78,6 +78,11 @@ class Hello(Struct, kw_only=True):
     busy: bool = False  # a message it cannot store for want of room gets BUSY back, not silence
     epoch: Annotated[int, Meta(ge=0)] = 0  # the data dir's epoch it serves under (fencing)
     votes: bool = False  # answers a backup's quorum VOTE sent instead of a HELLO (mesh.quorum)
+    speaks: Annotated[int, Meta(ge=0)] = 0  # the newest link protocol it speaks (0: only "version", a node of 4)
+
+    def protocol(self, newest: int) -> int:
+        """The link protocol of a link with this node, for a node that speaks up to ``newest``."""
+        return min(newest, max(self.version, self.speaks))
 
 
 class Auth(Struct):
@@ -95,9 +100,11 @@ class Refuse(Struct, omit_defaults=True):
 _WITHOUT = ("node_id", "nonce")  # what a HELLO cannot do without: "without a valid ..."
 
 
-def decode_hello(payload: bytes, version: int) -> Hello:
+def decode_hello(payload: bytes, oldest: int, newest: int) -> Hello:
+    """A peer's HELLO, if its oldest link protocol ("version") is one this node speaks."""
     body = decode_control(payload)
-    if not isinstance(body, dict) or body.get("version") != version:
+    version = body.get("version") if isinstance(body, dict) else None
+    if type(version) is not int or not oldest <= version <= newest:
         raise LinkError("not a Meshgate link peer of this protocol version")
     try:
         hello = msgspec.convert(body, Hello)

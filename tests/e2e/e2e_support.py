@@ -185,6 +185,7 @@ class BrokerProcess:
         self.port = 0
         self.tls_port: int | None = None
         self.proc: subprocess.Popen | None = None
+        self.env: dict[str, str] | None = None  # the process's environment (None: this one's)
         self.output: _Output | None = None
         self.past_outputs: list[str] = []
         self.starts = 0
@@ -238,7 +239,7 @@ class BrokerProcess:
             self.past_outputs.append(self.describe())
         port = self.port if port is None else port
         self.proc = subprocess.Popen(self.command(port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, cwd=self.workdir)
+                                     stdin=subprocess.DEVNULL, cwd=self.workdir, env=self.env)
         self.output = _Output(self.proc)
         self.starts += 1
         match = self.output.wait_for(r"listening on stomp://(\S+):(\d+)\s*$", timeout=timeout)

@@ -10,6 +10,7 @@ import hmac
 from twisted.test import iosim
 
 from mesh.codec import LinkParser, encode_control
+from mesh.identity import OLDEST_PROTOCOL
 from mesh.link import PROTOCOL_VERSION, LinkProtocol, LinkState
 from mesh.wire import FrameType, decode_control
 from tests.protocol.mesh_harness import SimNode
@@ -20,10 +21,15 @@ def proof(password: str, nonce: str, node_id: str) -> str:
     return hmac.new(password.encode(), (nonce + node_id).encode(), hashlib.sha256).hexdigest()
 
 
+ABSENT = object()  # a HELLO field's value that leaves the field out (a node of an older release)
+
+
 def hello(node_id: str, nonce: str, **more) -> dict:
-    return {"version": PROTOCOL_VERSION, "node_id": node_id, "name": "peer", "user": "meshgate", "nonce": nonce,
-            "started": 1.0, "link": ["127.0.0.1", 1], "stomp": ["127.0.0.1", 2], "group": "", "chunks": True,
-            "busy": True, "epoch": 0, **more}
+    """A HELLO as a node of this release makes it (``more`` overrides its fields, ABSENT drops one)."""
+    body = {"version": OLDEST_PROTOCOL, "speaks": PROTOCOL_VERSION, "node_id": node_id, "name": "peer",
+            "user": "meshgate", "nonce": nonce, "started": 1.0, "link": ["127.0.0.1", 1], "stomp": ["127.0.0.1", 2],
+            "group": "", "chunks": True, "busy": True, "epoch": 0, **more}
+    return {key: value for key, value in body.items() if value is not ABSENT}
 
 
 class RawPeer:
@@ -67,8 +73,8 @@ class RawPeer:
         assert refusals, f"no REFUSE; the node wrote {self.received}"
         return refusals[0]["reason"]
 
-    def establish(self, password: str, node_id: str = "peer-node") -> None:
-        """The whole handshake, right, as a node that dials would make it."""
-        self.send(FrameType.HELLO, hello(node_id, "peer-nonce"))
+    def establish(self, password: str, node_id: str = "peer-node", **more) -> None:
+        """The whole handshake, right, as a node that dials would make it (``more``: HELLO fields)."""
+        self.send(FrameType.HELLO, hello(node_id, "peer-nonce", **more))
         self.send(FrameType.AUTH, {"proof": proof(password, self.node_hello["nonce"], node_id)})
         assert self.link.state is LinkState.ESTABLISHED, f"the link did not come up: {self.frames()}"

@@ -24,11 +24,11 @@ def same_node(harness: MeshHarness, original: SimNode, epoch: int, fenced: list[
     return at_epoch(twin, epoch, fenced)
 
 
-def test_the_hello_carries_the_epoch_under_protocol_version_4():
+def test_the_hello_carries_the_epoch_in_a_hello_a_node_of_protocol_version_4_takes():
     harness = MeshHarness()
     a = at_epoch(harness.node("a"), 7, [])
     hello = a.mesh.identity.hello("n")
-    assert hello.version == PROTOCOL_VERSION == 4 and hello.epoch == 7
+    assert hello.version == 4 and hello.speaks == PROTOCOL_VERSION == 5 and hello.epoch == 7
 
 
 def test_a_peer_refuses_a_node_id_at_an_older_epoch_and_the_old_process_is_fenced(caplog):
