@@ -32,6 +32,7 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.test import iosim
 
 from gateway.broker.broker import Broker
+from gateway.broker.vhosts import VirtualHosts
 from gateway.broker.message import QUEUE
 from gateway.hostile_log import PeerLog
 from gateway.selector import compile_selector
@@ -64,8 +65,9 @@ class _Built(Factory):
 
 
 def _node(clock: MemoryReactorClock, name: str) -> tuple[Broker, MeshNode]:
-    broker = Broker(MemoryStore(), clock=clock, compile_selector=compile_selector)
-    mesh = MeshNode(MeshConfig(insecure_cluster=True), node_id=str(uuid.uuid4()), name=name, broker=broker,
+    vhosts = VirtualHosts(MemoryStore(), clock=clock, compile_selector=compile_selector)
+    broker = vhosts.default
+    mesh = MeshNode(MeshConfig(insecure_cluster=True), node_id=str(uuid.uuid4()), name=name, vhosts=vhosts,
                     started_at=clock.seconds(), stomp_address=("127.0.0.1", 0), reactor=clock)
     return broker, mesh
 

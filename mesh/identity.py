@@ -17,6 +17,7 @@ PROTOCOL_VERSION = 5
 # The oldest version this node links with. A HELLO's "version" says it, because a node of version 4 refuses
 # any HELLO whose version is not 4; "speaks" says the newest, and a link speaks the lower of both sides'.
 OLDEST_PROTOCOL = 4
+VHOSTS_PROTOCOL = 5  # a link of this version or later carries vhosts other than "/"
 SELF_LINK = "a link to this node itself"  # a refusal: a discovery listed this node's own address
 
 

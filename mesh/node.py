@@ -29,6 +29,7 @@ from twisted.internet import reactor as default_reactor
 
 from gateway import __version__
 from gateway.broker.broker import Broker
+from gateway.broker.vhosts import VirtualHosts
 from gateway.hostile_log import PeerLog
 from gateway.tls import TlsMaterial
 from mesh.custody import Custody
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 
 
 class MeshNode:
-    def __init__(self, config: MeshSettings, *, node_id: str, name: str, broker: Broker, started_at: float,
+    def __init__(self, config: MeshSettings, *, node_id: str, name: str, vhosts: VirtualHosts, started_at: float,
                  stomp_address: tuple[str, int], reactor: Any = default_reactor,
                  on_fatal: Callable[[str], None] | None = None, epoch: int = 0,
                  on_fenced: Callable[[str], None] | None = None, tls: TlsMaterial | None = None) -> None:
@@ -64,7 +65,9 @@ class MeshNode:
         self.tls_log = PeerLog(logging.getLogger("mesh.tls"), reactor.seconds, per_minute=1)
         self.node_id = node_id
         self.name = name
-        self.broker = broker
+        self.vhosts = vhosts
+        self.broker: Broker = vhosts.default
+        broker = self.broker
         self.reactor = reactor
         self.identity = Identity(config, node_id=node_id, name=name, started_at=started_at, epoch=epoch,
                                  stomp_address=stomp_address, on_fenced=on_fenced,

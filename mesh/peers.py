@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, Protocol
 from gateway.broker.events import EventSink
 from gateway.broker.queue import Subscription
 from gateway.broker.session import Session
-from mesh.identity import PROTOCOL_VERSION
+from mesh.identity import PROTOCOL_VERSION, VHOSTS_PROTOCOL
 from mesh.large import ChunkAssembler
 from mesh.settings import Clock
 from mesh.wire import DemandRecord, Hello, LinkSender
@@ -76,6 +76,11 @@ class Peer:
         self.busy_since = 0.0  # when it first said so, until it stores something again
         self.assembler = ChunkAssembler()  # a large message on its way in, in pieces
         self._subscription_ids = 0
+
+    @property
+    def vhosts(self) -> bool:
+        """Whether the link carries vhosts other than "/" (a peer of an older release: never)."""
+        return self.link.protocol >= VHOSTS_PROTOCOL
 
     def subscription_id(self, address: str) -> str:
         """A name for a new link subscription on this peer's session."""

@@ -115,7 +115,7 @@ class Node:
             compile_selector=compile_selector,
             node_id=self.identity["id"],
         )
-        broker = self.broker = vhosts.default  # the mesh and metrics see the default vhost alone
+        broker = self.broker = vhosts.default
         if config.mesh is not None:
             self.mesh = self._make_mesh(config)  # before recovery: it owns some store records
         recovered = vhosts.recover()
@@ -330,12 +330,12 @@ class Node:
     def _make_mesh(self, config: NodeConfig) -> MeshNode:
         from mesh.node import MeshNode
 
-        assert config.mesh is not None and self.broker is not None, "made for a mesh node, after its broker"
+        assert config.mesh is not None and self.vhosts is not None, "made for a mesh node, after its vhosts"
         return MeshNode(
             config.mesh,
             node_id=self.identity["id"],
             name=config.name,
-            broker=self.broker,
+            vhosts=self.vhosts,
             started_at=self.started_at,
             stomp_address=config.stomp.bind,
             reactor=self.reactor,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
 
 from gateway.broker.broker import Broker
@@ -59,6 +59,8 @@ class VirtualHosts:
         # The node's limits, once made (after recovery): told each vhost definition applied here.
         self.limits: VhostLimits | None = None
         self.default.definitions.on_vhost = self._definition_applied
+        self._added: list[Callable[[str, Broker], None]] = []
+        self._removed: list[Callable[[str, Broker], None]] = []
         for name in names:
             self.add(name)
 
@@ -74,7 +76,19 @@ class VirtualHosts:
             broker = self.brokers[name] = Broker(VhostStoreView(self.store, name), **settings)
             if self._recovered:  # defined while running: what the store kept for it is its
                 broker.recover(self._unclaimed.pop(name, []))
+            for added in self._added:
+                added(name, broker)
         return broker
+
+    def watch(self, added: Callable[[str, Broker], None] | None = None,
+              removed: Callable[[str, Broker], None] | None = None) -> None:
+        """Call ``added`` with each vhost made from now on (the existing ones are in
+        ``brokers``), ``removed`` with each deleted, after its clients went and before
+        its queues are dropped (the mesh lets go of what it holds of it)."""
+        if added is not None:
+            self._added.append(added)
+        if removed is not None:
+            self._removed.append(removed)
 
     def origin(self, name: str) -> VhostOrigin | None:
         """Where a vhost of this node comes from (None: it has none of that name)."""
@@ -138,6 +152,8 @@ class VirtualHosts:
         broker = self.brokers.pop(name, None)
         if broker is None:
             return self._drop_unclaimed(name)
+        for removed in self._removed:
+            removed(name, broker)
         told: set[int] = set()  # an AMQP connection has a session per channel: told once
         for session in list(broker.sessions.values()):
             connection = session.connection

@@ -15,7 +15,7 @@ import msgspec
 from twisted.internet import defer
 from twisted.test import iosim
 
-from gateway.broker.broker import Broker
+from gateway.broker.vhosts import VirtualHosts
 from gateway.selector import compile_selector
 from management.actions import LocalActions
 from management.events import EventLog
@@ -58,9 +58,10 @@ class ManagedNode(SimNode):
         clock = self.harness.clock
         self.boots += 1
         self.events = EventLog(node_id, clock)
-        self.broker = Broker(store, clock=clock, compile_selector=compile_selector, events=self.events,
-                             message_id_prefix=f"{self.name}-{self.boots}-")
-        self.mesh = MeshNode(MeshConfig(**self.config), node_id=node_id, name=self.name, broker=self.broker,
+        self.vhosts = VirtualHosts(store, clock=clock, compile_selector=compile_selector, events=self.events,
+                                   message_id_prefix=f"{self.name}-{self.boots}-")
+        self.broker = self.vhosts.default
+        self.mesh = MeshNode(MeshConfig(**self.config), node_id=node_id, name=self.name, vhosts=self.vhosts,
                              started_at=clock.seconds(), stomp_address=("127.0.0.1", 0), reactor=clock)
         self.received_frames: list[tuple[int, bytes]] = []  # (frame type, payload) as RecordingLink saw them
         self.state = LocalState(node_id=node_id, name=self.name, started_at=clock.seconds(), broker=self.broker,

@@ -8,7 +8,7 @@ import uuid
 from twisted.internet.testing import MemoryReactorClock
 from twisted.test import iosim
 
-from gateway.broker.broker import Broker
+from gateway.broker.vhosts import VirtualHosts
 from gateway.broker.message import QUEUE
 from gateway.selector import compile_selector
 from gateway.store.memory import MemoryStore
@@ -54,16 +54,17 @@ class SimNode:
         clock = self.harness.clock
         self.boots += 1
         # Ids unique across nodes and boots, as meshgate.node makes them.
-        self.broker = Broker(store, clock=clock, compile_selector=compile_selector,
-                             message_id_prefix=f"{self.name}-{self.boots}-")
-        self.mesh = MeshNode(MeshConfig(**self.config), node_id=node_id, name=self.name, broker=self.broker,
+        self.vhosts = VirtualHosts(store, getattr(self, "vhost_names", ()), clock=clock,
+                                   compile_selector=compile_selector, message_id_prefix=f"{self.name}-{self.boots}-")
+        self.broker = self.vhosts.default
+        self.mesh = MeshNode(MeshConfig(**self.config), node_id=node_id, name=self.name, vhosts=self.vhosts,
                              started_at=clock.seconds(), stomp_address=("127.0.0.1", 0), reactor=clock)
 
     def restart(self) -> None:
         """Crash and start again on the same store, as meshgate.node does (links must be cut first)."""
         assert not self.mesh.peers, "cut this node's links before restarting it"
         self._boot(self.broker.store, self.mesh.node_id)
-        self.broker.recover()
+        self.vhosts.recover()
         self.mesh.hold_recovered()
 
     def consumer(self, address: str, ack: str = "auto", selector: str | None = None, kind: str = QUEUE):
