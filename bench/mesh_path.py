@@ -32,8 +32,8 @@ from twisted.internet.testing import MemoryReactorClock
 from twisted.test import iosim
 
 from gateway.broker.broker import Broker
-from gateway.broker.vhosts import VirtualHosts
 from gateway.broker.message import QUEUE
+from gateway.broker.vhosts import VirtualHosts
 from gateway.hostile_log import PeerLog
 from gateway.selector import compile_selector
 from gateway.store.memory import MemoryStore

@@ -148,10 +148,7 @@ class LocalActions:
         broker = self.broker_of(vhost)
         queue = self._queue(name, vhost)
         if to_node is not None:
-            if vhost != DEFAULT_VHOST:
-                raise ManagementError("bad_request", "the mesh carries the messages of vhost '/' only (for now): "
-                                                     "move them to a queue of this node instead")
-            return self._move_to_node(name, to_node, count)
+            return self._move_to_node(name, to_node, count, vhost)
         assert to_queue is not None  # one of the two, as checked above
         _check_queue_name(to_queue)
         if to_queue in broker.services:
@@ -168,7 +165,7 @@ class LocalActions:
             broker.route(copy)
         return self._done("move", "/queue/" + name, len(moved), f"to /queue/{to_queue}")
 
-    def _move_to_node(self, name: str, to_node: str, count: int | None) -> Done:
+    def _move_to_node(self, name: str, to_node: str, count: int | None, vhost: str) -> Done:
         mesh = self.mesh
         if mesh is None:
             raise ManagementError("conflict", "this node is not in a mesh", self.node_id)
@@ -177,8 +174,12 @@ class LocalActions:
         if to_node not in mesh.peers:
             raise ManagementError("conflict", f"node {to_node} is not linked with this node; messages move to a "
                                               "linked node (meshgate links shows them)", self.node_id)
-        moved = mesh.hand_over(to_node, name, count)
-        return self._done("move", "/queue/" + name, moved, f"to node {mesh.peers[to_node].link.peer_name}")
+        peer = mesh.peers[to_node]
+        if vhost != DEFAULT_VHOST and not peer.vhosts:
+            raise ManagementError("conflict", f"node {peer.link.peer_name} is of an older release, which cannot keep "
+                                              f"vhost {quoted(vhost)}'s messages", self.node_id)
+        moved = mesh.hand_over(to_node, name, count, vhost)
+        return self._done("move", "/queue/" + name, moved, f"to node {peer.link.peer_name}")
 
     def send(self, destination: str, body: str, headers: dict[str, str], persistent: bool,
              vhost: str = DEFAULT_VHOST) -> Done:

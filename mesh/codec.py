@@ -21,6 +21,9 @@ _KINDS = {"queue": 0, "topic": 1}
 _KIND_NAMES = {v: k for k, v in _KINDS.items()}
 _FIELDS = 5  # id, origin, address, path, target; header names and values follow
 _PERSISTENT, _MAYBE_DELIVERED, _JSON_TEXT, _REDISTRIBUTED = 1, 2, 4, 8
+# A message of a vhost other than "/": its name is one more text field after target (link protocol 5; a
+# message of "/" is encoded exactly as before, so protocol 4 peers read it).
+_VHOST = 16
 MAX_FRAME = 64 * 1024 * 1024
 _MESSAGE_FRAME = int(FrameType.MESSAGE)  # an enum member costs an attribute lookup per message
 
@@ -38,25 +41,30 @@ def _strings(value: object) -> bool:
 
 
 def encode_message(message: Message, origin: str, path: tuple[str, ...], target: str = "",
-                   redistributed: bool = False) -> bytes:
+                   redistributed: bool = False, vhost: str = "") -> bytes:
     """``origin`` is the node the message entered the mesh at (for duplicate
     detection); ``path`` the nodes it has crossed, the sender included; ``target``
     a durable subscription to put it in (scale-down) instead of routing it;
-    ``redistributed`` says it is a backlog following consumers (for the counters).
+    ``redistributed`` says it is a backlog following consumers (for the counters);
+    ``vhost`` the vhost it belongs to ("" for "/").
 
     Every string goes in one NUL-separated text block (one encode, one decode and
     split on the other side); JSON only if some string holds a NUL itself."""
     headers = message.headers
+    fields: tuple[str, ...] = (message.id, origin, message.address, ",".join(path), target, vhost) if vhost else (
+        message.id, origin, message.address, ",".join(path), target)
     if headers:
-        text = "\0".join((message.id, origin, message.address, ",".join(path), target,
-                          *chain.from_iterable(headers.items())))
+        text = "\0".join((*fields, *chain.from_iterable(headers.items())))
     else:
-        text = "\0".join((message.id, origin, message.address, ",".join(path), target))
+        text = "\0".join(fields)
     # "May have been delivered already" makes the next node's delivery say redelivered:true.
     flags = (_PERSISTENT if message.persistent else 0) | (
         _MAYBE_DELIVERED if message.deliveries or message.recovered else 0) | (_REDISTRIBUTED if redistributed else 0)
-    if text.count("\0") != _FIELDS - 1 + 2 * len(headers):
-        text = json.dumps([message.id, origin, message.address, list(path), target, headers])
+    if vhost:
+        flags |= _VHOST
+    if text.count("\0") != len(fields) - 1 + 2 * len(headers):
+        whole: list[object] = [message.id, origin, message.address, list(path), target, headers]
+        text = json.dumps([*whole, vhost] if vhost else whole)
         flags |= _JSON_TEXT
     block = text.encode()
     body = message.body
@@ -65,8 +73,9 @@ def encode_message(message: Message, origin: str, path: tuple[str, ...], target:
     return b"".join((head, block, body))
 
 
-def decode_message(payload: bytes) -> tuple[Message, str, str, bool]:
-    """The message, its origin, its target and whether it was redistributed."""
+def decode_message(payload: bytes) -> tuple[Message, str, str, bool, str]:
+    """The message, its origin, its target, whether it was redistributed and its
+    vhost ("" for "/")."""
     try:
         tlen, blen, kind, priority, expires, flags, created = _MESSAGE.unpack_from(payload)
         start = _MESSAGE.size
@@ -75,24 +84,34 @@ def decode_message(payload: bytes) -> tuple[Message, str, str, bool]:
             raise ValueError("lengths do not add up")
         if not math.isfinite(created):
             raise ValueError("an accept time that is not a number")
+        vhost = ""
         if flags & _JSON_TEXT:
-            mid, origin, address, path, target, headers = json.loads(payload[start:end])
+            fields = json.loads(payload[start:end])
+            if not isinstance(fields, list):
+                raise ValueError("a text block that is not a list")
+            if flags & _VHOST:
+                *fields, vhost = fields
+            mid, origin, address, path, target, headers = fields
             if not (isinstance(mid, str) and isinstance(origin, str) and isinstance(address, str)
                     and isinstance(target, str) and _strings(path) and isinstance(headers, dict)
-                    and _strings(list(headers.values()))):
+                    and _strings(list(headers.values())) and isinstance(vhost, str)):
                 raise ValueError("a field of the wrong type")
             path = tuple(path)
         else:
             parts = payload[start:end].decode().split("\0")
-            if len(parts) == _FIELDS:
-                mid, origin, address, path_text, target = parts
+            count = _FIELDS + 1 if flags & _VHOST else _FIELDS
+            if len(parts) == count:
                 headers = {}
-            elif len(parts) < _FIELDS or (len(parts) - _FIELDS) % 2:
+            elif len(parts) < count or (len(parts) - count) % 2:
                 raise ValueError("bad text block")
             else:
-                mid, origin, address, path_text, target = parts[:_FIELDS]
-                headers = {parts[i]: parts[i + 1] for i in range(_FIELDS, len(parts), 2)}
+                headers = {parts[i]: parts[i + 1] for i in range(count, len(parts), 2)}
+            mid, origin, address, path_text, target = parts[:_FIELDS]
+            if count > _FIELDS:
+                vhost = parts[_FIELDS]
             path = tuple(path_text.split(",")) if path_text else ()
+        if flags & _VHOST and not vhost:
+            raise ValueError("an empty vhost name")
         message = Message(mid, _KIND_NAMES[kind], address, headers, payload[end:], bool(flags & _PERSISTENT),
                           priority, expires)
     except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
@@ -100,7 +119,7 @@ def decode_message(payload: bytes) -> tuple[Message, str, str, bool]:
     message.recovered = bool(flags & _MAYBE_DELIVERED)
     message.path = path
     message.created = created
-    return message, origin, target, bool(flags & _REDISTRIBUTED)
+    return message, origin, target, bool(flags & _REDISTRIBUTED), vhost
 
 
 class LinkParser:

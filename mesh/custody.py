@@ -25,9 +25,9 @@ from typing import Any, Iterable, Protocol
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
-from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import Queue
+from gateway.broker.vhosts import VirtualHosts
 from mesh.peers import Peer, PeerTable
 from mesh.settings import Clock
 from mesh.wire import IDS, FrameTable, FrameType, LinkSender
@@ -90,10 +90,11 @@ class _InDoubt:
 
 
 class Custody:
-    def __init__(self, node_id: str, broker: Broker, peers: PeerTable, clock: Clock, in_doubt_timeout_ms: int,
+    def __init__(self, node_id: str, vhosts: VirtualHosts, peers: PeerTable, clock: Clock, in_doubt_timeout_ms: int,
                  frames: FrameTable) -> None:
         self.node_id = node_id
-        self.broker = broker
+        self.vhosts = vhosts
+        broker = vhosts.default  # markers and peer records are the node's, kept with "/"
         self.store: MarkerStore = broker.store
         self.peers = peers
         self.clock = clock
@@ -114,6 +115,7 @@ class Custody:
         frames.on(FrameType.RELEASED, IDS, self.released)
         peers.watch(up=self.peer_up, down=self.peer_down)
         peers.watch_epochs(self.remember_epoch)
+        vhosts.watch(removed=self.vhost_removed)
 
     # -- receiving ------------------------------------------------------------------------
 
@@ -221,15 +223,16 @@ class Custody:
         peer_id = peer.link.peer_id
         stored: list[tuple[Queue, Message]] = []
         recent: list[tuple[Queue, Message]] = []
-        for sub in peer.session.subscriptions.values():
-            if sub.queue.key[:2] in ("Q:", "D:"):  # a topic's link queue keeps each node's copy apart
-                # Another node could take these now: hold them until the peer says whether it has them.
+        for session in peer.sessions():
+            for sub in session.subscriptions.values():
+                if sub.queue.key[:2] in ("Q:", "D:"):  # a topic's link queue keeps each node's copy apart
+                    # Another node could take these now: hold them until the peer says whether it has them.
+                    for message in sub.inflight.values():
+                        (stored if message.persistent else recent).append((sub.queue, message))
+                    sub.inflight.clear()
                 for message in sub.inflight.values():
-                    (stored if message.persistent else recent).append((sub.queue, message))
-                sub.inflight.clear()
-            for message in sub.inflight.values():
-                message.recovered = True  # the peer may have delivered it before the link went
-        peer.session.close()
+                    message.recovered = True  # the peer may have delivered it before the link went
+            session.close()
         if stored:
             self._doubt_about(stored, {peer_id})
         if recent:
@@ -284,11 +287,11 @@ class Custody:
         a peer: hold each until every peer this node has linked with has said."""
         if not self.known_peers:
             return
-        broker = self.broker
         doubtful: list[tuple[Queue, Message]] = []
-        durable = [b.queue for b in broker.bindings.values() if b.durable and b.peer is None]
-        for queue in (*broker.queues.values(), *durable):
-            doubtful.extend((queue, message) for message in queue.take_all())
+        for broker in self.vhosts:
+            durable = [b.queue for b in broker.bindings.values() if b.durable and b.peer is None]
+            for queue in (*broker.queues.values(), *durable):
+                doubtful.extend((queue, message) for message in queue.take_all())
         self._doubt_about(doubtful, set(self.known_peers))
 
     def _doubt_about(self, doubtful: list[tuple[Queue, Message]], peers: set[str]) -> None:
@@ -309,13 +312,12 @@ class Custody:
         timer = self._doubt_timers.pop(peer_id, None)
         if timer is not None and timer.active():
             timer.cancel()
-        broker = self.broker
         forgotten = []
         for name in held:
             entry = self._doubt.pop(name, None)
             if entry is not None:
                 entry.queue.mesh.in_doubt -= 1
-                broker.consumed(entry.queue, entry.message)
+                entry.queue.broker.consumed(entry.queue, entry.message)
                 forgotten.append(name)
         released: dict[Queue, list[Message]] = {}
         for message_id, entry in list(self._doubt.items()):
@@ -325,8 +327,14 @@ class Custody:
                 entry.queue.mesh.in_doubt -= 1
                 released.setdefault(entry.queue, []).append(entry.message)
         for queue, messages in released.items():
-            broker.requeue(queue, messages)
+            queue.broker.requeue(queue, messages)
         return forgotten
+
+    def vhost_removed(self, name: str, broker: object) -> None:
+        """Its messages held in doubt go with its queues (no peer is asked about them again)."""
+        for entry_name, entry in list(self._doubt.items()):
+            if entry.queue.broker is broker:
+                del self._doubt[entry_name]
 
     def release_doubts(self) -> None:
         """Stop waiting for anyone (scale-down hands everything over)."""

@@ -15,33 +15,36 @@ from gateway.broker.broker import Broker
 from gateway.broker.links import LinkRole, LinkSubscription
 from gateway.broker.message import QUEUE
 from gateway.broker.queue import CLIENT_INDIVIDUAL, Subscription
+from gateway.broker.vhosts import VirtualHosts
 from mesh.custody import Custody, RecentWindow
 from mesh.demand import Demand
+from mesh.forwarding import open_vhost
 from mesh.identity import Identity
-from mesh.peers import LINK_WINDOW, PeerTable
+from mesh.peers import LINK_WINDOW, Peer, PeerTable
 from mesh.settings import Clock, MeshSettings
 from mesh.topology import Topology
 from mesh.wire import DURABLE, FORGET, DurableSubscription, Forget, FrameTable, FrameType, LinkHandover, LinkSender
 from model.events import NodeLeft, ScaleDown
+from model.names import DEFAULT_VHOST, quoted
 
 log = logging.getLogger("mesh.node")
 _FORGET_WINDOW = 10_000  # FORGET request ids remembered, so one that comes round again is not passed on
 
 
 class Departures:
-    def __init__(self, identity: Identity, config: MeshSettings, broker: Broker, peers: PeerTable, custody: Custody,
-                 demand: Demand, topology: Topology, clock: Clock, frames: FrameTable) -> None:
+    def __init__(self, identity: Identity, config: MeshSettings, vhosts: VirtualHosts, peers: PeerTable,
+                 custody: Custody, demand: Demand, topology: Topology, clock: Clock, frames: FrameTable) -> None:
         self.identity = identity
         self.node_id = identity.node_id
         self.config = config
-        self.broker = broker
+        self.vhosts = vhosts.brokers
         self.peers = peers
         self.linked = peers.linked
         self.custody = custody
         self.demand = demand
         self.topology = topology
         self.clock = clock
-        self.events = broker.events
+        self.events = vhosts.default.events
         self.scaling_down = False
         self._forget_requests = RecentWindow(_FORGET_WINDOW)  # FORGET ids seen lately (they go round the mesh)
         frames.on(FrameType.DURABLE, DURABLE, self.durable_received)
@@ -55,7 +58,9 @@ class Departures:
         """Hand every queued message to another node (of the same group_name, if
         set) before this one stops; what cannot be handed over stays in the store."""
         group = self.config.group_name
-        targets = [p for p in self.linked.values() if not group or p.hello.group == group]
+        # A node of an older release can take "/" alone: one that knows vhosts comes first.
+        targets = sorted((p for p in self.linked.values() if not group or p.hello.group == group),
+                         key=lambda p: not p.vhosts)
         if not targets:
             log.warning("mesh: scale-down found no node to take the messages; they stay in this node's store")
             return
@@ -68,36 +73,17 @@ class Departures:
         # This node is going: what a peer may hold is handed over too, marked
         # redelivered, rather than left where no one would ever deliver it.
         self.custody.release_doubts()
-        broker = self.broker
-        for name, queue in list(broker.queues.items()):
-            if not len(queue) or name in target.queue_subs:
-                continue
-            target.queue_subs[name] = target.session.subscribe(
-                target.subscription_id(name), QUEUE, name, CLIENT_INDIVIDUAL, LINK_WINDOW, None,
-                link=LinkSubscription(peer_id, LinkRole.HANDED_OVER))
-        for name, binding in list(broker.bindings.items()):
-            if not binding.durable or not len(binding.queue) or binding.peer == peer_id or name in target.durable_subs:
-                continue
-            spec: DurableSubscription | LinkHandover
-            if binding.peer is None:
-                spec = DurableSubscription(name, binding.pattern, binding.selector_text)
-            elif binding.peer in self.linked:
-                continue  # its own link is up: it drains there
-            else:
-                # Kept for a peer whose link is down: the target keeps it for that peer now.
-                spec = LinkHandover(name=name, link=binding.peer, patterns=broker.links.patterns[binding.peer])
-            target.link.send_control(FrameType.DURABLE, spec)
-            broker.links.attach_durable(target.session, "d:" + name, binding, LINK_WINDOW, peer_id,
-                                        LinkRole.HANDED_OVER)
-        for queue in broker.queues.values():
-            queue.mesh.remote_dispatch = True
-            queue.dispatch()
+        for vhost, broker in list(self.vhosts.items()):
+            if vhost == DEFAULT_VHOST or target.vhosts:
+                self._hand_everything_over(target, vhost, broker)
+            elif _held(broker):
+                log.warning("mesh: scale-down: %s is of an older release and cannot keep vhost %s; its messages "
+                            "stay in this node's store", target.link.peer_name, quoted(vhost))
         waited = 0.0
-        while waited < patience and self.linked.get(peer_id) is target and self._holding():
+        while waited < patience and self.linked.get(peer_id) is target and self._holding(target):
             yield task.deferLater(self.clock, 0.05, lambda: None)  # type: ignore[arg-type]
             waited += 0.05
-        durable = [b.queue for b in broker.bindings.values() if b.durable]
-        left = sum(len(q) + q.inflight + q.mesh.in_doubt for q in (*broker.queues.values(), *durable))
+        left = sum(_held(broker) for broker in self.vhosts.values())
         self.events.emit(ScaleDown(target=peer_id, left=left))
         if left:
             log.warning("mesh: scale-down left %d message(s) in this node's store", left)
@@ -108,39 +94,76 @@ class Departures:
         for peer in self.linked.values():
             peer.link.send_control(FrameType.LEAVING)
 
-    def _holding(self) -> bool:
-        durable = (b.queue for b in self.broker.bindings.values() if b.durable)
-        return any(len(q) or q.inflight or q.mesh.in_doubt for q in (*self.broker.queues.values(), *durable))
+    def _hand_everything_over(self, target: Peer, vhost: str, broker: Broker) -> None:
+        """Every queue and durable subscription of the vhost drains to the target."""
+        peer_id = target.link.peer_id
+        channel = target.channels.get(vhost) or open_vhost(target, vhost, broker, self.node_id)
+        for name, queue in list(broker.queues.items()):
+            if not len(queue) or name in channel.queue_subs:
+                continue
+            channel.queue_subs[name] = channel.session.subscribe(
+                target.subscription_id(name), QUEUE, name, CLIENT_INDIVIDUAL, LINK_WINDOW, None,
+                link=LinkSubscription(peer_id, LinkRole.HANDED_OVER))
+        for name, binding in list(broker.bindings.items()):
+            if not binding.durable or not len(binding.queue) or binding.peer == peer_id or name in channel.durable_subs:
+                continue
+            spec: DurableSubscription | LinkHandover
+            if binding.peer is None:
+                spec = DurableSubscription(name, binding.pattern, binding.selector_text, vhost)
+            elif binding.peer in self.linked:
+                continue  # its own link is up: it drains there
+            else:
+                # Kept for a peer whose link is down: the target keeps it for that peer now.
+                spec = LinkHandover(name=name, link=binding.peer, patterns=broker.links.patterns[binding.peer],
+                                    vhost=vhost)
+            target.link.send_control(FrameType.DURABLE, spec)
+            broker.links.attach_durable(channel.session, "d:" + name, binding, LINK_WINDOW, peer_id,
+                                        LinkRole.HANDED_OVER)
+        for queue in broker.queues.values():
+            queue.mesh.remote_dispatch = True
+            queue.dispatch()
 
-    def hand_over(self, peer_id: str, queue_name: str, count: int | None = None) -> int:
+    def _holding(self, target: Peer) -> bool:
+        """Whether this node still holds what it is handing the target."""
+        return any(_held(broker) for vhost, broker in self.vhosts.items()
+                   if vhost == DEFAULT_VHOST or target.vhosts)
+
+    def hand_over(self, peer_id: str, queue_name: str, count: int | None = None, vhost: str = DEFAULT_VHOST) -> int:
         """Move up to ``count`` waiting messages of a queue to a linked node, with
         custody as for any forward: each leaves this node once the peer has it.
-        There they follow consumers as any message does."""
+        There they follow consumers as any message does. A queue of another vhost
+        than "/" moves only to a node that knows vhosts."""
         peer = self.linked.get(peer_id)
-        queue = self.broker.queues.get(queue_name)
-        if peer is None or queue is None:
+        broker = self.vhosts.get(vhost)
+        queue = None if broker is None else broker.queues.get(queue_name)
+        if peer is None or broker is None or queue is None or (vhost != DEFAULT_VHOST and not peer.vhosts):
             return 0
         messages = queue.take(count)
         if not messages:
             return 0
+        session = (peer.channels.get(vhost) or open_vhost(peer, vhost, broker, self.node_id)).session
         # A subscription with no window: dispatch never gives it anything; these go by hand.
-        sub = Subscription(peer.session, peer.subscription_id(queue_name), queue, CLIENT_INDIVIDUAL, 0, None)
+        sub = Subscription(session, peer.subscription_id(queue_name), queue, CLIENT_INDIVIDUAL, 0, None)
         # May go where it came from: an administrator sends it there.
         sub.link = LinkSubscription(peer_id, LinkRole.HANDED_OVER, may_revisit=True)
         queue.add_consumer(sub)
-        peer.session.subscriptions[sub.id] = sub
+        session.subscriptions[sub.id] = sub
         for message in messages:
-            peer.session.deliver(sub, message)
+            session.deliver(sub, message)
         peer.retiring.add(sub)  # unsubscribed once the peer has confirmed them all
         return len(messages)
 
     def durable_received(self, link: LinkSender, spec: DurableSubscription | LinkHandover) -> None:
         """A peer scaling down hands this node a durable subscription's backlog (or a
         topic queue it kept for a peer whose link is down): it is made here first."""
-        if isinstance(spec, LinkHandover):
-            self.broker.links.bind(spec.link, spec.patterns)
+        broker = self.vhosts.get(spec.vhost)
+        if broker is None:  # its messages get BUSY: they stay with the sender
+            log.warning("mesh: %s hands over durable subscription %s of vhost %s, which this node does not have",
+                        link.peer_name, quoted(spec.name), quoted(spec.vhost))
+        elif isinstance(spec, LinkHandover):
+            broker.links.bind(spec.link, spec.patterns)
         else:
-            self.broker.links.ensure_durable(spec.name, spec.topic, spec.selector)
+            broker.links.ensure_durable(spec.name, spec.topic, spec.selector)
 
     # -- other nodes leaving ---------------------------------------------------------------
 
@@ -209,7 +232,8 @@ class Departures:
         log.warning("mesh: forgetting node %s: it is not waited for, and what was kept for it is dropped", node_id)
         self.peers.forget(node_id)  # with its peer record: a node forgotten may come back at any epoch
         self.custody.stop_counting_on(node_id)
-        self.broker.links.unbind(node_id)
+        for broker in self.vhosts.values():
+            broker.links.unbind(node_id)
         self.topology.forget(node_id)
 
 
@@ -219,3 +243,9 @@ def _duration(seconds: float) -> str:
     if seconds >= 2 * 3600:
         return f"{seconds / 3600:.0f} hours"
     return f"{seconds:.0f} s"
+
+
+def _held(broker: Broker) -> int:
+    """The messages a vhost still holds here: queued, in flight, or in doubt."""
+    durable = [b.queue for b in broker.bindings.values() if b.durable]
+    return sum(len(q) + q.inflight + q.mesh.in_doubt for q in (*broker.queues.values(), *durable))

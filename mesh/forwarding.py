@@ -19,9 +19,10 @@ from typing import Callable
 from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE, Message
 from gateway.broker.queue import Subscription
+from gateway.broker.vhosts import VirtualHosts
 from mesh.codec import decode_message, encode_message
 from mesh.custody import Custody, not_durable
-from mesh.peers import Peer, PeerLink, PeerTable
+from mesh.peers import Peer, PeerLink, PeerTable, PeerVhost
 from mesh.settings import Clock
 from mesh.wire import IDS, FrameTable, FrameType, LinkSender
 from model.events import Redistribution
@@ -32,13 +33,15 @@ _STORED = FrameType.STORED
 
 
 class Forwarder:
-    """A link session's sink: writes each message onto the link."""
+    """A link session's sink: writes each message onto the link, naming its vhost
+    unless it is "/" (then the frame is what protocol 4 peers read)."""
 
-    __slots__ = ("node_id", "peer")
+    __slots__ = ("node_id", "peer", "vhost")
 
-    def __init__(self, node_id: str) -> None:
+    def __init__(self, node_id: str, vhost: str = "") -> None:
         self.node_id = node_id
         self.peer: Peer | None = None  # set once the peer is known, cleared when its link goes
+        self.vhost = vhost
 
     def deliver(self, sub: Subscription, message: Message) -> None:
         peer = self.peer
@@ -60,11 +63,11 @@ class Forwarder:
                 counters.backlog -= 1
                 peer.redistributing.add(message.id)
                 peer.link.send_message(encode_message(message, path[0] if path else self.node_id,
-                                                      (*path, self.node_id), target, redistributed=True),
+                                                      (*path, self.node_id), target, True, self.vhost),
                                        message.address)
                 return
         peer.link.send_message(encode_message(message, path[0] if path else self.node_id,
-                                              (*path, self.node_id), target), message.address)
+                                              (*path, self.node_id), target, False, self.vhost), message.address)
 
 
 def entry_name(target: str, message_id: str) -> str:
@@ -74,7 +77,7 @@ def entry_name(target: str, message_id: str) -> str:
 
 
 def peer_opener(broker: Broker, node_id: str) -> Callable[[PeerLink, float], Peer]:
-    """What makes a linked peer's record: a session on the broker whose sink forwards to it."""
+    """What makes a linked peer's record: a session on the "/" broker whose sink forwards to it."""
 
     def open_peer(link: PeerLink, since: float) -> Peer:
         forwarder = Forwarder(node_id)
@@ -85,16 +88,37 @@ def peer_opener(broker: Broker, node_id: str) -> Callable[[PeerLink, float], Pee
     return open_peer
 
 
+def open_vhost(peer: Peer, name: str, broker: Broker, node_id: str) -> PeerVhost:
+    """The peer's session in another vhost (made when it first wants something there),
+    whose sink forwards to it naming the vhost."""
+    forwarder = Forwarder(node_id, name)
+    forwarder.peer = peer
+    link = peer.link
+    channel = peer.channels[name] = PeerVhost(name, broker.open_session(
+        forwarder, f"link-{link.peer_name}-{link.peer_id[:8]}"))
+    return channel
+
+
+def close_vhost(peer: Peer, name: str) -> None:
+    """The peer no longer has a session in vhost ``name`` (the vhost went here)."""
+    channel = peer.channels.pop(name, None)
+    if channel is not None:
+        forwarder = channel.session.sink
+        if isinstance(forwarder, Forwarder):
+            forwarder.peer = None
+        channel.session.close()
+
+
 class Forwarding:
-    def __init__(self, node_id: str, broker: Broker, peers: PeerTable, custody: Custody, clock: Clock,
+    def __init__(self, node_id: str, vhosts: VirtualHosts, peers: PeerTable, custody: Custody, clock: Clock,
                  frames: FrameTable) -> None:
         self.node_id = node_id
-        self.broker = broker
-        self.store = broker.store
+        self.broker = vhosts.default
+        self.vhosts = vhosts.brokers
+        self.store = vhosts.store
         self.linked = peers.linked
         self.custody = custody
         self.clock = clock
-        self.events = broker.events
         frames.on_raw(FrameType.MESSAGE, self.message_received)
         frames.on_raw(FrameType.CHUNK, self.chunk_received)
         frames.on(FrameType.STORED, IDS, self.stored)
@@ -102,9 +126,10 @@ class Forwarding:
         peers.watch(down=self.peer_down)
 
     def peer_down(self, peer: Peer, lost: bool) -> None:
-        forwarder = peer.session.sink
-        if isinstance(forwarder, Forwarder):
-            forwarder.peer = None
+        for session in peer.sessions():
+            forwarder = session.sink
+            if isinstance(forwarder, Forwarder):
+                forwarder.peer = None
         for message_id in peer.redistributing:
             sub = peer.forwarded.get(message_id)
             if sub is not None:
@@ -113,19 +138,20 @@ class Forwarding:
     # -- receiving ------------------------------------------------------------------------
 
     def message_received(self, link: LinkSender, payload: bytes) -> None:
-        message, origin, target, redistributed = decode_message(payload)
+        message, origin, target, redistributed, vhost = decode_message(payload)
         peer = self.linked.get(link.peer_id)
         if peer is None:
             return
         entry = entry_name(target, message.id)
         store = self.store
-        if message.persistent and (store.blocked or store.failure) and peer.hello.busy:
-            # No room to store it: the sender keeps custody and tries again later.
+        broker = self.vhosts.get(vhost) if vhost else self.broker
+        if broker is None or (message.persistent and (store.blocked or store.failure) and peer.hello.busy):
+            # No room to store it, or its vhost is not here (deleted meanwhile): the sender keeps
+            # custody and tries again later, when the demand that sent it here has gone.
             link.send_control(FrameType.BUSY, [entry])
             return
         if self.custody.take(link.peer_id, message, f"{origin}/{entry}"):
             peer.forwarded_in += 1
-            broker = self.broker
             if not target or not broker.links.put_in_subscription(target, message):
                 broker.route(message)
                 if message.kind == QUEUE:
@@ -183,13 +209,15 @@ class Forwarding:
                 log.info("mesh: %s has no room to store messages; they wait here, tried again every %.0f s",
                          link.peer_name, BUSY_RETRY_S)
             peer.busy = True
-            peer.session.writable = False
+            for session in peer.sessions():
+                session.writable = False
             self.clock.callLater(BUSY_RETRY_S, self._try_busy_peer, link.peer_id, peer)
 
     def _try_busy_peer(self, peer_id: str, peer: Peer) -> None:
         if self.linked.get(peer_id) is peer and peer.busy:
             peer.busy = False
-            peer.session.set_writable(True)
+            for session in peer.sessions():
+                session.set_writable(True)
 
     def stored(self, link: LinkSender, ids: list[str]) -> None:
         """The peer has custody: forget our copies, then tell it so."""
@@ -202,7 +230,6 @@ class Forwarding:
         released = []
         forwarded = peer.forwarded
         redistributing = peer.redistributing
-        consumed = self.broker.consumed
         settled: set[Subscription] = set()
         handed_over = 0
         for entry in ids:
@@ -217,10 +244,11 @@ class Forwarding:
             if redistributing and entry in redistributing:
                 redistributing.discard(entry)
                 queue.mesh.redistributed_out += 1
-                self.events.count(Redistribution(queue=queue.name, source=self.node_id, target=link.peer_id, count=0))
+                queue.broker.events.count(Redistribution(queue=queue.name, source=self.node_id, target=link.peer_id,
+                                                         count=0))
             else:
                 queue.mesh.forwarded_out += 1
-            consumed(queue, message)
+            queue.broker.consumed(queue, message)
             settled.add(sub)
             handed_over += 1
         peer.forwarded_out += handed_over
@@ -228,7 +256,7 @@ class Forwarding:
         for sub in settled:
             if sub in peer.retiring and not sub.inflight:
                 peer.retiring.discard(sub)
-                peer.session.unsubscribe(sub.id)
+                sub.session.unsubscribe(sub.id)
             else:
                 sub.queue.dispatch()
         if released:

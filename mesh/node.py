@@ -72,23 +72,23 @@ class MeshNode:
         self.identity = Identity(config, node_id=node_id, name=name, started_at=started_at, epoch=epoch,
                                  stomp_address=stomp_address, on_fenced=on_fenced,
                                  on_fatal=on_fatal or (lambda reason: log.error("mesh: %s", reason)))
-        # STRICT: each new message goes round-robin to this node or a node with the
-        # queue, consumers or not; a backlog never moves.
-        broker.strict_routing = config.message_load_balancing == "STRICT"
+        for each in vhosts:
+            self._vhost_added("", each)
+        vhosts.watch(added=self._vhost_added)
         broker.definitions.origin = node_id
         events = broker.events
         self.frames = frames = FrameTable()
         self.peer_table = peers = PeerTable(self.identity, reactor, events, peer_opener(broker, node_id))
         # Listeners of the peer table are called in the order the parts are made here.
-        self.custody = Custody(node_id, broker, peers, reactor, config.in_doubt_timeout_ms, frames)
-        self.forwarding = Forwarding(node_id, broker, peers, self.custody, reactor, frames)
-        self.demand = Demand(node_id, config, broker, peers, reactor, frames)
+        self.custody = Custody(node_id, vhosts, peers, reactor, config.in_doubt_timeout_ms, frames)
+        self.forwarding = Forwarding(node_id, vhosts, peers, self.custody, reactor, frames)
+        self.demand = Demand(node_id, config, vhosts, peers, reactor, frames)
         self.definitions = DefinitionSync(broker, peers, config.peer_retention_s, self.demand.durables_changed,
                                           frames)
         self.topology = Topology(node_id, broker, peers, reactor, events, config.connection_ttl_ms,
                                  self._describe_node, frames)
         self.router = Router(node_id, name, peers, self.topology, reactor, frames)
-        self.departures = Departures(self.identity, config, broker, peers, self.custody, self.demand, self.topology,
+        self.departures = Departures(self.identity, config, vhosts, peers, self.custody, self.demand, self.topology,
                                      reactor, frames)
         self.votes = VoteJudge(config, self.identity, peers, reactor)
         self.links = LinkContext(self.identity, peers, frames, self.votes, reactor, config)
@@ -99,6 +99,11 @@ class MeshNode:
         self.tls_mismatches: dict[str, bool] = {}
         self.port: Any = None
         self._loops: list[task.LoopingCall] = []
+
+    def _vhost_added(self, name: str, broker: Broker) -> None:
+        # STRICT: each new message goes round-robin to this node or a node with the
+        # queue, consumers or not; a backlog never moves.
+        broker.strict_routing = self.config.message_load_balancing == "STRICT"
 
     # -- what the rest of the node reads ----------------------------------------------------
 
@@ -193,8 +198,8 @@ class MeshNode:
     def scale_down(self, patience: float = 30.0) -> defer.Deferred:
         return self.departures.scale_down(patience)
 
-    def hand_over(self, peer_id: str, queue_name: str, count: int | None = None) -> int:
-        return self.departures.hand_over(peer_id, queue_name, count)
+    def hand_over(self, peer_id: str, queue_name: str, count: int | None = None, vhost: str = "/") -> int:
+        return self.departures.hand_over(peer_id, queue_name, count, vhost)
 
     def forget(self, node_id: str) -> str | None:
         return self.departures.forget(node_id)

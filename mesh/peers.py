@@ -17,6 +17,7 @@ from mesh.large import ChunkAssembler
 from mesh.settings import Clock
 from mesh.wire import DemandRecord, Hello, LinkSender
 from model.events import LinkDown, LinkUp
+from model.names import DEFAULT_VHOST
 
 if TYPE_CHECKING:
     from mesh.identity import Identity
@@ -49,23 +50,37 @@ class PeerLink(LinkSender, Protocol):
     def close(self) -> None: ...
 
 
-class Peer:
-    """One linked neighbour: its link, the session its link subscriptions live on,
-    the demand it advertised and what is in flight to it."""
+class PeerVhost:
+    """What a linked peer has in one vhost: the session its link subscriptions live
+    on, in that vhost's broker, and those subscriptions."""
 
-    def __init__(self, link: PeerLink, session: Session, since: float) -> None:
-        self.link = link
-        self.hello = link.hello
+    __slots__ = ("name", "session", "queue_subs", "topic_sub", "durable_subs")
+
+    def __init__(self, name: str, session: Session) -> None:
+        self.name = name
         self.session = session
-        self.since = since
-        self.demand: list[DemandRecord] = []
-        self.advertised: list[DemandRecord] | None = None
         self.queue_subs: dict[str, Subscription] = {}
         self.topic_sub: Subscription | None = None
         # Durable subscription name -> the link subscription that takes this node's part
         # of it to the peer, whose demand says its subscriber is there (or beyond).
         self.durable_subs: dict[str, Subscription] = {}
-        self.forwarded: dict[str, Subscription] = {}  # message id -> link subscription holding it
+
+
+class Peer:
+    """One linked neighbour: its link, its link subscriptions in each vhost it is
+    linked in ("/" from the start; another once the peer wants something of it), the
+    demand it advertised and what is in flight to it."""
+
+    def __init__(self, link: PeerLink, session: Session, since: float) -> None:
+        self.link = link
+        self.hello = link.hello
+        self.default = PeerVhost(DEFAULT_VHOST, session)
+        self.channels: dict[str, PeerVhost] = {DEFAULT_VHOST: self.default}  # by vhost name
+        self.since = since
+        self.demand: list[DemandRecord] = []
+        self.advertised: list[DemandRecord] | None = None
+        # Message id (entry_name: unique across vhosts) -> the link subscription holding it, in any vhost.
+        self.forwarded: dict[str, Subscription] = {}
         self.retiring: set[Subscription] = set()  # no demand any more; waiting for confirmations
         self.to_confirm: list[str] = []
         # Ids of messages in flight that move a backlog (redistribution), not a fresh send.
@@ -76,6 +91,10 @@ class Peer:
         self.busy_since = 0.0  # when it first said so, until it stores something again
         self.assembler = ChunkAssembler()  # a large message on its way in, in pieces
         self._subscription_ids = 0
+
+    def sessions(self) -> list[Session]:
+        """Its sessions, one per vhost it is linked in."""
+        return [channel.session for channel in self.channels.values()]
 
     @property
     def vhosts(self) -> bool:

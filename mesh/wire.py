@@ -144,30 +144,39 @@ def decode_refuse(payload: bytes) -> Refuse:
 
 # -- established links ----------------------------------------------------------------------------
 
-class DemandRecord(Struct, kw_only=True):
-    """Consumers that want an address, at the end of ``path`` (the node that has them first)."""
+_Vhost = Annotated[str, Meta(min_length=1, max_length=255)]
+
+
+class DemandRecord(Struct, kw_only=True, omit_defaults=True):
+    """Consumers that want an address, at the end of ``path`` (the node that has them first).
+    Fields at their default are left out, so a record of "/" reads as before vhosts."""
 
     kind: str  # queue, topic (a pattern) or durable (a durable subscription's subscriber)
     address: str
     selector: str | None = None
     consumers: int = 1
     path: Annotated[list[str], Meta(min_length=1)]
+    vhost: _Vhost = "/"  # link protocol 5 (model.names.DEFAULT_VHOST)
 
 
-class DurableSubscription(Struct):
+class DurableSubscription(Struct, omit_defaults=True):
     """Scale-down: make this durable subscription here (its backlog follows)."""
 
     name: str
     topic: str
     selector: str | None = None
+    vhost: _Vhost = "/"  # another than "/" only to a peer of link protocol 5
 
 
-class LinkHandover(Struct, kw_only=True):
+class LinkHandover(Struct, kw_only=True, omit_defaults=True):
     """Scale-down: keep this topic queue for a peer whose link is down (its backlog follows)."""
 
     name: str = ""
     link: str
     patterns: list[str]
+    vhost: _Vhost = "/"
+
+
 
 
 class Forget(Struct):

@@ -1,34 +1,108 @@
-"""Only the default vhost is meshed in this release (docs/vhosts.md): a message of
-another vhost stays on the node it was sent to, even with a consumer of the same vhost
-and queue on a linked node, while "/" messages cross the same link as before."""
+"""The mesh carries every vhost, each inside itself: a message of team-a sent on one
+node reaches team-a's consumers on another, never a queue or topic of the same name
+in "/" or team-b; a backlog follows consumers inside its vhost across three nodes;
+AMQP clients see the same; and a receiver killed with -9 while a vhost's messages
+cross loses none of them."""
 
 from __future__ import annotations
 
 import time
 
+import pika
+from amqp_support import AMQP_ON
 from e2e_support import unique
-from mesh_support import QUIET, mesh_fixture  # noqa: F401
-from vhost_support import TEAM_A, VHOSTS, clients_fixture  # noqa: F401  (the fixture)
+from mesh_support import QUIET, mesh_fixture, send_many, wait_until  # noqa: F401
+from vhost_support import TEAM_A, TEAM_B, VHOSTS, clients_fixture  # noqa: F401  (the fixture)
 
-
-def test_a_non_default_vhosts_messages_stay_on_their_node(mesh, clients):
+def test_a_vhosts_queue_message_crosses_to_that_vhosts_consumer_alone(mesh, clients):
     a, b = mesh(2, extra="\n" + VHOSTS)
     queue, topic = "/queue/" + unique("orders"), "/topic/" + unique("news")
-    far_team_a = clients.stomp_on(b.proc, TEAM_A)
-    far_team_a.subscribe(queue)
-    far_team_a.subscribe(topic)
-    far_default = clients.stomp_on(b.proc, "/")
-    far_default.subscribe(queue)
-    near_team_a, near_default = clients.stomp_on(a.proc, TEAM_A), clients.stomp_on(a.proc, "/")
+    far = {host: clients.stomp_on(b.proc, host) for host in (TEAM_A, TEAM_B, "/")}
+    for client in far.values():
+        client.subscribe(queue)
+        client.subscribe(topic)
+    near = {host: clients.stomp_on(a.proc, host) for host in (TEAM_A, TEAM_B, "/")}
     for n in range(5):
-        near_team_a.send(queue, f"a{n}", receipt=True)
-        near_team_a.send(topic, f"news{n}", receipt=True)
-    near_default.send(queue, "default crosses", receipt=True)  # the link works: "/" goes to B's consumer
-    far_default.listener.wait_for_body("default crosses")
-    time.sleep(QUIET)  # nothing of team-a may arrive on B meanwhile
-    assert far_team_a.listener.bodies() == []
-    assert far_default.listener.bodies() == ["default crosses"]
-    near = clients.stomp_on(a.proc, TEAM_A)
-    near.subscribe(queue)
-    near.send(queue, "fence", receipt=True)
-    assert near.listener.wait_for_body("fence") and near.listener.bodies() == [f"a{n}" for n in range(5)] + ["fence"]
+        near[TEAM_A].send(queue, f"a{n}", receipt=True)
+    far[TEAM_A].listener.wait_until(lambda: len(far[TEAM_A].listener.bodies()) == 5, "team-a's five messages")
+    assert far[TEAM_A].listener.bodies() == [f"a{n}" for n in range(5)]
+    # Topics: a publication reaches the subscribers of its vhost on the other node.
+    wait_until(lambda: _published(near[TEAM_A], topic, far[TEAM_A]), "a team-a publication to cross", interval=0.2)
+    for host in (TEAM_B, "/"):  # each vhost's own traffic crosses too, and nothing of team-a came with it
+        fence = unique("fence")
+        near[host].send(queue, fence, receipt=True)
+        far[host].listener.wait_for_body(fence)
+        time.sleep(QUIET)
+        assert [body for body in far[host].listener.bodies() if not body.startswith("probe")] == [fence]
+
+
+def _published(producer, topic: str, consumer) -> bool:
+    body = unique("probe")
+    producer.send(topic, body)
+    return any(m.body.startswith("probe") for m in consumer.listener.messages)
+
+
+def test_a_backlog_follows_consumers_inside_its_vhost_across_three_nodes(mesh, clients):
+    a, b, c = mesh(3, topology="chain", max_hops=2, extra="\n" + VHOSTS)  # a - b - c: c's demand reaches a via b
+    queue = "/queue/" + unique("backlog")
+    producer = clients.stomp_on(a.proc, TEAM_A)
+    send_many(producer, queue, [f"m{n}" for n in range(20)])
+    other = clients.stomp_on(c.proc, TEAM_B)
+    other.subscribe(queue)
+    consumer = clients.stomp_on(c.proc, TEAM_A)
+    consumer.subscribe(queue)
+    consumer.listener.wait_until(lambda: len(consumer.listener.bodies()) == 20, "the backlog at c")
+    assert consumer.listener.bodies() == [f"m{n}" for n in range(20)]
+    fence = unique("fence")
+    clients.stomp_on(a.proc, TEAM_B).send(queue, fence, receipt=True)
+    other.listener.wait_for_body(fence)
+    assert other.listener.bodies() == [fence]
+
+
+def test_amqp_clients_of_one_vhost_meet_across_the_mesh(mesh, clients):
+    a, b = mesh(2, extra="\n" + VHOSTS, sets=[AMQP_ON])
+    queue = unique("jobs")
+    consumer = clients.pika_on(b.proc, TEAM_A).channel()
+    consumer.queue_declare(queue, durable=True)
+    stranger = clients.pika_on(b.proc, TEAM_B).channel()
+    stranger.queue_declare(queue, durable=True)
+    got: list[bytes] = []
+    consumer.basic_consume(queue, lambda ch, method, props, body: got.append(body), auto_ack=True)
+    producer = clients.pika_on(a.proc, TEAM_A).channel()
+    producer.confirm_delivery()
+    for n in range(5):
+        producer.basic_publish("", queue, f"j{n}".encode(), pika.BasicProperties(delivery_mode=2))
+    deadline = time.monotonic() + 15
+    while len(got) < 5 and time.monotonic() < deadline:
+        consumer.connection.process_data_events(time_limit=0.1)
+    assert got == [f"j{n}".encode() for n in range(5)]
+    assert stranger.basic_get(queue, auto_ack=True)[0] is None
+
+
+def test_a_receiver_killed_while_a_vhosts_messages_cross_loses_none(mesh, clients):
+    a, b = mesh(2, extra="\n" + VHOSTS)
+    queue = "/queue/" + unique("custody")
+    receiver = clients.stomp_on(b.proc, TEAM_A)
+    receiver.subscribe(queue, ack="client-individual")  # never acked: each waits at b, stored
+    producer = clients.stomp_on(a.proc, TEAM_A)
+    sent = send_many(producer, queue, [f"k{n}" for n in range(300)], receipts=False)
+    receiver.listener.wait_until(lambda: len(receiver.listener.messages) >= 20, "the first messages at b")
+    b.kill9()
+    producer.send(queue, "fence", receipt=True)
+    b.restart(graceful=False)
+    a.wait_linked(b, count=2)
+    late = clients.stomp_on(b.proc, TEAM_A)
+    late.subscribe(queue)
+    received = lambda: {m.body for m in late.listener.messages}  # noqa: E731
+    wait_until(lambda: received() >= {*sent, "fence"}, "every message at b after its restart", timeout=60,
+               describe=lambda: f"lost so far: {sorted(set(sent) - received())[:10]}")
+    deliveries = [(m.body, m.headers.get("redelivered") == "true") for m in late.listener.messages]
+    seen: set[str] = set()
+    for body, redelivered in deliveries:
+        assert body not in seen or redelivered, f"{body} delivered twice, the second time not marked redelivered"
+        seen.add(body)
+    # "/" has none of them.
+    default = clients.stomp_on(b.proc, "/")
+    default.subscribe(queue)
+    default.send(queue, "default fence", receipt=True)
+    assert default.listener.wait_for_body("default fence") and default.listener.bodies() == ["default fence"]

@@ -8,9 +8,10 @@ import uuid
 from twisted.internet.testing import MemoryReactorClock
 from twisted.test import iosim
 
-from gateway.broker.vhosts import VirtualHosts
 from gateway.broker.message import QUEUE
+from gateway.broker.vhosts import VirtualHosts
 from gateway.selector import compile_selector
+from gateway.store.records import split_key
 from gateway.store.memory import MemoryStore
 from mesh.link import LinkProtocol
 from mesh.node import MeshNode
@@ -43,8 +44,10 @@ class KeepingStore(MemoryStore):
 
 
 class SimNode:
-    def __init__(self, harness: MeshHarness, name: str, node_id: str | None = None, **config) -> None:
+    def __init__(self, harness: MeshHarness, name: str, node_id: str | None = None, vhosts: tuple[str, ...] = (),
+                 **config) -> None:
         self.name = name
+        self.vhost_names = vhosts  # besides "/"
         self.harness = harness
         self.config = {"insecure_cluster": True, **harness.defaults, **config}
         self.boots = 0
@@ -54,7 +57,7 @@ class SimNode:
         clock = self.harness.clock
         self.boots += 1
         # Ids unique across nodes and boots, as meshgate.node makes them.
-        self.vhosts = VirtualHosts(store, getattr(self, "vhost_names", ()), clock=clock,
+        self.vhosts = VirtualHosts(store, self.vhost_names, clock=clock,
                                    compile_selector=compile_selector, message_id_prefix=f"{self.name}-{self.boots}-")
         self.broker = self.vhosts.default
         self.mesh = MeshNode(MeshConfig(**self.config), node_id=node_id, name=self.name, vhosts=self.vhosts,
@@ -67,19 +70,26 @@ class SimNode:
         self.vhosts.recover()
         self.mesh.hold_recovered()
 
-    def consumer(self, address: str, ack: str = "auto", selector: str | None = None, kind: str = QUEUE):
+    def consumer(self, address: str, ack: str = "auto", selector: str | None = None, kind: str = QUEUE,
+                 vhost: str = "/"):
         sink = Sink()
-        session = self.broker.open_session(sink, f"{self.name}-client-{uuid.uuid4().hex[:6]}")
+        session = self.vhosts.brokers[vhost].open_session(sink, f"{self.name}-client-{uuid.uuid4().hex[:6]}")
         session.subscribe("s", kind, address, ack, None, selector)
         return session, sink
 
-    def send(self, address: str, body: bytes, kind: str = QUEUE, persistent: bool = True, **headers) -> None:
-        self.broker.send(kind, address, dict(headers), body, persistent)
+    def send(self, address: str, body: bytes, kind: str = QUEUE, persistent: bool = True, vhost: str = "/",
+             **headers) -> None:
+        self.vhosts.brokers[vhost].send(kind, address, dict(headers), body, persistent)
 
     @property
     def stored(self) -> list[str]:
         """Ids of the messages in this node's store (not the mesh's bookkeeping records)."""
-        return [message_id for key, message_id in self.broker.store.messages if key[:2] in ("Q:", "L:", "D:")]
+        kept = []
+        for key, message_id in self.broker.store.messages:
+            vhost, queue_key = split_key(key)
+            if (queue_key if vhost is not None else key)[:2] in ("Q:", "L:", "D:"):
+                kept.append(message_id)
+        return kept
 
     def depth(self, address: str) -> int:
         queue = self.broker.queues.get(address)

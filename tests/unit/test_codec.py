@@ -165,8 +165,8 @@ def test_link_message_round_trip_keeps_everything():
     message.recovered = True
     frame = encode_message(message, "origin-node", ("n1", "n2"), "app.feed")
     ((kind, payload),) = LinkParser().feed(frame)
-    copy, origin, target, redistributed = decode_message(payload)
-    assert (origin, target, copy.path) == ("origin-node", "app.feed", ("n1", "n2"))
+    copy, origin, target, redistributed, vhost = decode_message(payload)
+    assert (origin, target, copy.path, vhost) == ("origin-node", "app.feed", ("n1", "n2"), "")
     assert (copy.id, copy.kind, copy.address, copy.headers, copy.body) == (
         "id-1", "topic", "news.eu", {"k": "v:1", "odd": "a\0b"}, b"body\0")
     assert copy.persistent and copy.priority == 7 and copy.expires == 123 and copy.redelivered
