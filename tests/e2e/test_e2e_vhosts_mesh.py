@@ -14,6 +14,7 @@ from e2e_support import unique
 from mesh_support import QUIET, mesh_fixture, send_many, wait_until  # noqa: F401
 from vhost_support import TEAM_A, TEAM_B, VHOSTS, clients_fixture  # noqa: F401  (the fixture)
 
+
 def test_a_vhosts_queue_message_crosses_to_that_vhosts_consumer_alone(mesh, clients):
     a, b = mesh(2, extra="\n" + VHOSTS)
     queue, topic = "/queue/" + unique("orders"), "/topic/" + unique("news")

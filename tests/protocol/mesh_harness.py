@@ -11,8 +11,8 @@ from twisted.test import iosim
 from gateway.broker.message import QUEUE
 from gateway.broker.vhosts import VirtualHosts
 from gateway.selector import compile_selector
-from gateway.store.records import split_key
 from gateway.store.memory import MemoryStore
+from gateway.store.records import split_key
 from mesh.link import LinkProtocol
 from mesh.node import MeshNode
 from meshgate.config import MeshConfig
