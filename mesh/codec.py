@@ -50,23 +50,39 @@ def encode_message(message: Message, origin: str, path: tuple[str, ...], target:
 
     Every string goes in one NUL-separated text block (one encode, one decode and
     split on the other side); JSON only if some string holds a NUL itself."""
+    if vhost:
+        return _encode_in_vhost(message, origin, path, target, redistributed, vhost)
     headers = message.headers
-    fields: tuple[str, ...] = (message.id, origin, message.address, ",".join(path), target, vhost) if vhost else (
-        message.id, origin, message.address, ",".join(path), target)
     if headers:
-        text = "\0".join((*fields, *chain.from_iterable(headers.items())))
+        text = "\0".join((message.id, origin, message.address, ",".join(path), target,
+                          *chain.from_iterable(headers.items())))
     else:
-        text = "\0".join(fields)
+        text = "\0".join((message.id, origin, message.address, ",".join(path), target))
     # "May have been delivered already" makes the next node's delivery say redelivered:true.
     flags = (_PERSISTENT if message.persistent else 0) | (
         _MAYBE_DELIVERED if message.deliveries or message.recovered else 0) | (_REDISTRIBUTED if redistributed else 0)
-    if vhost:
-        flags |= _VHOST
-    if text.count("\0") != len(fields) - 1 + 2 * len(headers):
-        whole: list[object] = [message.id, origin, message.address, list(path), target, headers]
-        text = json.dumps([*whole, vhost] if vhost else whole)
+    if text.count("\0") != _FIELDS - 1 + 2 * len(headers):
+        text = json.dumps([message.id, origin, message.address, list(path), target, headers])
         flags |= _JSON_TEXT
-    block = text.encode()
+    return _framed(message, text.encode(), flags)
+
+
+def _encode_in_vhost(message: Message, origin: str, path: tuple[str, ...], target: str, redistributed: bool,
+                     vhost: str) -> bytes:
+    """A message of a vhost other than "/": as for "/", the vhost a sixth text field (a
+    seventh JSON element), flagged; kept apart so "/" pays nothing for it."""
+    headers = message.headers
+    text = "\0".join((message.id, origin, message.address, ",".join(path), target, vhost,
+                      *chain.from_iterable(headers.items())))
+    flags = _VHOST | (_PERSISTENT if message.persistent else 0) | (
+        _MAYBE_DELIVERED if message.deliveries or message.recovered else 0) | (_REDISTRIBUTED if redistributed else 0)
+    if text.count("\0") != _FIELDS + 2 * len(headers):
+        text = json.dumps([message.id, origin, message.address, list(path), target, headers, vhost])
+        flags |= _JSON_TEXT
+    return _framed(message, text.encode(), flags)
+
+
+def _framed(message: Message, block: bytes, flags: int) -> bytes:
     body = message.body
     head = _FRAMED_MESSAGE.pack(_MESSAGE.size + len(block) + len(body), _MESSAGE_FRAME, len(block), len(body),
                                 _KINDS[message.kind], message.priority, message.expires, flags, message.created)
@@ -84,34 +100,20 @@ def decode_message(payload: bytes) -> tuple[Message, str, str, bool, str]:
             raise ValueError("lengths do not add up")
         if not math.isfinite(created):
             raise ValueError("an accept time that is not a number")
-        vhost = ""
-        if flags & _JSON_TEXT:
-            fields = json.loads(payload[start:end])
-            if not isinstance(fields, list):
-                raise ValueError("a text block that is not a list")
-            if flags & _VHOST:
-                *fields, vhost = fields
-            mid, origin, address, path, target, headers = fields
-            if not (isinstance(mid, str) and isinstance(origin, str) and isinstance(address, str)
-                    and isinstance(target, str) and _strings(path) and isinstance(headers, dict)
-                    and _strings(list(headers.values())) and isinstance(vhost, str)):
-                raise ValueError("a field of the wrong type")
-            path = tuple(path)
+        vhost = ""  # "/"
+        if flags & (_JSON_TEXT | _VHOST):
+            mid, origin, address, path, target, headers, vhost = _vhost_or_json_text(payload[start:end], flags)
         else:
             parts = payload[start:end].decode().split("\0")
-            count = _FIELDS + 1 if flags & _VHOST else _FIELDS
-            if len(parts) == count:
+            if len(parts) == _FIELDS:
+                mid, origin, address, path_text, target = parts
                 headers = {}
-            elif len(parts) < count or (len(parts) - count) % 2:
+            elif len(parts) < _FIELDS or (len(parts) - _FIELDS) % 2:
                 raise ValueError("bad text block")
             else:
-                headers = {parts[i]: parts[i + 1] for i in range(count, len(parts), 2)}
-            mid, origin, address, path_text, target = parts[:_FIELDS]
-            if count > _FIELDS:
-                vhost = parts[_FIELDS]
+                mid, origin, address, path_text, target = parts[:_FIELDS]
+                headers = {parts[i]: parts[i + 1] for i in range(_FIELDS, len(parts), 2)}
             path = tuple(path_text.split(",")) if path_text else ()
-        if flags & _VHOST and not vhost:
-            raise ValueError("an empty vhost name")
         message = Message(mid, _KIND_NAMES[kind], address, headers, payload[end:], bool(flags & _PERSISTENT),
                           priority, expires)
     except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
@@ -120,6 +122,33 @@ def decode_message(payload: bytes) -> tuple[Message, str, str, bool, str]:
     message.path = path
     message.created = created
     return message, origin, target, bool(flags & _REDISTRIBUTED), vhost
+
+
+def _vhost_or_json_text(block: bytes, flags: int) -> tuple[str, str, str, tuple[str, ...], str, dict[str, str], str]:
+    """The text block of a message of another vhost than "/", or one in JSON (a string
+    held a NUL): (id, origin, address, path, target, headers, vhost)."""
+    if flags & _JSON_TEXT:
+        fields = json.loads(block)
+        if not isinstance(fields, list):
+            raise ValueError("a text block that is not a list")
+        vhost = fields.pop() if flags & _VHOST and fields else ""
+        mid, origin, address, path, target, headers = fields
+        if not (isinstance(mid, str) and isinstance(origin, str) and isinstance(address, str)
+                and isinstance(target, str) and _strings(path) and isinstance(headers, dict)
+                and _strings(list(headers.values())) and isinstance(vhost, str)):
+            raise ValueError("a field of the wrong type")
+        if flags & _VHOST and not vhost:
+            raise ValueError("an empty vhost name")
+        return mid, origin, address, tuple(path), target, headers, vhost
+    parts = block.decode().split("\0")
+    count = _FIELDS + 1
+    if len(parts) < count or (len(parts) - count) % 2:
+        raise ValueError("bad text block")
+    mid, origin, address, path_text, target, vhost = parts[:count]
+    if not vhost:
+        raise ValueError("an empty vhost name")
+    headers = {parts[i]: parts[i + 1] for i in range(count, len(parts), 2)}
+    return mid, origin, address, tuple(path_text.split(",")) if path_text else (), target, headers, vhost
 
 
 class LinkParser:

@@ -62,3 +62,53 @@ def test_a_node_of_protocol_4_and_one_of_this_release_share_the_default_vhost(me
     near_team_a = clients.stomp_on(new.proc, TEAM_A)
     near_team_a.subscribe(queue)
     assert near_team_a.listener.wait_for_body("team-a stays")
+
+
+def _older(node, source: Path) -> None:
+    node.proc.env = {**os.environ, "PYTHONPATH": str(source)}
+
+
+def test_a_vhosts_messages_cross_between_upgraded_nodes_and_never_to_an_older_one(mesh, clients, protocol_4_source):
+    a, old, c = mesh(3, extra="\n" + VHOSTS, start=False)  # every node linked with every other
+    _older(old, protocol_4_source)
+    for node in (a, old, c):
+        node.start()
+    for node, other in ((a, old), (a, c), (old, c)):
+        node.wait_linked(other)
+    queue = "/queue/" + unique("orders")
+    at_old, at_c = clients.stomp_on(old.proc, TEAM_A), clients.stomp_on(c.proc, TEAM_A)
+    at_old.subscribe(queue)
+    at_c.subscribe(queue)
+    sender = clients.stomp_on(a.proc, TEAM_A)
+    for n in range(10):
+        sender.send(queue, f"t{n}", receipt=True)
+    at_c.listener.wait_until(lambda: len(at_c.listener.bodies()) == 10, "team-a's messages at the upgraded node")
+    assert at_c.listener.bodies() == [f"t{n}" for n in range(10)] and at_old.listener.bodies() == []
+    assert "LinkError" not in old.stderr() and "malformed" not in old.stderr()
+
+
+def test_a_vhosts_demand_does_not_pass_through_an_older_node(mesh, clients, protocol_4_source):
+    a, old, c = mesh(3, topology="chain", max_hops=2, extra="\n" + VHOSTS, start=False)  # a - old - c
+    _older(old, protocol_4_source)
+    for node in (a, old, c):
+        node.start()
+    old.wait_linked(a)
+    old.wait_linked(c)
+    queue = "/queue/" + unique("orders")
+    far_team_a, far_default = clients.stomp_on(c.proc, TEAM_A), clients.stomp_on(c.proc, "/")
+    far_team_a.subscribe(queue)
+    far_default.subscribe(queue)
+    clients.stomp_on(a.proc, TEAM_A).send(queue, "team-a stays on a", receipt=True)
+    wait_until_crossed = clients.stomp_on(a.proc, "/")
+    # "/" crosses a - old - c (its demand went through the older node); team-a's never did.
+    for attempt in range(50):
+        wait_until_crossed.send(queue, f"default {attempt}", receipt=True)
+        if far_default.listener.bodies():
+            break
+        time.sleep(0.1)
+    assert far_default.listener.bodies()
+    time.sleep(QUIET)
+    assert far_team_a.listener.bodies() == []
+    near = clients.stomp_on(a.proc, TEAM_A)
+    near.subscribe(queue)
+    assert near.listener.wait_for_body("team-a stays on a")

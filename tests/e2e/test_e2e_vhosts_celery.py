@@ -3,9 +3,9 @@ queue (Celery's default ``celery``), their broker URLs naming vhosts ``team-a`` 
 ``team-b`` of one node; each team's worker runs its own team's tasks and no other. Real
 Celery worker processes, results in a Redis of the test's own, kombu underneath.
 
-On a 2-node mesh the teams' apps and workers use node A, and a third app of the default
-vhost ``/`` sends through A to a worker on B: the mesh carries ``/`` and nothing of the
-teams' vhosts (docs/vhosts.md, "Not yet")."""
+On a 2-node mesh each team's app sends on one node and its worker runs on the other
+(team-a A to B, team-b B to A, and an app of the default vhost ``/`` A to B): the mesh
+carries each vhost's tasks to that vhost's worker alone, though every queue is ``celery``."""
 
 from __future__ import annotations
 
@@ -95,11 +95,10 @@ def test_a_celery_app_per_vhost_on_one_node_runs_each_teams_tasks_on_its_own_wor
     })
 
 
-def test_on_a_mesh_the_teams_tasks_stay_on_their_node_while_the_default_vhosts_cross(
-        mesh, redis_server, tmp_path):
+def test_on_a_mesh_each_teams_tasks_cross_to_that_teams_worker_alone(mesh, redis_server, tmp_path):
     a, b = mesh(2, extra="\n" + TEAM_VHOSTS, sets=[AMQP_ON])
     run_teams(tmp_path, redis_server.url, {
-        "team-a": (url(a.proc, "team-a"), url(a.proc, "team-a")),
-        "team-b": (url(a.proc, "team-b"), url(a.proc, "team-b")),
-        "default": (url(a.proc, "/"), url(b.proc, "/")),  # sent on A, run on B: the mesh carries "/"
+        "team-a": (url(a.proc, "team-a"), url(b.proc, "team-a")),
+        "team-b": (url(b.proc, "team-b"), url(a.proc, "team-b")),
+        "default": (url(a.proc, "/"), url(b.proc, "/")),
     })
