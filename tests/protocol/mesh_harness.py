@@ -4,12 +4,13 @@ no sockets, every byte pumped by hand."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 
 from twisted.internet.testing import MemoryReactorClock
 from twisted.test import iosim
 
-from gateway.broker.vhosts import VirtualHosts
 from gateway.broker.message import QUEUE
+from gateway.broker.vhosts import VirtualHosts
 from gateway.selector import compile_selector
 from gateway.store.memory import MemoryStore
 from mesh.link import LinkProtocol
@@ -43,9 +44,12 @@ class KeepingStore(MemoryStore):
 
 
 class SimNode:
-    def __init__(self, harness: MeshHarness, name: str, node_id: str | None = None, **config) -> None:
+    def __init__(self, harness: MeshHarness, name: str, node_id: str | None = None, vhosts: Iterable[str] = (),
+                 **config) -> None:
         self.name = name
         self.harness = harness
+        if vhosts:  # the vhosts of the node's configuration, beside "/"
+            self.vhost_names = tuple(vhosts)
         self.config = {"insecure_cluster": True, **harness.defaults, **config}
         self.boots = 0
         self._boot(KeepingStore(), node_id or str(uuid.uuid4()))
@@ -92,8 +96,8 @@ class MeshHarness:
         self.defaults = defaults
         self.pumps: list[iosim.IOPump] = []
 
-    def node(self, name: str, **config) -> SimNode:
-        return SimNode(self, name, **config)
+    def node(self, name: str, vhosts: Iterable[str] = (), **config) -> SimNode:
+        return SimNode(self, name, vhosts=vhosts, **config)
 
     def link(self, dialler: SimNode, acceptor: SimNode) -> iosim.IOPump:
         server = LinkProtocol(acceptor.mesh.links, dialled=False)
