@@ -152,10 +152,13 @@ class DefinitionSync:
         """Send all that this node holds of each vhost whose incarnation changed here
         (made, made again, or a configured one now defined) to every peer: they may
         have ignored it until now."""
-        for name, broker in self.vhosts.brokers.items():
-            incarnation = self.vhosts.incarnation(name)
+        vhosts = self.vhosts
+        for name, broker in vhosts.brokers.items():
+            incarnation = vhosts.incarnation(name)
             if name == DEFAULT_VHOST or self.sent_in.get(name) == incarnation:
                 continue
+            if incarnation is None and name not in vhosts.configured:
+                continue  # deleted here this moment: its broker goes next, with nothing more to say
             self.sent_in[name] = incarnation
             records = broker.definitions.records()
             if records:
