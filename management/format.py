@@ -11,6 +11,7 @@ from model.definitions import Definition, VhostSpec
 from model.events import AdminAction, Event
 from model.latency import percentile_ms
 from model.mesh import ClusterView, Connection, Link, Node, PartialQueue, TopicSubscription
+from model.names import DEFAULT_VHOST, quoted
 from model.requests import BrowsePage, Done, VhostRow
 
 
@@ -69,9 +70,10 @@ def format_nodes(view: ClusterView) -> str:
         links = ", ".join(sorted(names.get(peer, peer[:8]) for peer in summary.links)) or "-"
         lines.append(f"  {node.name} ({node.id}) {node.state}; stomp {node.addresses.stomp or '?'}; "
                      f"links: {links}; {fresh}{format_ha(node)}")
-        for queue in sorted(summary.queues, key=lambda q: q.name):
-            lines.append(f"    /queue/{queue.name}: {format_counts(queue.depth, queue.in_flight, queue.in_doubt)}, "
-                         f"{queue.consumers} consumer(s)")
+        for queue in sorted(summary.queues, key=lambda q: (q.vhost != DEFAULT_VHOST, q.vhost, q.name)):
+            where = "" if queue.vhost == DEFAULT_VHOST else f" (vhost {quoted(queue.vhost)})"
+            counts = format_counts(queue.depth, queue.in_flight, queue.in_doubt)
+            lines.append(f"    /queue/{queue.name}{where}: {counts}, {queue.consumers} consumer(s)")
     return "\n".join(lines)
 
 

@@ -81,8 +81,8 @@ class LocalState:
             summary = self.mesh.topology.refresh_own()
             return NodeSummary(node=summary.node, links=summary.links, queues=summary.queues, answered=True,
                                seq=summary.seq)
-        queues = [QueueSummary(name, len(q), len(q.consumers), q.inflight, q.mesh.in_doubt)
-                  for name, q in self.broker.queues.items()]
+        queues = [QueueSummary(name, len(q), len(q.consumers), q.inflight, q.mesh.in_doubt, vhost)
+                  for vhost, broker in self._brokers().items() for name, q in broker.queues.items()]
         return NodeSummary(node=self.node(), queues=queues, answered=True)
 
     # -- partial queues ---------------------------------------------------------------------

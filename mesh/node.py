@@ -75,7 +75,6 @@ class MeshNode:
         for each in vhosts:
             self._vhost_added("", each)
         vhosts.watch(added=self._vhost_added)
-        broker.definitions.origin = node_id
         events = broker.events
         self.frames = frames = FrameTable()
         self.peer_table = peers = PeerTable(self.identity, reactor, events, peer_opener(broker, node_id))
@@ -83,9 +82,10 @@ class MeshNode:
         self.custody = Custody(node_id, vhosts, peers, reactor, config.in_doubt_timeout_ms, frames)
         self.forwarding = Forwarding(node_id, vhosts, peers, self.custody, reactor, frames)
         self.demand = Demand(node_id, config, vhosts, peers, reactor, frames)
-        self.definitions = DefinitionSync(broker, peers, config.peer_retention_s, self.demand.durables_changed,
-                                          frames)
-        self.topology = Topology(node_id, broker, peers, reactor, events, config.connection_ttl_ms,
+        # Every vhost's definitions carry this node's id as their origin (set there).
+        self.definitions = DefinitionSync(node_id, vhosts, peers, config.peer_retention_s,
+                                          self.demand.durables_changed, frames)
+        self.topology = Topology(node_id, vhosts, peers, reactor, events, config.connection_ttl_ms,
                                  self._describe_node, frames)
         self.router = Router(node_id, name, peers, self.topology, reactor, frames)
         self.departures = Departures(self.identity, config, vhosts, peers, self.custody, self.demand, self.topology,

@@ -5,7 +5,11 @@ its own refreshed, each with its age; a receiver keeps the newer version of each
 (by the node's ``started_at`` and a sequence number). An entry not refreshed for
 3 × ``connection_ttl_ms`` drops out, and the node is shown *down* until it comes
 back or is forgotten. Management requests find their way along the links this
-view knows (:meth:`Topology.route`)."""
+view knows (:meth:`Topology.route`).
+
+An entry lists the node's queues of every vhost, each row naming its vhost; a
+peer of link protocol 4 is sent the rows of "/" alone (it would read any other
+as "/"'s)."""
 
 from __future__ import annotations
 
@@ -14,13 +18,14 @@ from typing import Callable
 
 import msgspec
 
-from gateway.broker.broker import Broker
 from gateway.broker.events import EventSink
+from gateway.broker.vhosts import VirtualHosts
 from mesh.peers import Peer, PeerTable
 from mesh.settings import Clock
 from mesh.wire import TOPOLOGY, FrameTable, FrameType, LinkSender
 from model.events import NodeJoined, NodeLeaving, NodeLeft
 from model.mesh import Node, NodeSummary, QueueSummary
+from model.names import DEFAULT_VHOST
 
 
 class _Entry:
@@ -32,10 +37,10 @@ class _Entry:
 
 
 class Topology:
-    def __init__(self, node_id: str, broker: Broker, peers: PeerTable, clock: Clock, events: EventSink,
+    def __init__(self, node_id: str, vhosts: VirtualHosts, peers: PeerTable, clock: Clock, events: EventSink,
                  connection_ttl_ms: int, describe_node: Callable[[], Node], frames: FrameTable) -> None:
         self.node_id = node_id
-        self.broker = broker
+        self.vhosts = vhosts
         self.linked = peers.linked
         self.clock = clock
         self.events = events
@@ -58,8 +63,8 @@ class Topology:
             self.gossip()
 
     def own_summary(self) -> NodeSummary:
-        queues = [QueueSummary(name, len(q), len(q.consumers), q.inflight, q.mesh.in_doubt)
-                  for name, q in self.broker.queues.items()]
+        queues = [QueueSummary(name, len(q), len(q.consumers), q.inflight, q.mesh.in_doubt, vhost)
+                  for vhost, broker in self.vhosts.brokers.items() for name, q in broker.queues.items()]
         return NodeSummary(node=self.describe_node(), links=sorted(self.linked), queues=queues)
 
     def expiry(self) -> float:
@@ -87,8 +92,14 @@ class Topology:
         payload = [msgspec.structs.replace(entry.summary, age=now - entry.heard, answered=False)
                    for entry in self.entries.values()]
         data = msgspec.json.encode(payload)
+        data_of_default: bytes | None = None  # what a peer of protocol 4 gets: made if there is one
         for peer in self.linked.values():
-            peer.link.send_encoded(FrameType.TOPOLOGY, data)
+            if peer.vhosts:
+                peer.link.send_encoded(FrameType.TOPOLOGY, data)
+            else:
+                if data_of_default is None:
+                    data_of_default = msgspec.json.encode([_of_default(summary) for summary in payload])
+                peer.link.send_encoded(FrameType.TOPOLOGY, data_of_default)
 
     def received(self, link: LinkSender, summaries: list[NodeSummary]) -> None:
         now = self.clock.seconds()
@@ -176,3 +187,10 @@ class Topology:
                     previous[neighbour] = node_id
                     frontier.append(neighbour)
         return None
+
+
+def _of_default(summary: NodeSummary) -> NodeSummary:
+    """The entry with the queue rows of "/" alone."""
+    if all(row.vhost == DEFAULT_VHOST for row in summary.queues):
+        return summary
+    return msgspec.structs.replace(summary, queues=[row for row in summary.queues if row.vhost == DEFAULT_VHOST])

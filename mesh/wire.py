@@ -18,9 +18,11 @@ import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
 
 from model.mesh import NodeSummary
+from model.names import MAX_NAME_BYTES
 
 __all__ = ["FrameType", "LinkError", "LinkSender", "FrameTable", "Body", "Hello", "Auth", "Refuse", "DemandRecord",
-           "DurableSubscription", "LinkHandover", "Forget", "Request", "Reply", "decode_hello", "decode_auth",
+           "DurableSubscription", "LinkHandover", "Forget", "Request", "Reply", "VhostDefinitions", "decode_hello",
+           "decode_auth",
            "decode_refuse", "encode_body"]
 
 
@@ -48,6 +50,7 @@ class FrameType(enum.IntEnum):
     DEFINITIONS = 21  # mesh-wide definitions (model.definitions): all of them on link up, then each change
     VOTE = 22      # instead of a HELLO: a backup asks whether the peer still hears its primary (mesh.quorum)
     VOTED = 23     # the answer to a VOTE; then close (the connection never becomes a link)
+    VHOST_DEFINITIONS = 24  # a vhost's own definitions (not "/"'s), to peers of link protocol 5 only
 
 
 class LinkError(Exception):
@@ -201,6 +204,17 @@ class Reply(Struct, omit_defaults=True):
     unreachable: str | UnsetType = UNSET
 
 
+class VhostDefinitions(Struct, kw_only=True):
+    """The definitions of one vhost other than "/" (mesh.definitions): ``incarnation``
+    is the (version, origin) of the vhost record that made the vhost (null for a
+    vhost of the nodes' configuration), so that records of a vhost deleted and made
+    again meanwhile are told apart. Each record is read alone (a bad one is skipped)."""
+
+    vhost: Annotated[str, Meta(min_length=1, max_length=MAX_NAME_BYTES)]  # a vhost name's bytes bound its characters
+    incarnation: tuple[Annotated[int, Meta(ge=0)], _Name] | None
+    records: list[Any]
+
+
 T = TypeVar("T")
 
 
@@ -244,6 +258,7 @@ REQUEST = Body.of(Request, "a request id and a route")
 REPLY = Body.of(Reply, "a request id and a route")
 DEFINITIONS = Body.of(list[Any], "a list of definitions")  # each read by mesh.definitions, which skips bad ones
 TOPOLOGY = Body.of(list[NodeSummary], "a list of node summaries")
+VHOST_DEFINITIONS = Body.of(VhostDefinitions, "a vhost, its incarnation and a list of definitions")
 
 
 class LinkSender(Protocol):

@@ -85,6 +85,11 @@ class VhostSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     max_connections: VhostLimitValue = None
     max_queues: VhostLimitValue = None
     max_messages: VhostLimitValue = None
+    # In a record that changed a live vhost (its limits): the (version, origin) of the
+    # record that made it, its *incarnation*, which a change keeps and a deletion ends
+    # (gateway.broker.vhosts). Left out of the record that makes a vhost, so a node of
+    # an earlier release reads that one; it ignores the later ones, as those with limits.
+    incarnation: tuple[int, str] | None = None
 
 
 class Definition(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -191,13 +191,19 @@ class Connection(_Model, kw_only=True):
 
 
 class QueueSummary(msgspec.Struct, array_like=True):
-    """A partial queue in the gossip: [name, depth, consumers, in_flight, in_doubt]."""
+    """A partial queue in the gossip: [name, depth, consumers, in_flight, in_doubt, vhost].
+
+    A reader of an earlier release ignores the trailing vhost, so it would take any
+    row for "/"'s: mesh.topology sends a node of link protocol 4 the rows of "/"
+    alone. (msgspec writes every field of an array-like struct, defaults too: a row
+    of "/" says so; a row without it, from such a node, is "/"'s.)"""
 
     name: str
     depth: int
     consumers: int
     in_flight: int
     in_doubt: int
+    vhost: str = "/"
 
 
 class NodeSummary(_Model, kw_only=True):

@@ -12,7 +12,14 @@ A vhost comes from the node's configuration or from a mesh-wide definition (kind
 "vhost" in the default vhost's definitions, model.definitions): made by command
 on any node, applied on every node as it arrives, at recovery, or when a node
 that was away catches up. The configuration is authoritative for its vhosts: a
-deletion by definition leaves them be."""
+deletion by definition leaves them be.
+
+A vhost made by command lives from the record that made it to its deletion: its
+*incarnation*, that record's (version, origin), which a change of its limits keeps
+(``VhostSpec.incarnation``). A node away while a vhost was deleted and made again
+learns only of the new one: it drops what it held of the old one, as if it had seen
+the deletion, and the mesh ships each vhost's own definitions with the incarnation
+they belong to (mesh.definitions)."""
 
 from __future__ import annotations
 
@@ -20,6 +27,8 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal
+
+import msgspec
 
 from gateway.broker.broker import Broker
 from gateway.broker.events import VhostEvents
@@ -39,6 +48,7 @@ log = logging.getLogger(__name__)
 __all__ = ["DEFAULT_VHOST", "VirtualHosts"]
 
 VhostOrigin = Literal["default", "config", "definition"]
+Incarnation = tuple[int, str]  # the (version, origin) of the record that made a vhost
 DELETED_REASON = "vhost deleted"
 
 
@@ -60,6 +70,7 @@ class VirtualHosts:
         self.limits: VhostLimits | None = None
         self.default.definitions.on_vhost = self._definition_applied
         self._added: list[Callable[[str, Broker], None]] = []
+        self._made_as: dict[str, Incarnation | None] = {}  # vhost made by definition -> the incarnation it holds
         self._removed: list[Callable[[str, Broker], None]] = []
         for name in names:
             self.add(name)
@@ -103,6 +114,14 @@ class VirtualHosts:
         record = self.default.definitions.get(VHOST, name)
         return record is not None and not record.deleted
 
+    def incarnation(self, name: str) -> Incarnation | None:
+        """The incarnation of vhost ``name`` as the mesh defines it (None: no live
+        definition, a vhost of the configuration alone)."""
+        record = self.default.definitions.get(VHOST, name)
+        if record is None or record.vhost is None:
+            return None
+        return record.vhost.incarnation or (record.version, record.origin)
+
     def messages(self, name: str) -> int:
         """How many messages vhost ``name`` holds on this node (stored, if it has no broker)."""
         broker = self.brokers.get(name)
@@ -112,6 +131,7 @@ class VirtualHosts:
         """Make vhost ``name`` on every node, or give it a new spec there (its limits);
         InvalidName if none may be called that."""
         check_vhost_name(name)
+        spec = msgspec.structs.replace(spec, incarnation=self.incarnation(name))  # None: this record makes it
         record = self.default.define(VHOST, name, vhost=spec)
         self.default.apply_definition(record, save=False)
         return record
@@ -129,11 +149,18 @@ class VirtualHosts:
     def _definition_applied(self, record: Definition) -> None:
         name = record.name
         if not record.deleted:
+            incarnation = self.incarnation(name)
+            if name not in self.configured and self._made_as.get(name, incarnation) != incarnation and \
+                    name in self.brokers:
+                log.warning("vhost %s was deleted and made again while this node was away: what it held of it goes",
+                            quoted(name))
+                self.remove(name)
             try:
                 self.add(name)
             except InvalidName as error:  # from a node that checked less: nothing to make of it
                 log.error("vhost definition from node %s not applied: %s", record.origin, error)
                 return
+            self._made_as[name] = incarnation
             if self.limits is not None:
                 self.limits.defined(name, record.vhost)
             return
@@ -149,6 +176,7 @@ class VirtualHosts:
         """Delete vhost ``name`` here: its clients are disconnected ("vhost deleted"),
         its queues, durable subscriptions and stored messages go. Returns how many
         messages went."""
+        self._made_as.pop(name, None)
         broker = self.brokers.pop(name, None)
         if broker is None:
             return self._drop_unclaimed(name)

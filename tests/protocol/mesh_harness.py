@@ -4,6 +4,7 @@ no sockets, every byte pumped by hand."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 
 from twisted.internet.testing import MemoryReactorClock
 from twisted.test import iosim
@@ -44,10 +45,10 @@ class KeepingStore(MemoryStore):
 
 
 class SimNode:
-    def __init__(self, harness: MeshHarness, name: str, node_id: str | None = None, vhosts: tuple[str, ...] = (),
+    def __init__(self, harness: MeshHarness, name: str, node_id: str | None = None, vhosts: Iterable[str] = (),
                  **config) -> None:
         self.name = name
-        self.vhost_names = vhosts  # besides "/"
+        self.vhost_names = tuple(vhosts)  # the vhosts of the node's configuration, beside "/"
         self.harness = harness
         self.config = {"insecure_cluster": True, **harness.defaults, **config}
         self.boots = 0
@@ -102,8 +103,8 @@ class MeshHarness:
         self.defaults = defaults
         self.pumps: list[iosim.IOPump] = []
 
-    def node(self, name: str, **config) -> SimNode:
-        return SimNode(self, name, **config)
+    def node(self, name: str, vhosts: Iterable[str] = (), **config) -> SimNode:
+        return SimNode(self, name, vhosts=vhosts, **config)
 
     def link(self, dialler: SimNode, acceptor: SimNode) -> iosim.IOPump:
         server = LinkProtocol(acceptor.mesh.links, dialled=False)

@@ -11,7 +11,7 @@ from gateway.broker.message import TOPIC
 from mesh.codec import decode_message
 from mesh.forwarding import BUSY_RETRY_S
 from mesh.wire import DemandRecord, FrameType
-from tests.protocol.mesh_harness import MeshHarness
+from tests.protocol.mesh_harness import MeshHarness, Sink
 from tests.protocol.mesh_peer_support import ABSENT, RawPeer
 from tests.protocol.test_mesh_in_doubt import lose
 
@@ -122,3 +122,30 @@ def test_what_a_peer_of_protocol_4_says_of_another_vhost_is_not_believed():
     assert peer.of(FrameType.MESSAGE) == []
     assert [m.body for m in node.vhosts.brokers["team-a"].queues["orders"]] == [b"stays"]
     assert set(node.mesh.peers["peer-node"].channels) == {"/"}
+
+
+def durable_reader(node, vhost: str):
+    sink = Sink()
+    session = node.vhosts.brokers[vhost].open_session(sink, f"{node.name}-reader")
+    session.subscribe("1", TOPIC, "news.>", "auto", None, None, "reader.feed")
+    return session, sink
+
+
+def test_a_vhosts_durable_subscription_is_held_mesh_wide_and_follows_its_subscriber_inside_the_vhost():
+    mesh = MeshHarness()
+    a, b, c = (mesh.node(name, vhosts=TEAMS) for name in "abc")
+    mesh.link(a, b)
+    mesh.link(b, c)
+    mesh.link(a, c)
+    session, _ = durable_reader(b, "team-a")
+    mesh.settle()
+    session.close()  # away; the subscription stays, in team-a on every node
+    assert all("reader.feed" in node.vhosts.brokers["team-a"].bindings for node in (a, b, c))
+    assert not any("reader.feed" in node.vhosts.brokers[other].bindings for node in (a, b, c) for other in ("/", "team-b"))
+    a.send("news.eu", b"a1", kind=TOPIC, vhost="team-a")
+    c.send("news.eu", b"c1", kind=TOPIC, vhost="team-a")
+    a.send("news.eu", b"team-b's", kind=TOPIC, vhost="team-b")
+    mesh.settle()
+    _, sink = durable_reader(c, "team-a")
+    mesh.settle()
+    assert sorted(sink.bodies) == [b"a1", b"c1"]

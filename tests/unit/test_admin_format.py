@@ -25,6 +25,15 @@ def test_nodes_show_messages_in_doubt_only_where_there_are_some_and_down_nodes_a
     assert "C (id-c) down" in text
 
 
+def test_nodes_show_a_queue_of_each_vhost_on_its_own_line_naming_a_vhost_other_than_the_default():
+    view = ClusterView(reporter="id-a", taken_at=100.0, nodes=[
+        NodeSummary(node=node("id-a", "A"), answered=True, queues=[
+            QueueSummary("orders", 5, 0, 0, 0, "team-a"), QueueSummary("orders", 2, 1, 0, 0)])])
+    assert format_nodes(view).splitlines()[2:] == [
+        "    /queue/orders: 2 queued, 0 in flight, 1 consumer(s)",
+        "    /queue/orders (vhost 'team-a'): 5 queued, 0 in flight, 0 consumer(s)"]
+
+
 def test_nodes_show_the_shared_store_epoch_and_standby_only_for_nodes_with_ha():
     from model.mesh import Standby
 

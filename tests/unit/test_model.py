@@ -96,8 +96,26 @@ def test_cluster_view_round_trips_and_queue_summary_is_an_array_on_the_wire():
     data = msgspec.json.encode(original)
     assert msgspec.json.decode(data, type=ClusterView) == original
     raw = msgspec.json.decode(data)
-    assert raw["nodes"][0]["queues"] == [["orders", 10, 4, 2, 3]]  # [name, depth, consumers, in_flight, in_doubt]
+    # [name, depth, consumers, in_flight, in_doubt, vhost]
+    assert raw["nodes"][0]["queues"] == [["orders", 10, 4, 2, 3, "/"]]
     assert raw["schema_version"] == SCHEMA_VERSION
+
+
+class QueueSummaryOfVersion4(msgspec.Struct, array_like=True):
+    """QueueSummary as a node of link protocol 4 reads it."""
+
+    name: str
+    depth: int
+    consumers: int
+    in_flight: int
+    in_doubt: int
+
+
+def test_a_queue_row_without_its_vhost_is_of_the_default_vhost_and_one_with_it_reads_as_before():
+    assert msgspec.json.decode(b'["orders",10,4,2,3]', type=QueueSummary) == QueueSummary("orders", 10, 4, 2, 3, "/")
+    row = msgspec.json.encode(QueueSummary("orders", 10, 4, 2, 3, "team-a"))
+    # An older reader takes the row, vhost ignored: so mesh.topology sends it the rows of "/" alone.
+    assert msgspec.json.decode(row, type=QueueSummaryOfVersion4) == QueueSummaryOfVersion4("orders", 10, 4, 2, 3)
 
 
 def test_schema_version_is_one():

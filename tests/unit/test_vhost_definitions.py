@@ -148,7 +148,7 @@ class _Frames:
 
 def test_a_record_of_a_kind_this_node_does_not_know_is_skipped_not_the_frame():
     vhosts = VirtualHosts(MemoryStore())
-    sync = DefinitionSync(vhosts.default, _Peers(), 0, lambda: None, _Frames())  # type: ignore[arg-type]
+    sync = DefinitionSync("node", vhosts, _Peers(), 0, lambda: None, _Frames())  # type: ignore[arg-type]
     known = msgspec.to_builtins(Definition(kind="queue", name="orders", version=1, origin="peer", changed_at=0.0,
                                            queue=QueueSettings()))
     sync.received(_Link(), [{**known, "kind": "future-kind", "name": "x"}, known])  # type: ignore[arg-type]
