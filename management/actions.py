@@ -130,7 +130,7 @@ class LocalActions:
         else:
             binding = broker.bindings.get(name)
             where = self.node_id if binding is not None and binding.active is not None else (
-                self.mesh.demand.durable_subscriber_at(name) if self.mesh is not None else None)
+                self.mesh.demand.durable_subscriber_at(name, vhost) if self.mesh is not None else None)
             if where is not None:
                 raise ManagementError("conflict", f"durable subscription {name!r} has its subscriber connected (to "
                                                   f"node {where}); it must unsubscribe first", where)
