@@ -87,12 +87,18 @@ def test_a_node_that_was_away_catches_up_both_ways_when_it_links_again():
     assert records(a, TEAM_A) == records(b, TEAM_A) == records(c, TEAM_A)
 
 
+def line_with_a_team_a_queue(queue: str):
+    """a - b - c with team-a made on a and a setting of ``queue`` in it held by all three."""
+    mesh, nodes, (_, bc) = line()
+    define_vhosts(nodes[0], TEAM_A)
+    mesh.settle()
+    nodes[0].vhosts.brokers[TEAM_A].define_queue(queue, QueueSettings(max_length=1))
+    mesh.settle()
+    return mesh, nodes, bc
+
+
 def test_what_a_node_away_kept_of_a_vhost_deleted_and_made_again_meanwhile_is_not_brought_back():
-    mesh, (a, b, c), (_, bc) = line()
-    define_vhosts(a, TEAM_A)
-    mesh.settle()
-    a.vhosts.brokers[TEAM_A].define_queue("old-orders", QueueSettings(max_length=1))
-    mesh.settle()
+    mesh, (a, b, c), bc = line_with_a_team_a_queue("old-orders")
     assert "old-orders" in c.vhosts.brokers[TEAM_A].queue_settings
     mesh.cut(bc)
     a.vhosts.undefine(TEAM_A)
@@ -113,11 +119,7 @@ def test_what_a_node_away_kept_of_a_vhost_deleted_and_made_again_meanwhile_is_no
 
 
 def test_a_change_of_a_vhosts_limits_keeps_its_definitions_flowing():
-    mesh, (a, b, c), (_, bc) = line()
-    define_vhosts(a, TEAM_A)
-    mesh.settle()
-    a.vhosts.brokers[TEAM_A].define_queue("orders", QueueSettings(max_length=1))
-    mesh.settle()
+    mesh, (a, b, c), bc = line_with_a_team_a_queue("orders")
     mesh.cut(bc)
     b.vhosts.define(TEAM_A, VhostSpec(max_queues=10))  # not a new vhost: c keeps what it holds of it
     c.vhosts.brokers[TEAM_A].define_queue("on-c", QueueSettings(max_length=3))

@@ -141,7 +141,8 @@ def test_a_vhosts_durable_subscription_is_held_mesh_wide_and_follows_its_subscri
     mesh.settle()
     session.close()  # away; the subscription stays, in team-a on every node
     assert all("reader.feed" in node.vhosts.brokers["team-a"].bindings for node in (a, b, c))
-    assert not any("reader.feed" in node.vhosts.brokers[other].bindings for node in (a, b, c) for other in ("/", "team-b"))
+    assert not any("reader.feed" in node.vhosts.brokers[other].bindings
+                   for node in (a, b, c) for other in ("/", "team-b"))
     a.send("news.eu", b"a1", kind=TOPIC, vhost="team-a")
     c.send("news.eu", b"c1", kind=TOPIC, vhost="team-a")
     a.send("news.eu", b"team-b's", kind=TOPIC, vhost="team-b")
