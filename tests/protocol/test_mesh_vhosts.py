@@ -150,3 +150,34 @@ def test_a_vhosts_durable_subscription_is_held_mesh_wide_and_follows_its_subscri
     _, sink = durable_reader(c, "team-a")
     mesh.settle()
     assert sorted(sink.bodies) == [b"a1", b"c1"]
+
+
+def test_scale_down_hands_every_vhosts_messages_and_durable_subscriptions_to_a_node_that_knows_vhosts():
+    mesh, a, b, _ = pair()
+    session, _ = durable_reader(a, "team-a")
+    mesh.settle()
+    session.close()
+    for vhost in ("/", *TEAMS):
+        a.send("orders", vhost.encode(), vhost=vhost)
+    a.send("news.eu", b"for the reader", kind=TOPIC, vhost="team-a")
+    mesh.settle()
+    assert mesh.scale_down(a)
+    assert a.stored == []
+    for vhost in ("/", *TEAMS):
+        assert [m.body for m in b.vhosts.brokers[vhost].queues["orders"]] == [vhost.encode()]
+    _, sink = durable_reader(b, "team-a")
+    mesh.settle()
+    assert sink.bodies == [b"for the reader"]
+
+
+def test_scale_down_towards_a_node_of_protocol_4_alone_keeps_the_other_vhosts_messages(caplog):
+    mesh = MeshHarness(insecure_cluster=False, cluster_password=PASSWORD)
+    node = mesh.node("b", vhosts=TEAMS)
+    peer = old_peer(node)
+    node.send("orders", b"team-a's", vhost="team-a")
+    mesh.settle()
+    with caplog.at_level("WARNING", logger="mesh"):
+        mesh.scale_down(node)
+    assert [m.body for m in node.vhosts.brokers["team-a"].queues["orders"]] == [b"team-a's"]
+    assert all(vhost == "" for *_, vhost in map(decode_message, peer.of(FrameType.MESSAGE)))
+    assert any("cannot keep vhost 'team-a'" in r.getMessage() for r in caplog.records)
