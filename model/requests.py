@@ -148,7 +148,7 @@ class Definitions(Request, kw_only=True, tag="definitions"):
     """The mesh-wide definitions (queue settings, durable subscriptions) as the node
     holds them, deletions included; every node holds the same once links carried them.
     ``/``'s hold the vhosts made by command (kind "vhost"); another vhost's are its
-    own, on this node only while the mesh carries ``/`` alone (docs/vhosts.md)."""
+    own, held by every node too (docs/vhosts.md, "Across the mesh")."""
 
     vhost: str = DEFAULT_VHOST
 

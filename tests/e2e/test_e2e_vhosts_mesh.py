@@ -10,9 +10,12 @@ import time
 
 import pika
 from amqp_support import AMQP_ON
-from e2e_support import unique
+from e2e_support import manage_result, unique
 from mesh_support import QUIET, mesh_fixture, send_many, wait_until  # noqa: F401
 from vhost_support import TEAM_A, TEAM_B, VHOSTS, clients_fixture  # noqa: F401  (the fixture)
+
+from model.definitions import DURABLE_SUBSCRIPTION
+from model.requests import Definitions
 
 
 def test_a_vhosts_queue_message_crosses_to_that_vhosts_consumer_alone(mesh, clients):
@@ -58,6 +61,38 @@ def test_a_backlog_follows_consumers_inside_its_vhost_across_three_nodes(mesh, c
     clients.stomp_on(a.proc, TEAM_B).send(queue, fence, receipt=True)
     other.listener.wait_for_body(fence)
     assert other.listener.bodies() == [fence]
+
+
+def test_a_vhosts_durable_subscriber_gets_what_every_node_kept_for_it_inside_its_vhost(mesh, clients):
+    a, b, c = mesh(3, extra="\n" + VHOSTS)
+    client_id, topic = unique("app"), "/topic/" + unique("news")
+    connect, subscribe = {"client-id": client_id}, {"activemq.subscriptionName": "feed"}
+    reader = clients.stomp_on(a.proc, TEAM_A, connect)
+    reader.subscribe(topic, headers=subscribe)
+    reader.disconnect()
+    # The same client id and name in team-b: another subscription, which keeps nothing of team-a's.
+    other = clients.stomp_on(b.proc, TEAM_B, connect)
+    other.subscribe(topic, headers=subscribe)
+    other.disconnect()
+    name = client_id + ".feed"
+    for node in (a, b, c):  # a message published where the subscription is not known yet goes to nobody
+        wait_until(lambda node=node: name in _durables(node, TEAM_A), f"team-a's subscription known on {node.name}")
+    sent = []
+    for node in (a, b, c):
+        sent += send_many(clients.stomp_on(node.proc, TEAM_A), topic, [f"{node.name}{n}" for n in range(3)])
+    clients.stomp_on(a.proc, TEAM_B).send(topic, "team-b's", receipt=True)
+    back = clients.stomp_on(c.proc, TEAM_A, connect)
+    back.subscribe(topic, headers=subscribe)
+    back.listener.wait_until(lambda: set(back.listener.bodies()) >= set(sent), "every message kept for the reader")
+    assert sorted(back.listener.bodies()) == sorted(sent)
+    team_b = clients.stomp_on(a.proc, TEAM_B, connect)
+    team_b.subscribe(topic, headers=subscribe)
+    assert team_b.listener.wait_for_body("team-b's") and team_b.listener.bodies() == ["team-b's"]
+
+
+def _durables(node, vhost: str) -> set[str]:
+    return {r.name for r in manage_result(node.stomp, Definitions(vhost=vhost)) if r.kind == DURABLE_SUBSCRIPTION
+            and not r.deleted}
 
 
 def test_amqp_clients_of_one_vhost_meet_across_the_mesh(mesh, clients):
