@@ -30,10 +30,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.auth import Authorizer, Principal
 from gateway.broker.exchanges import TOPIC_EXCHANGE
+from model.names import quoted
+
+if TYPE_CHECKING:
+    from gateway.broker.vhost_limits import VhostLimits
 
 __all__ = [
     "AMQP_NEEDS",
@@ -308,3 +312,12 @@ class AccessControl:
             return True
         asked = destination_needs(action, destination) if needs is None else needs
         return self.permissions.grants(principal, vhost, asked)
+
+
+def admit(access: AccessControl, limits: VhostLimits, principal: Principal, vhost: str) -> str | None:
+    """Whether a client of ``principal`` may open a connection to ``vhost``, STOMP or
+    AMQP alike: None, and the connection is counted against the vhost's limit; else
+    the refusal, in RabbitMQ's words (what AMQP's 530 says and its users know)."""
+    if not access.may_open(principal, vhost):
+        return f"access to vhost {quoted(vhost)} refused for user {quoted(principal.name)}"
+    return limits.connect(vhost)

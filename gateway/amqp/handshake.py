@@ -22,6 +22,7 @@ from gateway.amqp.spec import AmqpError
 from gateway.auth import ANONYMOUS, Principal
 from gateway.broker.session import ConnectionInfo
 from gateway.hostile_log import quote
+from gateway.permissions import admit
 from model.events import USER_LIMIT, AuthenticationFailed
 from model.names import DEFAULT_VHOST
 
@@ -116,10 +117,7 @@ def method_connection_open(connection: AmqpProtocol, command: Command) -> None:
     if broker is None:  # RabbitMQ's words, which clients and their users know
         raise AmqpError(spec.NOT_ALLOWED, f"vhost {quote(vhost)} not found", 0, 10, 40)
     principal = connection.principal or ANONYMOUS
-    if not factory.access.may_open(principal, vhost):  # RabbitMQ's words
-        raise AmqpError(spec.NOT_ALLOWED, f"access to vhost {quote(vhost)} refused for user "
-                                          f"{quote(principal.name)}", 0, 10, 40)
-    refusal = factory.limits.connect(vhost)
+    refusal = admit(factory.access, factory.limits, principal, vhost)
     if refusal is not None:
         raise AmqpError(spec.NOT_ALLOWED, refusal, 0, 10, 40)
     connection._counted = connection.vhost = vhost

@@ -18,7 +18,7 @@ from gateway.broker.broker import Broker
 from gateway.broker.errors import BrokerError
 from gateway.broker.session import DeliverySink, Session
 from gateway.broker.vhost_limits import VhostLimits
-from gateway.permissions import AccessControl
+from gateway.permissions import AccessControl, admit
 from gateway.stomp.codec import Frame, FrameParser
 from gateway.stomp.flow import ProducerFlow
 from gateway.stomp.settings import StompSettings
@@ -135,10 +135,7 @@ def _open(connection: Connecting, frame: Frame, version: str, principal: Princip
         connection.fail(f"no virtual host named {quoted(host or '')} on this broker")
         return
     vhost = connection.vhost = _vhost_name(factory, host, broker)
-    if not factory.access.may_open(principal, vhost):  # RabbitMQ's words, as AMQP's 530 has them
-        connection.fail(f"access to vhost {quoted(vhost)} refused for user {quoted(principal.name)}")
-        return
-    refusal = factory.limits.connect(vhost)
+    refusal = admit(factory.access, factory.limits, principal, vhost)
     if refusal is not None:
         connection.fail(refusal)
         return
