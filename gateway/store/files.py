@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
+
+import msgspec
 
 
 def fsync_dir(path: Path) -> None:
@@ -20,9 +21,12 @@ def write_json_atomically(path: Path, data: object) -> None:
     """Replace ``path`` with ``data`` as JSON: after a crash it holds either the old
     or the new document, never a torn one, and the rename itself is durable."""
     tmp = path.with_suffix(".tmp")
+    # msgspec, not json.dump: json.dump encodes through Python-level chunks, 60 ms for a
+    # catalog of 10,000 queues, written at every definition (docs/performance.md).
+    encoded = msgspec.json.encode(data)
     try:
-        with open(tmp, "w") as f:
-            json.dump(data, f)
+        with open(tmp, "wb") as f:
+            f.write(encoded)
             f.flush()
             os.fsync(f.fileno())
     except OSError:

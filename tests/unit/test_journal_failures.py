@@ -135,7 +135,7 @@ def test_a_catalog_that_cannot_be_written_leaves_the_old_one_and_errs_the_reques
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(files.json, "dump", full)
+    monkeypatch.setattr(files.os, "fsync", full)  # the disk fills as the new catalog is made durable
     broker.queue("new")  # a queue works without its catalog entry: no error for it
     with pytest.raises(BrokerError, match="catalog could not be saved .No space left on device"):
         broker.save_catalog()
