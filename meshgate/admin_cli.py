@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -30,7 +31,7 @@ from management.client import (
     TlsFiles,
     parse_address,
 )
-from model.definitions import QueueSettings, VhostSpec
+from model.definitions import MAX_PATTERN_LENGTH, PermissionSpec, QueueSettings, VhostSpec, compile_permission_pattern
 from model.events import KINDS
 from model.names import DEFAULT_VHOST, InvalidName, check_name, check_vhost_name, quoted
 from model.requests import (
@@ -58,6 +59,9 @@ from model.requests import (
     VhostAdd,
     VhostDelete,
     VhostList,
+    VhostPermissionsClear,
+    VhostPermissionsList,
+    VhostPermissionsSet,
     VhostSetLimits,
 )
 
@@ -231,8 +235,9 @@ COMMANDS.update({
                                            help="the queue's name, or client-id.subscription-name")),
                  lambda a: DeleteDefinition(kind=a.kind, name=a.name, vhost=a.vhost),
                  lambda r, names, a: fmt.format_done([r], names)),
-    "vhost": ("make, limit, delete or list vhosts: vhost add NAME [--max-connections N ...], vhost limits NAME "
-              "[--max-connections N|none ...], vhost delete NAME [--force], vhost list", ACTION,
+    "vhost": ("make, limit, delete or list vhosts, and their permissions: vhost add NAME [--max-connections N ...], "
+              "vhost limits NAME [--max-connections N|none ...], vhost delete NAME [--force], vhost list, "
+              "vhost permissions NAME [--user U|--group G --configure RE --write RE --read RE | --clear]", ACTION,
               lambda p: _vhost_commands(p), lambda a: _vhost_request(a),
               lambda r, names, a: _format_vhost(r, names, a)),
 })
@@ -265,7 +270,13 @@ def _vhost_commands(parser: argparse.ArgumentParser) -> None:
     listing = operations.add_parser("list", help="the vhosts with their queues, messages, connections and limits "
                                                  "per node")
     listing.add_argument("--node", help="a node's name or id (default: every node)")
-    for operation in (add, limits, delete, listing):
+    permissions = operations.add_parser(
+        "permissions", help="list a vhost's permissions per node; with --user or --group, set them on every node "
+                            "(all three patterns, as rabbitmqctl set_permissions) or --clear them (needs admin). "
+                            "The first permission set turns vhost permissions on: users without an entry for a "
+                            "vhost can no longer open it, '/' included")
+    _permission_options(permissions)
+    for operation in (add, limits, delete, listing, permissions):
         add_node_arguments(operation, "the node to ask")
         operation.add_argument("--json", action="store_true", help="print the reply as JSON")
 
@@ -279,11 +290,69 @@ def _vhost_request(args: argparse.Namespace) -> Request:
                               max_messages=args.max_messages)
     if args.vhost_command == "delete":
         return VhostDelete(name=args.name, force=args.force)
+    if args.vhost_command == "permissions":
+        return _permissions_request(args)
     return VhostList(node=args.node or ALL)
 
 
 def _format_vhost(result: Any, names: dict[str, str], args: argparse.Namespace) -> str:
-    return fmt.format_vhosts(result, names) if args.vhost_command == "list" else fmt.format_done([result], names)
+    if args.vhost_command == "list":
+        return fmt.format_vhosts(result, names)
+    if args.vhost_command == "permissions" and isinstance(result, list):
+        return fmt.format_permissions(result, names)
+    return fmt.format_done([result], names)
+
+
+# -- vhost permissions ---------------------------------------------------------------------
+
+def _pattern(text: str) -> str:
+    """A configure/write/read pattern: a regular expression the node compiles alike."""
+    if len(text) > MAX_PATTERN_LENGTH:
+        raise argparse.ArgumentTypeError(f"a pattern is at most {MAX_PATTERN_LENGTH} characters")
+    try:
+        compile_permission_pattern(text)
+    except re.error as error:
+        raise argparse.ArgumentTypeError(f"not a valid regular expression {quoted(text)}: {error}") from None
+    return text
+
+
+def _permission_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", type=_vhost_name, help="the vhost")
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument("--user", type=_name("user name"), help="the user whose permissions are set or cleared")
+    who.add_argument("--group", type=_name("group name"), help="the group whose permissions are set or cleared")
+    for option, what in (("--configure", "queues and exchanges it may declare and delete"),
+                         ("--write", "exchanges it may publish to, queues it may bind"),
+                         ("--read", "queues it may consume from, exchanges it may bind from")):
+        parser.add_argument(option, type=_pattern, metavar="RE", help=f"a regular expression: {what} "
+                                                                      '("" nothing, ".*" everything)')
+    parser.add_argument("--clear", action="store_true", help="delete the user's (or group's) permissions there")
+    parser.add_argument("--node", help="listing: a node's name or id (default: every node)")
+
+
+def _permissions_request(args: argparse.Namespace) -> Request:
+    """List (a vhost alone), set (--user/--group and all three patterns) or clear
+    (--user/--group and --clear); BadArguments when the options do not add up."""
+    patterns = (args.configure, args.write, args.read)
+    given = [option for option, value in zip(("--configure", "--write", "--read"), patterns, strict=True)
+             if value is not None]
+    if args.user is None and args.group is None:
+        if given or args.clear:
+            raise BadArguments(f"{' '.join(given) or '--clear'} needs --user or --group")
+        return VhostPermissionsList(vhost=args.name, node=args.node or ALL)
+    if args.clear:
+        if given:
+            raise BadArguments(f"--clear takes no pattern ({', '.join(given)} given)")
+        return VhostPermissionsClear(vhost=args.name, user=args.user, group=args.group)
+    if len(given) != 3:
+        raise BadArguments('give --configure, --write and --read, as rabbitmqctl set_permissions takes all three '
+                           '("" grants nothing, ".*" everything), or --clear')
+    try:
+        spec = PermissionSpec(vhost=args.name, user=args.user, group=args.group, configure=args.configure,
+                              write=args.write, read=args.read)
+    except ValueError as error:  # checked by the options already; the model has the last word
+        raise BadArguments(str(error)) from None
+    return VhostPermissionsSet(permission=spec)
 
 
 def _format_reloads(reloads: list[TlsReload], names: dict[str, str]) -> str:
