@@ -439,14 +439,14 @@ def node_client(args: argparse.Namespace, timeout: float = 15.0) -> ManagementCl
 
 def run(args: argparse.Namespace) -> int:
     help_text, kind, _, make_request, render = COMMANDS[args.command]
+    args.node = ALL if getattr(args, "all", False) else getattr(args, "node", None)
     try:
         node = node_client(args)
+        request = make_request(args)  # BadArguments: options that do not add up
     except BadArguments as error:
         print(f"meshgate {args.command}: {error}", file=sys.stderr)
         return 2
-    args.node = ALL if getattr(args, "all", False) else getattr(args, "node", None)
     try:
-        request = make_request(args)
         with node as client:
             reply = client.ask(request)
             names = _names(client) if reply.ok and not args.json else {}
