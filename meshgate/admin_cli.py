@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -31,7 +30,8 @@ from management.client import (
     TlsFiles,
     parse_address,
 )
-from model.definitions import MAX_PATTERN_LENGTH, PermissionSpec, QueueSettings, VhostSpec, compile_permission_pattern
+from meshgate.vhost_permissions_cli import BadArguments, permission_options, permissions_request
+from model.definitions import QueueSettings, VhostSpec
 from model.events import KINDS
 from model.names import DEFAULT_VHOST, InvalidName, check_name, check_vhost_name, quoted
 from model.requests import (
@@ -59,9 +59,6 @@ from model.requests import (
     VhostAdd,
     VhostDelete,
     VhostList,
-    VhostPermissionsClear,
-    VhostPermissionsList,
-    VhostPermissionsSet,
     VhostSetLimits,
 )
 
@@ -275,7 +272,7 @@ def _vhost_commands(parser: argparse.ArgumentParser) -> None:
                             "(all three patterns, as rabbitmqctl set_permissions) or --clear them (needs admin). "
                             "The first permission set turns vhost permissions on: users without an entry for a "
                             "vhost can no longer open it, '/' included")
-    _permission_options(permissions)
+    permission_options(permissions)
     for operation in (add, limits, delete, listing, permissions):
         add_node_arguments(operation, "the node to ask")
         operation.add_argument("--json", action="store_true", help="print the reply as JSON")
@@ -291,7 +288,7 @@ def _vhost_request(args: argparse.Namespace) -> Request:
     if args.vhost_command == "delete":
         return VhostDelete(name=args.name, force=args.force)
     if args.vhost_command == "permissions":
-        return _permissions_request(args)
+        return permissions_request(args)
     return VhostList(node=args.node or ALL)
 
 
@@ -301,58 +298,6 @@ def _format_vhost(result: Any, names: dict[str, str], args: argparse.Namespace) 
     if args.vhost_command == "permissions" and isinstance(result, list):
         return fmt.format_permissions(result, names)
     return fmt.format_done([result], names)
-
-
-# -- vhost permissions ---------------------------------------------------------------------
-
-def _pattern(text: str) -> str:
-    """A configure/write/read pattern: a regular expression the node compiles alike."""
-    if len(text) > MAX_PATTERN_LENGTH:
-        raise argparse.ArgumentTypeError(f"a pattern is at most {MAX_PATTERN_LENGTH} characters")
-    try:
-        compile_permission_pattern(text)
-    except re.error as error:
-        raise argparse.ArgumentTypeError(f"not a valid regular expression {quoted(text)}: {error}") from None
-    return text
-
-
-def _permission_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", type=_vhost_name, help="the vhost")
-    who = parser.add_mutually_exclusive_group()
-    who.add_argument("--user", type=_name("user name"), help="the user whose permissions are set or cleared")
-    who.add_argument("--group", type=_name("group name"), help="the group whose permissions are set or cleared")
-    for option, what in (("--configure", "queues and exchanges it may declare and delete"),
-                         ("--write", "exchanges it may publish to, queues it may bind"),
-                         ("--read", "queues it may consume from, exchanges it may bind from")):
-        parser.add_argument(option, type=_pattern, metavar="RE", help=f"a regular expression: {what} "
-                                                                      '("" nothing, ".*" everything)')
-    parser.add_argument("--clear", action="store_true", help="delete the user's (or group's) permissions there")
-    parser.add_argument("--node", help="listing: a node's name or id (default: every node)")
-
-
-def _permissions_request(args: argparse.Namespace) -> Request:
-    """List (a vhost alone), set (--user/--group and all three patterns) or clear
-    (--user/--group and --clear); BadArguments when the options do not add up."""
-    patterns = (args.configure, args.write, args.read)
-    given = [option for option, value in zip(("--configure", "--write", "--read"), patterns, strict=True)
-             if value is not None]
-    if args.user is None and args.group is None:
-        if given or args.clear:
-            raise BadArguments(f"{' '.join(given) or '--clear'} needs --user or --group")
-        return VhostPermissionsList(vhost=args.name, node=args.node or ALL)
-    if args.clear:
-        if given:
-            raise BadArguments(f"--clear takes no pattern ({', '.join(given)} given)")
-        return VhostPermissionsClear(vhost=args.name, user=args.user, group=args.group)
-    if len(given) != 3:
-        raise BadArguments('give --configure, --write and --read, as rabbitmqctl set_permissions takes all three '
-                           '("" grants nothing, ".*" everything), or --clear')
-    try:
-        spec = PermissionSpec(vhost=args.name, user=args.user, group=args.group, configure=args.configure,
-                              write=args.write, read=args.read)
-    except ValueError as error:  # checked by the options already; the model has the last word
-        raise BadArguments(str(error)) from None
-    return VhostPermissionsSet(permission=spec)
 
 
 def _format_reloads(reloads: list[TlsReload], names: dict[str, str]) -> str:
@@ -406,10 +351,6 @@ def add_node_arguments(parser: argparse.ArgumentParser, what: str) -> None:
     tls.add_argument("--key", metavar="FILE", help="the private key of --cert")
     tls.add_argument("--no-verify-hostname", action="store_true",
                      help="accept a node certificate that does not name HOST")
-
-
-class BadArguments(Exception):
-    """The address or the TLS options cannot be used as given (exit status 2)."""
 
 
 def node_client(args: argparse.Namespace, timeout: float = 15.0) -> ManagementClient:
