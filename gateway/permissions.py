@@ -19,7 +19,13 @@ unchanged and vhost-blind); :class:`AccessControl` asks both and allows an actio
 only when both allow it, so neither map can widen what the other refuses.  See
 docs/vhosts.md.
 
-Patterns come from the node's configuration (trusted); the names matched against
+Entries come from the node's configuration and from commands (``meshgate vhost
+permissions``: mesh-wide definitions of kind "permission", given to
+:meth:`VhostPermissions.define` as they change). For a user (or group) and vhost the
+configuration names, its entry stands and a command's is ignored on that node: the
+configuration is authoritative, as for vhosts and their limits.
+
+Patterns come from an admin (configuration or command); the names matched against
 them come from clients but are at most 255 bytes (model.names), so the worst case
 is bounded by how the operator wrote the pattern (avoid nested quantifiers such
 as ``(a+)+``).
@@ -28,12 +34,13 @@ as ``(a+)+``).
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from gateway.auth import Authorizer, Principal
 from gateway.broker.exchanges import TOPIC_EXCHANGE
+from model.definitions import compile_permission_pattern
 from model.names import quoted
 
 if TYPE_CHECKING:
@@ -86,11 +93,6 @@ class PermissionEntry(Protocol):
     def read(self) -> str: ...
 
 
-def compile_permission_pattern(pattern: str) -> re.Pattern[str]:
-    """The compiled form of one configure/write/read pattern; ``re.error`` when invalid."""
-    return re.compile(pattern or "^$")  # RabbitMQ: "" stands for "^$"
-
-
 @dataclass(frozen=True)
 class Need:
     """One permission an operation needs: ``operation`` on the queue or exchange ``name``."""
@@ -141,24 +143,80 @@ class VhostPermission:
         return self._patterns[operation].search(resource) is not None
 
 
-class VhostPermissions:
-    """RabbitMQ's per-vhost configure/write/read map for the node.
+Entry = TypeVar("Entry", bound=PermissionEntry)
+Source = Literal["config", "command"]
 
-    Disabled (``enabled=False``) or with no entries, every principal may open every
-    vhost and do everything in it: a node without vhost permissions behaves as
-    before vhosts.  Used from the reactor thread only, like :class:`Authorizer`.
+
+def _who(entry: PermissionEntry | VhostPermission) -> tuple[str, str | None, str | None]:
+    return entry.vhost, entry.user, entry.group
+
+
+class VhostPermissions:
+    """RabbitMQ's per-vhost configure/write/read map for the node: the configuration's
+    entries, and those made by command (:meth:`define`) for the users and groups the
+    configuration leaves out there.
+
+    Disabled (``enabled=False``: the node does not authenticate) or with no entries,
+    every principal may open every vhost and do everything in it: a node without vhost
+    permissions behaves as before vhosts. The first entry made by command turns the
+    map on (RabbitMQ's rule: a user without an entry for a vhost may not open it).
+    Used from the reactor thread only, like :class:`Authorizer`.
     """
 
     def __init__(self, entries: Sequence[PermissionEntry], enabled: bool, *, cache_size: int = 4096) -> None:
-        compiled = [VhostPermission.of(entry) for entry in entries]
-        self._active = enabled and bool(compiled)
-        self._by_vhost: dict[str, list[VhostPermission]] = {}
-        for permission in compiled:
-            self._by_vhost.setdefault(permission.vhost, []).append(permission)
+        self._enabled = enabled
+        self._configured_entries = tuple(entries)
+        self._configured = [VhostPermission.of(entry) for entry in entries]
+        self._configured_who = {_who(entry) for entry in self._configured}
+        self._defined: list[VhostPermission] = []
+        self._defined_entries: tuple[PermissionEntry, ...] = ()
+        self._watchers: list[Callable[[], None]] = []
         # Producers publish to the same few resources over and over; searching every
         # pattern per message would be wasted work.
         self._cache: dict[tuple[Principal, str, str, str], bool] = {}
         self._cache_size = cache_size
+        self._build()
+
+    def _build(self) -> None:
+        self._active = self._enabled and bool(self._configured or self._defined)
+        self._by_vhost: dict[str, list[VhostPermission]] = {}
+        for permission in (*self._configured, *self._defined):
+            self._by_vhost.setdefault(permission.vhost, []).append(permission)
+        self._cache.clear()  # answers of the map before
+        for watcher in self._watchers:
+            watcher()
+
+    def define(self, entries: Sequence[Entry]) -> list[Entry]:
+        """The entries made by command, all of them, as they are now (the earlier ones
+        are replaced). Returns those ignored because the configuration has an entry for
+        the same user (or group) and vhost; ValueError if a pattern does not compile
+        (nothing changes then)."""
+        ignored = [entry for entry in entries if _who(entry) in self._configured_who]
+        self._defined = [VhostPermission.of(entry) for entry in entries if _who(entry) not in self._configured_who]
+        self._defined_entries = tuple(entries)
+        self._build()
+        return ignored
+
+    def watch(self, changed: Callable[[], None]) -> None:
+        """Call ``changed`` whenever the entries change (:attr:`enabled` may have)."""
+        self._watchers.append(changed)
+
+    def entries(self) -> list[tuple[PermissionEntry, Source, bool]]:
+        """Every entry with its source ("config" or "command") and whether it is in
+        force here (False: a command's entry the configuration overrides)."""
+        listed: list[tuple[PermissionEntry, Source, bool]] = [
+            (entry, "config", True) for entry in self._configured_entries]
+        listed += [(entry, "command", _who(entry) not in self._configured_who) for entry in self._defined_entries]
+        return listed
+
+    def configures(self, vhost: str, user: str | None, group: str | None) -> bool:
+        """Whether the configuration has the entry of ``user`` (or ``group``) in ``vhost``."""
+        return (vhost, user, group) in self._configured_who
+
+    @property
+    def authenticates(self) -> bool:
+        """Whether the node knows who its clients are: without it no entry applies."""
+        return self._enabled
 
     @property
     def enabled(self) -> bool:
@@ -291,8 +349,13 @@ class AccessControl:
     def __init__(self, authorizer: Authorizer, permissions: VhostPermissions) -> None:
         self.authorizer = authorizer
         self.permissions = permissions
-        # An attribute, not a property: read on every publish, and neither map changes once made.
+        # An attribute, not a property: read on every publish. The vhost map changes when
+        # a permission is made or cleared by command: it says so (watch).
         self.enabled = authorizer.enabled or permissions.enabled  # False: every request is allowed
+        permissions.watch(self._permissions_changed)
+
+    def _permissions_changed(self) -> None:
+        self.enabled = self.authorizer.enabled or self.permissions.enabled
 
     def may_open(self, principal: Principal, vhost: str) -> bool:
         """The ActiveMQ-style map has no vhost dimension: only the vhost map decides."""

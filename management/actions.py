@@ -17,7 +17,8 @@ from gateway.broker.queue import Queue
 from gateway.broker.vhost_limits import VhostLimit
 from gateway.broker.vhosts import messages_held
 from management.format import format_limits
-from model.definitions import QUEUE_SETTINGS, VHOST, Definition, DefinitionKind, QueueSettings, VhostSpec
+from management.permission_actions import PermissionActions
+from model.definitions import PERMISSION, QUEUE_SETTINGS, VHOST, Definition, DefinitionKind, QueueSettings, VhostSpec
 from model.names import DEFAULT_VHOST, InvalidName, check_vhost_name, name_problem, quoted
 from model.requests import (
     BrowsedMessage,
@@ -39,7 +40,7 @@ _QUEUE_NAME = re.compile(r"[^/*>][^*>]*")
 MAX_BROWSE = 500
 
 
-class LocalActions:
+class LocalActions(PermissionActions):
     def __init__(self, *, node_id: str, broker: Broker, mesh: MeshNode | None, clock,
                  scale_down_and_stop: Callable[[], None] | None = None,
                  failback: Callable[[], Deferred] | None = None,
@@ -124,6 +125,9 @@ class LocalActions:
         if kind == VHOST:
             raise ManagementError("bad_request", "a vhost is deleted by vhost_delete (meshgate vhost delete), which "
                                                  "checks what it holds")
+        if kind == PERMISSION:
+            raise ManagementError("bad_request", "a permission is cleared by vhost_permissions_clear (meshgate vhost "
+                                                 "permissions VHOST --user U --clear)")
         if kind == QUEUE_SETTINGS:
             record = broker.define_queue(name, None)
             target = "/queue/" + name

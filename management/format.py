@@ -12,7 +12,7 @@ from model.events import AdminAction, Event
 from model.latency import percentile_ms
 from model.mesh import ClusterView, Connection, Link, Node, PartialQueue, TopicSubscription
 from model.names import DEFAULT_VHOST, quoted
-from model.requests import BrowsePage, Done, VhostRow
+from model.requests import BrowsePage, Done, PermissionRow, VhostRow
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]], right: set[int] | None = None) -> str:
@@ -170,13 +170,18 @@ def format_definitions(records: list[Definition], names: dict[str, str]) -> str:
             what = r.exchange.type + ("" if r.exchange.durable else ", not durable")
         elif r.vhost is not None:
             what = r.vhost.description or "vhost"
+        elif r.permission is not None:
+            p = r.permission
+            what = (f"{'user ' + p.user if p.user is not None else 'group ' + (p.group or '')} in {p.vhost}: "
+                    f"configure {p.configure!r} write {p.write!r} read {p.read!r}")
         elif r.binding is not None:
             b = r.binding
             what = f"{b.source or '(default)'} -> {b.destination_kind} {b.destination}" + (
                 f" on {b.routing_key!r}" if b.routing_key else "")
         else:
             what = ", ".join(f"{k}={v}" for k, v in sorted(msgspec.to_builtins(r.queue).items())) or "defaults"
-        name = "" if r.binding is not None else r.name  # a binding's name is what the definition column says
+        # A binding's and a permission's name is what the definition column says.
+        name = "" if r.binding is not None or r.kind == "permission" else r.name
         rows.append([r.kind, name, what, r.version, names.get(r.origin, r.origin[:8]), since(r.changed_at)])
     return table(["kind", "name", "definition", "version", "changed on", "changed"], rows, right={3})
 
@@ -196,6 +201,22 @@ def format_vhosts(rows: list[VhostRow], names: dict[str, str]) -> str:
             lines.append([name, "", "(all)", sum(r.queues for r in rows_of), sum(r.messages for r in rows_of),
                           sum(r.connections for r in rows_of), ""])
     return table(["vhost", "from", "node", "queues", "messages", "connections", "limits"], lines, right={3, 4, 5})
+
+
+def format_permissions(rows: list[PermissionRow], names: dict[str, str]) -> str:
+    """One row per permission and node, with where it comes from; a command's entry the
+    node's configuration overrides is marked so, and so is a node that checks none."""
+    if not rows:
+        return ("no vhost permissions: every user may open every vhost (meshgate vhost permissions NAME --user U "
+                "--configure RE --write RE --read RE sets some, and turns them on)")
+    lines = []
+    for row in sorted(rows, key=lambda r: (r.vhost, r.user or "", r.group or "", names.get(r.node, r.node))):
+        source = row.source + ("" if row.in_force else " (ignored: the configuration's stands)") + (
+            "" if row.map_active else " (not checked: the node has no users)")
+        lines.append([row.vhost, f"user {row.user}" if row.user is not None else f"group {row.group}",
+                      row.configure or '""', row.write or '""', row.read or '""', source,
+                      names.get(row.node, row.node[:8])])
+    return table(["vhost", "who", "configure", "write", "read", "from", "node"], lines)
 
 
 def format_limits(limits: VhostRow | VhostSpec) -> str:

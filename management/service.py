@@ -45,6 +45,8 @@ from model.requests import (
     VhostAdd,
     VhostDelete,
     VhostList,
+    VhostPermissionsClear,
+    VhostPermissionsSet,
     VhostRow,
     VhostSetLimits,
     action_of,
@@ -59,7 +61,8 @@ log = logging.getLogger(__name__)
 ADDRESS = MANAGEMENT_ADDRESS
 REQUEST_TIMEOUT = 5.0  # seconds a node waits for another node's answer
 # The asked node does it (and tells the mesh).
-_ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition", "vhost_add", "vhost_limits")
+_ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition", "vhost_add", "vhost_limits",
+                    "vhost_permissions_set", "vhost_permissions_clear")
 _COUNTED = ("purge", "delete_queue", "move", "send")
 
 
@@ -98,6 +101,9 @@ class ManagementService:
             "vhost_list": lambda r: actions.vhost_list(),
             "vhost_add": lambda r: actions.vhost_add(r.name, r.spec),
             "vhost_limits": lambda r: actions.vhost_limits(r),
+            "vhost_permissions_set": lambda r: actions.vhost_permissions_set(r.permission),
+            "vhost_permissions_clear": lambda r: actions.vhost_permissions_clear(r),
+            "vhost_permissions_list": lambda r: actions.vhost_permissions_list(r.vhost),
         }
         broker.register_service(ADDRESS, self.handle)
         if mesh is not None:
@@ -392,6 +398,11 @@ def _reload_detail(result: TlsReload) -> str:
 def _target_of(request: Request) -> str:
     if isinstance(request, (VhostAdd, VhostSetLimits, VhostDelete)):
         return f"vhost {request.name}"
+    if isinstance(request, VhostPermissionsSet):
+        spec = request.permission
+        return f"permissions of {_principal(spec.user, spec.group)} in vhost {spec.vhost}"
+    if isinstance(request, VhostPermissionsClear):
+        return f"permissions of {_principal(request.user, request.group)} in vhost {request.vhost}"
     vhost = getattr(request, "vhost", DEFAULT_VHOST)
     where = "" if vhost == DEFAULT_VHOST else f" in vhost {vhost}"
     if isinstance(request, DeleteDefinition):
@@ -401,3 +412,7 @@ def _target_of(request: Request) -> str:
         if value:
             return (f"/queue/{value}" if field == "queue" else value) + where
     return request.node or "this node"
+
+
+def _principal(user: str | None, group: str | None) -> str:
+    return f"user {user}" if user is not None else f"group {group}"

@@ -5,8 +5,8 @@ what it held, so a change floods the mesh once and stops.
 
 A node before vhosts reads a frame of definitions as one list of known kinds and
 ignores the whole frame if one record is of a kind it does not know; so the
-kinds it knows and those it does not (vhosts) travel in separate frames, and it
-loses only the latter. This node reads each record alone and skips what it cannot.
+kinds it knows and those it does not (vhosts, vhost permissions) travel in separate
+frames, and it loses only the latter. This node reads each record alone and skips what it cannot.
 
 Each vhost but "/" has definitions of its own (its broker's: queue settings,
 durable subscriptions, exchanges, bindings), which travel in VHOST_DEFINITIONS
@@ -47,7 +47,7 @@ from mesh.wire import (
     LinkSender,
     VhostDefinitions,
 )
-from model.definitions import VHOST, Definition
+from model.definitions import KINDS_BEFORE_VHOSTS, VHOST, Definition
 from model.names import DEFAULT_VHOST, quoted
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,8 @@ def _log_won(records: list[Definition], where: str) -> None:
 
 def _frames(records: list[Definition]) -> list[bytes]:
     """The records as frames: the kinds every release knows in one (sent even empty,
-    as before), vhosts in another if any."""
-    vhosts = [record for record in records if record.kind == VHOST]
-    frames = [msgspec.json.encode([record for record in records if record.kind != VHOST])]
-    return frames + [msgspec.json.encode(vhosts)] if vhosts else frames
+    as before), every kind the release before vhosts did not know (vhosts, their
+    permissions) in another if any, so that such a node loses only those."""
+    newer = [record for record in records if record.kind not in KINDS_BEFORE_VHOSTS]
+    frames = [msgspec.json.encode([record for record in records if record.kind in KINDS_BEFORE_VHOSTS])]
+    return frames + [msgspec.json.encode(newer)] if newer else frames

@@ -30,6 +30,7 @@ from management.client import (
     TlsFiles,
     parse_address,
 )
+from meshgate.vhost_permissions_cli import BadArguments, permission_options, permissions_request
 from model.definitions import QueueSettings, VhostSpec
 from model.events import KINDS
 from model.names import DEFAULT_VHOST, InvalidName, check_name, check_vhost_name, quoted
@@ -231,8 +232,9 @@ COMMANDS.update({
                                            help="the queue's name, or client-id.subscription-name")),
                  lambda a: DeleteDefinition(kind=a.kind, name=a.name, vhost=a.vhost),
                  lambda r, names, a: fmt.format_done([r], names)),
-    "vhost": ("make, limit, delete or list vhosts: vhost add NAME [--max-connections N ...], vhost limits NAME "
-              "[--max-connections N|none ...], vhost delete NAME [--force], vhost list", ACTION,
+    "vhost": ("make, limit, delete or list vhosts, and their permissions: vhost add NAME [--max-connections N ...], "
+              "vhost limits NAME [--max-connections N|none ...], vhost delete NAME [--force], vhost list, "
+              "vhost permissions NAME [--user U|--group G --configure RE --write RE --read RE | --clear]", ACTION,
               lambda p: _vhost_commands(p), lambda a: _vhost_request(a),
               lambda r, names, a: _format_vhost(r, names, a)),
 })
@@ -265,7 +267,13 @@ def _vhost_commands(parser: argparse.ArgumentParser) -> None:
     listing = operations.add_parser("list", help="the vhosts with their queues, messages, connections and limits "
                                                  "per node")
     listing.add_argument("--node", help="a node's name or id (default: every node)")
-    for operation in (add, limits, delete, listing):
+    permissions = operations.add_parser(
+        "permissions", help="list a vhost's permissions per node; with --user or --group, set them on every node "
+                            "(all three patterns, as rabbitmqctl set_permissions) or --clear them (needs admin). "
+                            "The first permission set turns vhost permissions on: users without an entry for a "
+                            "vhost can no longer open it, '/' included")
+    permission_options(permissions)
+    for operation in (add, limits, delete, listing, permissions):
         add_node_arguments(operation, "the node to ask")
         operation.add_argument("--json", action="store_true", help="print the reply as JSON")
 
@@ -279,11 +287,17 @@ def _vhost_request(args: argparse.Namespace) -> Request:
                               max_messages=args.max_messages)
     if args.vhost_command == "delete":
         return VhostDelete(name=args.name, force=args.force)
+    if args.vhost_command == "permissions":
+        return permissions_request(args)
     return VhostList(node=args.node or ALL)
 
 
 def _format_vhost(result: Any, names: dict[str, str], args: argparse.Namespace) -> str:
-    return fmt.format_vhosts(result, names) if args.vhost_command == "list" else fmt.format_done([result], names)
+    if args.vhost_command == "list":
+        return fmt.format_vhosts(result, names)
+    if args.vhost_command == "permissions" and isinstance(result, list):
+        return fmt.format_permissions(result, names)
+    return fmt.format_done([result], names)
 
 
 def _format_reloads(reloads: list[TlsReload], names: dict[str, str]) -> str:
@@ -339,10 +353,6 @@ def add_node_arguments(parser: argparse.ArgumentParser, what: str) -> None:
                      help="accept a node certificate that does not name HOST")
 
 
-class BadArguments(Exception):
-    """The address or the TLS options cannot be used as given (exit status 2)."""
-
-
 def node_client(args: argparse.Namespace, timeout: float = 15.0) -> ManagementClient:
     """The client for the node that ``add_node_arguments``' options name; BadArguments if they do not add up."""
     try:
@@ -370,14 +380,14 @@ def node_client(args: argparse.Namespace, timeout: float = 15.0) -> ManagementCl
 
 def run(args: argparse.Namespace) -> int:
     help_text, kind, _, make_request, render = COMMANDS[args.command]
+    args.node = ALL if getattr(args, "all", False) else getattr(args, "node", None)
     try:
         node = node_client(args)
+        request = make_request(args)  # BadArguments: options that do not add up
     except BadArguments as error:
         print(f"meshgate {args.command}: {error}", file=sys.stderr)
         return 2
-    args.node = ALL if getattr(args, "all", False) else getattr(args, "node", None)
     try:
-        request = make_request(args)
         with node as client:
             reply = client.ask(request)
             names = _names(client) if reply.ok and not args.json else {}

@@ -143,6 +143,7 @@ class Node:
         )
         authorizer = Authorizer(config.security.authorization, enabled=not config.anonymous)
         permissions = VhostPermissions(config.vhosts.permissions, enabled=not config.anonymous)
+        vhosts.follow_permissions(permissions)  # and those made by command, as they change (after recovery)
         limits = VhostLimits(config.vhosts.limits, vhosts)  # after recovery: counts what vhosts hold
         authenticator = Authenticator(config.security.users)
         self.stomp_factory = StompFactory(

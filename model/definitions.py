@@ -1,4 +1,5 @@
-"""Mesh-wide definitions: queue settings and durable topic subscriptions, held
+"""Mesh-wide definitions: queue settings and durable topic subscriptions (and, in
+the default vhost's, vhosts and their permissions made by command), held
 alike by every node of the mesh (docs/mesh.md, "Mesh-wide definitions").
 
 There is one record per kind and name. A change anywhere makes a new record
@@ -10,16 +11,25 @@ that a node that was away learns of it rather than bringing the old one back."""
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Final, Literal
 
 import msgspec
+
+from model.names import check_name
 
 QUEUE_SETTINGS: Final = "queue"
 DURABLE_SUBSCRIPTION: Final = "durable"
 EXCHANGE: Final = "exchange"  # AMQP exchanges and their bindings (docs/amqp.md)
 BINDING: Final = "binding"
 VHOST: Final = "vhost"  # a virtual host of the mesh (docs/vhosts.md); held in the default vhost's definitions
-DefinitionKind = Literal["queue", "durable", "exchange", "binding", "vhost"]
+# RabbitMQ's configure/write/read of a user or group in a vhost, set by command (docs/vhosts.md,
+# "Permissions"); held in the default vhost's definitions, as vhosts are
+PERMISSION: Final = "permission"
+DefinitionKind = Literal["queue", "durable", "exchange", "binding", "vhost", "permission"]
+# The kinds the release before vhosts knew: it drops a whole DEFINITIONS frame holding
+# any other (mesh.definitions sends the others in a frame of their own).
+KINDS_BEFORE_VHOSTS: Final = frozenset({"queue", "durable", "exchange", "binding"})
 ExchangeType = Literal["direct", "fanout", "topic", "headers"]
 
 
@@ -92,6 +102,58 @@ class VhostSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown
     incarnation: tuple[int, str] | None = None
 
 
+# A pattern's length cap: patterns come from an admin's command, and a longer one is no
+# regular expression anyone means (a resource name is at most 255 bytes).
+MAX_PATTERN_LENGTH = 1024
+PermissionPattern = Annotated[str, msgspec.Meta(max_length=MAX_PATTERN_LENGTH)]
+
+
+def compile_permission_pattern(pattern: str) -> re.Pattern[str]:
+    """The compiled form of one configure/write/read pattern (RabbitMQ's rule: ``""``
+    stands for ``"^$"``, which no name matches); ``re.error`` when invalid. The one
+    rule for the configuration's patterns, the commands' and the node's map."""
+    return re.compile(pattern or "^$")
+
+
+class PermissionSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """RabbitMQ's ``set_permissions -p VHOST USER CONF WRITE READ``, for the whole mesh:
+    the three patterns of one user (or group: exactly one of the two) in one vhost.
+    Checked as it is decoded (a record from a peer, a request): names by the one rule
+    of names, patterns as the node compiles them; a ValueError (msgspec's
+    ValidationError once decoded) says what is wrong."""
+
+    vhost: str
+    user: str | None = None
+    group: str | None = None
+    configure: PermissionPattern
+    write: PermissionPattern
+    read: PermissionPattern
+
+    def __post_init__(self) -> None:
+        if (self.user is None) == (self.group is None):
+            raise ValueError("a permission names either a user or a group (exactly one of them)")
+        check_name(self.vhost, "vhost name")
+        if self.user is not None:
+            check_name(self.user, "user name")
+        if self.group is not None:
+            check_name(self.group, "group name")
+        for operation in ("configure", "write", "read"):
+            try:
+                compile_permission_pattern(getattr(self, operation))
+            except re.error as error:
+                raise ValueError(f"{operation}: not a valid regular expression: {error}") from None
+
+    def key(self) -> str:
+        """The permission's name as a definition: the vhost and whom it is about (a
+        JSON array: no name can be mistaken for a role or another's)."""
+        return permission_key(self.vhost, self.user, self.group)
+
+
+def permission_key(vhost: str, user: str | None, group: str | None) -> str:
+    """The definition name of the permission of ``user`` (or ``group``) in ``vhost``."""
+    return msgspec.json.encode([vhost, user, group]).decode()
+
+
 class Definition(msgspec.Struct, kw_only=True, omit_defaults=True):
     kind: DefinitionKind
     name: str  # the queue's name, or the durable subscription's (client-id.subscription-name)
@@ -103,11 +165,12 @@ class Definition(msgspec.Struct, kw_only=True, omit_defaults=True):
     exchange: ExchangeSpec | None = None
     binding: BindingSpec | None = None
     vhost: VhostSpec | None = None
+    permission: PermissionSpec | None = None
 
     @property
     def deleted(self) -> bool:
         return (self.queue is None and self.durable is None and self.exchange is None and self.binding is None
-                and self.vhost is None)
+                and self.vhost is None and self.permission is None)
 
     def wins_over(self, other: Definition | None) -> bool:
         return other is None or (self.version, self.origin) > (other.version, other.origin)

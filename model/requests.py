@@ -14,11 +14,19 @@ the node does not have is a ``bad_request`` "no vhost 'X'"."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 
-from model.definitions import Definition, DefinitionKind, QueueSettings, VhostLimitValue, VhostSpec
+from model.definitions import (
+    Definition,
+    DefinitionKind,
+    PermissionSpec,
+    QueueSettings,
+    VhostLimitValue,
+    VhostSpec,
+    permission_key,
+)
 from model.events import AnyEvent
 from model.mesh import SCHEMA_VERSION, ClusterView, Connection, Link, NodeSummary, PartialQueue, TopicSubscription
 from model.names import DEFAULT_VHOST
@@ -209,15 +217,51 @@ class VhostList(Request, kw_only=True, tag="vhost_list"):
     """The node's vhosts with what each holds there (``node: "*"``: every node's)."""
 
 
+class VhostPermissionsSet(Request, kw_only=True, tag="vhost_permissions_set"):
+    """RabbitMQ's ``set_permissions``, for the whole mesh: give a user (or group) its
+    configure, write and read patterns in a vhost (a definition of kind "permission":
+    nodes away now get it when they return). The first permission made so turns vhost
+    permissions on where they were off: a user without an entry for a vhost may no
+    longer open it (docs/vhosts.md, "Permissions")."""
+
+    permission: PermissionSpec
+
+
+class VhostPermissionsClear(Request, kw_only=True, tag="vhost_permissions_clear"):
+    """RabbitMQ's ``clear_permissions``, for the whole mesh: delete the permission made
+    by command of a user (or group: exactly one of the two) in a vhost."""
+
+    vhost: str
+    user: str | None = None
+    group: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.user is None) == (self.group is None):
+            raise ValueError("name either a user or a group (exactly one of them)")
+
+    def key(self) -> str:
+        return permission_key(self.vhost, self.user, self.group)
+
+
+class VhostPermissionsList(Request, kw_only=True, tag="vhost_permissions_list"):
+    """RabbitMQ's ``list_permissions``: the node's vhost permissions (``node: "*"``:
+    every node's), of one vhost or all, each with where it comes from."""
+
+    vhost: str | None = None
+
+
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
               | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue | DeleteDefinition
-              | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList)
+              | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList | VhostPermissionsSet
+              | VhostPermissionsClear | VhostPermissionsList)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
                            "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
-                           "vhost_add", "vhost_limits", "vhost_delete"})
+                           "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
+                           "vhost_permissions_clear"})
 # Actions whose answer is one value, not a list gathered over nodes.
 SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback",
-                           "vhost_add", "vhost_limits", "vhost_delete"})
+                           "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
+                           "vhost_permissions_clear"})
 
 
 # -- results ----------------------------------------------------------------------------
@@ -271,6 +315,23 @@ class VhostRow(msgspec.Struct, kw_only=True):
     max_messages: int | None = None
 
 
+class PermissionRow(msgspec.Struct, kw_only=True):
+    """One vhost permission on one node (the ``vhost_permissions_list`` answer)."""
+
+    node: str
+    vhost: str
+    user: str | None = None
+    group: str | None = None
+    configure: str
+    write: str
+    read: str
+    source: Literal["config", "command"]  # [[vhosts.permissions]], or meshgate vhost permissions
+    # False: a command's entry this node ignores, its configuration having one for that user and vhost
+    in_force: bool = True
+    # Whether the node checks vhost permissions at all (it has entries and authenticates its users)
+    map_active: bool = True
+
+
 class ListenerReload(msgspec.Struct, kw_only=True):
     """What a TLS reload did to one listener or dialler (as ListenerCertificate.listener)."""
 
@@ -317,6 +378,9 @@ RESULT_TYPES: dict[str, Any] = {
     "vhost_limits": Done,
     "vhost_delete": Done,
     "vhost_list": list[VhostRow],
+    "vhost_permissions_set": Done,
+    "vhost_permissions_clear": Done,
+    "vhost_permissions_list": list[PermissionRow],
 }
 
 # Why a request failed: the REST API maps these to HTTP statuses.

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from console.api import definitions, vhosts, views
+from console.api import definitions, vhost_permissions, vhosts, views
 
 app_name = "api"
 urlpatterns = [
@@ -25,6 +25,12 @@ urlpatterns = [
     path("connections", views.ConnectionList.as_view(), name="connections"),
     path("connections/<str:connection>", views.ConnectionDetail.as_view(), name="connection"),
     path("vhosts", vhosts.VhostListView.as_view(), name="vhosts"),
+    # Before limits: a user may be called "limits". A group's route first: "group/G" is no user.
+    path("vhosts/<path:name>/permissions/group/<path:group>", vhost_permissions.GroupPermission.as_view(),
+         name="vhost-group-permission"),
+    path("vhosts/<path:name>/permissions/<path:user>", vhost_permissions.UserPermission.as_view(),
+         name="vhost-user-permission"),
+    path("vhosts/<path:name>/permissions", vhost_permissions.VhostPermissionList.as_view(), name="vhost-permissions"),
     path("vhosts/<path:name>/limits", vhosts.VhostLimitsView.as_view(), name="vhost-limits"),
     path("vhosts/<path:name>", vhosts.VhostDetail.as_view(), name="vhost"),
     path("events", views.EventList.as_view(), name="events"),

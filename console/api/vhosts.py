@@ -3,7 +3,7 @@ made and deleted mesh-wide by an admin (docs/vhosts.md, "Creating and deleting
 vhosts"), their limits set by an admin when a command made them. One vhost's answer
 holds what it holds per node, the definition that made it, if a command did, and
 that definition's limits (a configured vhost's are each node's [[vhosts.host]]
-entry's: null here). Permissions are each node's configuration: not exposed."""
+entry's: null here). Permissions are at vhosts/{name}/permissions (console.api.vhost_permissions)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ _VHOST_DETAIL = {200: {"allOf": [_VHOST_ROW, {"type": "object", "properties": {
     "limits": {"type": ["object", "null"], "description": "the definition's limits (null: a count not limited); "
                                                          "null for a vhost not made by command (each node's "
                                                          "[[vhosts.host]])"},
-    "permissions": {"type": "null", "description": "not exposed by management: see each node's configuration"},
+    "permissions": {"type": "null", "description": "always null: GET vhosts/{name}/permissions lists them"},
     "failures": {"type": "array", "items": {"type": "object"}}}}]}}
 _DONE = {200: {"type": "object", "properties": {"result": {"$ref": "#/components/schemas/Done"},
                                                 "failures": {"type": "array", "items": {"type": "object"}}}}}

@@ -14,6 +14,7 @@ from gateway.broker.names import check_name
 from model.definitions import (
     BINDING,
     EXCHANGE,
+    PERMISSION,
     QUEUE_SETTINGS,
     VHOST,
     BindingSpec,
@@ -36,6 +37,8 @@ class Definitions:
         self._clock = 0  # the highest version seen
         # Vhost records are the node's, not this broker's: applied by gateway.broker.vhosts.VirtualHosts.
         self.on_vhost: Callable[[Definition], None] | None = None
+        # So are permission records (vhost permissions made by command): VirtualHosts gives them to the node's map.
+        self.on_permission: Callable[[Definition], None] | None = None
 
     def get(self, kind: DefinitionKind, name: str) -> Definition | None:
         """The record for a name, a tombstone included."""
@@ -46,7 +49,8 @@ class Definitions:
 
     def change(self, kind: DefinitionKind, name: str, now: float, **spec: Any) -> Definition:
         """A change made on this node: ``queue=``, ``durable=``, ``exchange=``,
-        ``binding=`` or ``vhost=`` the new value, none of them for a deletion."""
+        ``binding=``, ``vhost=`` or ``permission=`` the new value, none of them for a
+        deletion."""
         self._clock += 1
         record = Definition(kind=kind, name=name, version=self._clock, origin=self.origin, changed_at=now, **spec)
         self._records[(kind, name)] = record
@@ -169,6 +173,9 @@ class DefiningMixin:
         elif record.kind == VHOST:
             if self.definitions.on_vhost is not None:
                 self.definitions.on_vhost(record)
+        elif record.kind == PERMISSION:
+            if self.definitions.on_permission is not None:
+                self.definitions.on_permission(record)
         elif record.kind == BINDING:
             if record.binding is not None:
                 self.exchanges.bind(record.binding)

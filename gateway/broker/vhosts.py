@@ -19,7 +19,12 @@ A vhost made by command lives from the record that made it to its deletion: its
 (``VhostSpec.incarnation``). A node away while a vhost was deleted and made again
 learns only of the new one: it drops what it held of the old one, as if it had seen
 the deletion, and the mesh ships each vhost's own definitions with the incarnation
-they belong to (mesh.definitions)."""
+they belong to (mesh.definitions).
+
+Vhost permissions made by command (kind "permission", also in the default vhost's
+definitions) are the node's too: whenever one is applied, the node's
+:class:`gateway.permissions.VhostPermissions` is given all of them afresh, and a
+vhost's go with it when it is deleted."""
 
 from __future__ import annotations
 
@@ -37,11 +42,12 @@ from gateway.broker.message import Message
 from gateway.store.base import Store
 from gateway.store.records import split_key
 from gateway.store.vhost_view import VhostStoreView
-from model.definitions import VHOST, Definition, VhostSpec
+from model.definitions import PERMISSION, VHOST, Definition, PermissionSpec, VhostSpec
 from model.names import DEFAULT_VHOST, InvalidName, check_vhost_name, quoted
 
 if TYPE_CHECKING:
     from gateway.broker.vhost_limits import VhostLimits
+    from gateway.permissions import VhostPermissions
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +75,10 @@ class VirtualHosts:
         # The node's limits, once made (after recovery): told each vhost definition applied here.
         self.limits: VhostLimits | None = None
         self.default.definitions.on_vhost = self._definition_applied
+        # The node's vhost permissions, once made (follow_permissions): given the entries made by command.
+        self.permissions: VhostPermissions | None = None
+        self._overridden: set[str] = set()  # permission definitions the configuration overrides here (logged)
+        self.default.definitions.on_permission = self._permissions_applied
         self._added: list[Callable[[str, Broker], None]] = []
         self._made_as: dict[str, Incarnation | None] = {}  # vhost made by definition -> the incarnation it holds
         self._removed: list[Callable[[str, Broker], None]] = []
@@ -137,10 +147,51 @@ class VirtualHosts:
         return record
 
     def undefine(self, name: str) -> Definition:
-        """Delete vhost ``name`` on every node, whatever it holds (the asker checked)."""
+        """Delete vhost ``name`` on every node, whatever it holds (the asker checked),
+        and the permissions made by command in it (tombstones, so that a vhost made
+        again later starts without them)."""
+        for spec in self.defined_permissions():
+            if spec.vhost == name:
+                self.clear_permission(spec.key())
         record = self.default.define(VHOST, name)
         self.default.apply_definition(record, save=False)
         return record
+
+    # -- permissions made by command -------------------------------------------------------
+
+    def defined_permissions(self) -> list[PermissionSpec]:
+        """The vhost permissions made by command (live ones), as this node holds them."""
+        return [record.permission for record in self.default.definitions.records()
+                if record.kind == PERMISSION and record.permission is not None]
+
+    def set_permission(self, spec: PermissionSpec) -> Definition:
+        """Give ``spec``'s user (or group) its patterns in its vhost, on every node."""
+        record = self.default.define(PERMISSION, spec.key(), permission=spec)
+        self.default.apply_definition(record, save=False)
+        return record
+
+    def clear_permission(self, key: str) -> Definition:
+        """Delete the permission named ``key`` (PermissionSpec.key) on every node."""
+        record = self.default.define(PERMISSION, key)
+        self.default.apply_definition(record, save=False)
+        return record
+
+    def follow_permissions(self, permissions: VhostPermissions) -> None:
+        """Give ``permissions`` the entries made by command: now (after recovery) and
+        whenever one is made, changed or deleted here or anywhere in the mesh."""
+        self.permissions = permissions
+        self._permissions_applied(None)
+
+    def _permissions_applied(self, record: Definition | None) -> None:
+        if self.permissions is None:
+            return  # recovery: follow_permissions reads them all once the map is made
+        ignored = {spec.key(): spec for spec in self.permissions.define(self.defined_permissions())}
+        for key in ignored.keys() - self._overridden:
+            spec = ignored[key]
+            who = f"user {quoted(spec.user)}" if spec.user is not None else f"group {quoted(spec.group or '')}"
+            log.warning("vhost permissions of %s in vhost %s made by command are ignored on this node: its "
+                        "configuration ([[vhosts.permissions]]) has that entry, which stands", who, quoted(spec.vhost))
+        self._overridden = set(ignored)
 
     def unclaimed(self) -> dict[str, int]:
         """Vhosts neither configured nor defined whose messages the store keeps: how many."""

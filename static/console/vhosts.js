@@ -82,6 +82,8 @@
         sort, onSort: (next) => { sort = next; load(); }, empty: "No node answered.",
         rowAttributes: (row) => ({ "data-vhost": row.name }),
       }));
+      // The permissions below (vhost_permissions.js) follow the same list, without asking again.
+      document.dispatchEvent(new CustomEvent("mg:vhosts", { detail: answer.items }));
     } catch (error) {
       MG.loadFailed("read the vhosts", error, box);
     }

@@ -34,3 +34,17 @@ def subscribe_seen_on_a(mesh, viewer, consumer, queue: str) -> None:
     mesh.wait(lambda: any(d["node"] for q in viewer.get("/api/v1/nodes/A").json()["partial_queues"]
                           if q["name"] == queue for d in q["remote_demand"]) or None,
               f"the demand for {queue} seen on A")
+
+
+def vhost_url(name: str, *rest: str) -> str:
+    """/api/v1/vhosts/NAME/REST…, the vhost's name and each part percent-encoded ("/" is %2F)."""
+    from urllib.parse import quote
+
+    return "/api/v1/vhosts/" + quote(name, safe="") + "".join("/" + quote(part, safe="") for part in rest)
+
+
+def permission_rows(mesh, client, vhost: str, count: int) -> list[dict]:
+    """GET vhosts/VHOST/permissions once ``count`` rows are listed (every node has heard)."""
+    url = vhost_url(vhost, "permissions")
+    mesh.wait(lambda: len(expect_ok(client.get(url))["items"]) == count, f"{count} permission rows of {vhost}")
+    return expect_ok(client.get(url))["items"]

@@ -22,7 +22,8 @@ ENDPOINTS = {
     "queues/{name}/send": {"post"}, "connections": {"get"}, "connections/{connection}": {"delete"},
     "events": {"get"}, "pipeline": {"get"}, "definitions": {"get"}, "definitions/queues/{name}": {"put", "delete"},
     "definitions/durable/{name}": {"delete"}, "vhosts": {"get", "post"}, "vhosts/{name}": {"get", "delete"},
-    "vhosts/{name}/limits": {"put"},
+    "vhosts/{name}/limits": {"put"}, "vhosts/{name}/permissions": {"get"},
+    "vhosts/{name}/permissions/{user}": {"put", "delete"}, "vhosts/{name}/permissions/group/{group}": {"put", "delete"},
 }
 _METHODS = {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
 

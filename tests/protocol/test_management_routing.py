@@ -10,7 +10,7 @@ from twisted.internet import defer
 
 from management.service import REQUEST_TIMEOUT
 from mesh.wire import FrameType
-from model.definitions import QueueSettings
+from model.definitions import PermissionSpec, QueueSettings
 from model.events import AdminAction, LinkUp, NodeJoined
 from model.mesh import ClusterView, NodeSummary, PartialQueue
 from model.requests import (
@@ -35,6 +35,8 @@ from model.requests import (
     Send,
     VhostAdd,
     VhostDelete,
+    VhostPermissionsClear,
+    VhostPermissionsSet,
     VhostSetLimits,
 )
 from tests.protocol.management_harness import ManagedNode, ManagementHarness, wire
@@ -409,6 +411,9 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         VhostAdd(name="team-x"),
         VhostDelete(name="team-x", force=True),
         VhostSetLimits(name="team-x", max_connections=5),
+        VhostPermissionsSet(permission=PermissionSpec(vhost="/", user="mallory", configure=".*", write=".*",
+                                                      read=".*")),
+        VhostPermissionsClear(vhost="/", user="bob"),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)
