@@ -9,17 +9,14 @@ events. Neither has links."""
 
 from __future__ import annotations
 
-import datetime
 import threading
 import time
 import uuid
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from e2e_support import BrokerProcess
+from tls_support import issue
 
 from metrics.publisher import StreamPublisher
 from metrics.reporter import MetricsReporter
@@ -92,18 +89,8 @@ class TlsNode:
 def issue_certificate(directory: Path, days: float) -> tuple[x509.Certificate, Path, Path]:
     """A self-signed certificate ("CN=t.mesh.example,O=Example Ltd") ending
     ``days`` from now, and its key: (certificate, certificate file, key file)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Example Ltd"),
-                      x509.NameAttribute(NameOID.COMMON_NAME, "t.mesh.example")])
-    now = datetime.datetime.now(datetime.UTC)
-    certificate = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=days))
-                   .sign(key, hashes.SHA256()))
-    cert_path, key_path = directory / "t.crt", directory / "t.key"
-    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
+    certificate, _, cert_path, key_path = issue(directory, "t", "t.mesh.example", days=days,
+                                                organization="Example Ltd")
     return certificate, cert_path, key_path
 
 

@@ -7,8 +7,6 @@ certificate that ends within 14 days fires a certificate_expiring event."""
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import os
 import re
@@ -20,9 +18,6 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from e2e_support import HOST, BrokerProcess, manage, manage_result, run_meshgate, security_config, unique
 from ha_support import HAProcesses, ha_table
 from mesh_support import free_port, mesh_fixture  # noqa: F401 (mesh_fixture is the mesh fixture)
@@ -44,24 +39,7 @@ RULES = [
 
 def leaf(directory: Path, stem: str, common_name: str, issuer: tuple, days: float) -> x509.Certificate:
     """stem.crt/stem.key: a server certificate for 127.0.0.1 and localhost, valid ``days``."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-            .issuer_name(issuer[0].subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=days))
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
-                                                        x509.IPAddress(ipaddress.ip_address(HOST))]),
-                           critical=False)
-            .sign(issuer[1], hashes.SHA256()))
-    (directory / f"{stem}.crt").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    (directory / f"{stem}.key").write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                                              serialization.PrivateFormat.PKCS8,
-                                                              serialization.NoEncryption()))
-    return cert
+    return issue(directory, stem, common_name, issuer, days=days)[0]
 
 
 def served_certificate(port: int, ca: Path, client: tuple[Path, Path] | None = None) -> x509.Certificate:

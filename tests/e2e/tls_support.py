@@ -1,5 +1,5 @@
 """Certificates made on the fly for the TLS tests (cryptography package): a test CA
-and leaves it signs. Used by ``test_e2e_tls.py`` and ``test_e2e_ha_replicated.py``."""
+and leaves it signs. Used by the TLS, rotation and HA tests and the console's certificate tests."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 
-def _name(common_name: str):
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+def _name(common_name: str, organization: str | None = None):
+    attributes = [x509.NameAttribute(NameOID.COMMON_NAME, common_name)]
+    if organization is not None:
+        attributes.insert(0, x509.NameAttribute(NameOID.ORGANIZATION_NAME, organization))
+    return x509.Name(attributes)
 
 
 def _san(name: str) -> x509.GeneralName:
@@ -27,22 +30,23 @@ def _san(name: str) -> x509.GeneralName:
 
 
 def issue(directory: Path, stem: str, common_name: str, issuer=None, ca: bool = False, server: bool = True,
-          client: bool = False, names: tuple[str, ...] = ("localhost", "127.0.0.1"), expired: bool = False):
+          client: bool = False, names: tuple[str, ...] = ("localhost", "127.0.0.1"), expired: bool = False,
+          days: float = 1, organization: str | None = None):
     """Write stem.crt/stem.key; issuer is (cert, key) or None for self-signed. A leaf is
     for a server (with ``names``, DNS names or IP addresses) unless ``server`` is false; with
-    ``client`` it may also authenticate as a client (both ends of a link). ``expired``: valid
-    until yesterday."""
+    ``client`` it may also authenticate as a client (both ends of a link). Valid ``days``
+    from now; ``expired``: until yesterday. Returns (cert, key, cert path, key path)."""
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=2 if expired else 0)
+    now = datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=days + 1 if expired else 0)
     issuer_cert, issuer_key = issuer if issuer is not None else (None, key)
     builder = (
         x509.CertificateBuilder()
-        .subject_name(_name(common_name))
-        .issuer_name(issuer_cert.subject if issuer_cert is not None else _name(common_name))
+        .subject_name(_name(common_name, organization))
+        .issuer_name(issuer_cert.subject if issuer_cert is not None else _name(common_name, organization))
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
     )
     if not ca:
