@@ -10,7 +10,6 @@ import pika
 import pytest
 from amqp_support import amqp_broker, await_deliveries, drain, publish_numbered
 from e2e_support import unique
-from stomp_client import open_client
 
 PREFETCH = "activemq.prefetchSize"
 
@@ -147,10 +146,9 @@ def stomp_numbered(count: int, start: int = 0) -> list[str]:
     return [f"m{i}" for i in range(start, start + count)]
 
 
-@pytest.mark.parametrize("version", ["1.1", "1.2"])
-def test_a_nacked_message_goes_back_behind_older_returned_ones(node, version):
+def test_a_nacked_message_goes_back_behind_older_returned_ones(node, connect, version11):
     queue = "/queue/" + unique("nack")
-    first, second = open_client(node, version), open_client(node, version)
+    first, second = connect(node, version11), connect(node, version11)
     first.subscribe(queue, ack="client-individual", headers={PREFETCH: "5"})
     for body in stomp_numbered(5):
         first.send(queue, body)
@@ -164,16 +162,15 @@ def test_a_nacked_message_goes_back_behind_older_returned_ones(node, version):
     again = second.listener.wait_for(6)[5]
     assert (again.body, again.headers.get("redelivered")) == ("m0", "true")  # older than m7: m7 waits
     second.disconnect()
-    third = open_client(node, version)
+    third = connect(node, version11)
     third.subscribe(queue)
     third.listener.wait_for(10)
     assert third.listener.bodies() == stomp_numbered(10)
-    third.disconnect()
 
 
-def test_unsubscribed_consumers_messages_return_in_order(node):
+def test_unsubscribed_consumers_messages_return_in_order(node, connect):
     queue = "/queue/" + unique("unsub")
-    clients = [open_client(node), open_client(node)]
+    clients = [connect(node), connect(node)]
     ids = [client.subscribe(queue, ack="client-individual", headers={PREFETCH: "5"}) for client in clients]
     for body in stomp_numbered(10):
         clients[0].send(queue, body)
@@ -182,25 +179,22 @@ def test_unsubscribed_consumers_messages_return_in_order(node):
     assert clients[0].listener.bodies() != stomp_numbered(5)  # taken in turns
     for client, sub_id in zip(clients, ids, strict=True):
         client.unsubscribe(sub_id)
-    third = open_client(node)
+    third = connect(node)
     third.subscribe(queue)
     third.listener.wait_for(10)
     assert third.listener.bodies() == stomp_numbered(10)
-    for client in (*clients, third):
-        client.disconnect()
 
 
-def test_a_dropped_connection_returns_its_subscriptions_messages_whole_to_a_waiting_one(node):
+def test_a_dropped_connection_returns_its_subscriptions_messages_whole_to_a_waiting_one(node, connect):
     queue = "/queue/" + unique("drop")
-    dropped = open_client(node)
+    dropped = connect(node)
     for _ in range(2):
         dropped.subscribe(queue, ack="client-individual", headers={PREFETCH: "5"})
     for body in stomp_numbered(10):
         dropped.send(queue, body)
     dropped.listener.wait_for(10)
-    waiting = open_client(node)
+    waiting = connect(node)
     waiting.subscribe(queue, headers={PREFETCH: "100"})
     dropped.drop()
     waiting.listener.wait_for(10)
     assert waiting.listener.bodies() == stomp_numbered(10)
-    waiting.disconnect()
