@@ -22,7 +22,7 @@ from gateway.auth import ANONYMOUS
 from gateway.broker.errors import BrokerError
 from gateway.broker.exchanges import TOPIC_EXCHANGE
 from gateway.broker.message import Message
-from gateway.broker.queue import Queue, Subscription
+from gateway.broker.queue import Queue, Subscription, dispatch_held
 from gateway.permissions import amqp_needs
 from model.mesh import ChannelSummary
 
@@ -165,9 +165,12 @@ class Channel:
                 by_queue.setdefault(sub.queue, []).extend(sub.inflight.values())
                 sub.inflight.clear()
         self._cancelled.clear()
-        self.session.close()
-        for queue, messages in by_queue.items():
-            self.broker.requeue(queue, messages)
+        # The gets and the cancelled consumers' deliveries come back with the consumers' own
+        # (Session.close) before any of them goes out again: a waiting consumer gets them in order.
+        with dispatch_held({*by_queue, *(sub.queue for sub in self.session.subscriptions.values())}):
+            self.session.close()
+            for queue, messages in by_queue.items():
+                self.broker.requeue(queue, messages)
         for name in queues:
             self.connection.lifetimes.consumer_gone(name)
 

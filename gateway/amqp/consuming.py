@@ -259,17 +259,21 @@ def _settled(channel: Channel, delivery_tag: int, multiple: bool, command: Comma
 
 
 def _refuse(channel: Channel, settled: list, requeue: bool) -> None:
+    refused: dict[Queue, list[Message]] = {}
     for _, (queue, message, sub) in settled:
         if sub is not None:
-            if message.id not in sub.inflight:
-                continue
-            del sub.inflight[message.id]
+            if sub.inflight.pop(message.id, None) is None:
+                continue  # returned already (the consumer's queue went)
         else:
             channel._gets -= 1
+        refused.setdefault(queue, []).append(message)
+    broker = channel.broker
+    for queue, messages in refused.items():
         if requeue:
-            channel.broker.requeue(queue, [message])
+            broker.requeue(queue, messages)  # all back in their places before any goes out again
         else:
-            channel.broker.dead_letter(queue, message, "rejected")
-        queue.dispatch()
+            for message in messages:
+                broker.dead_letter(queue, message, "rejected")
+        queue.dispatch()  # to the room they made (a requeue past max attempts dispatches nothing itself)
     if channel._full:
         _room_made(channel)

@@ -62,6 +62,7 @@ class Message:
         "encoded",
         "segment",
         "sequence",
+        "position",
         "recovered",
         "path",
         "created",
@@ -95,6 +96,9 @@ class Message:
         # Where the store holds it, and its place in the store's enqueue order.
         self.segment = 0
         self.sequence = 0
+        # Its place in the enqueue order of the queue it was last put in (Queue.put): where a
+        # requeue returns it. 0 until then: a message never queued would go back to the head.
+        self.position = 0
         self.recovered = False
         # Ids of the mesh nodes the message has crossed, so it never goes back to one.
         self.path: tuple[str, ...] = ()
@@ -117,6 +121,7 @@ class Message:
         twin.encoded = self.encoded
         twin.segment = 0
         twin.sequence = 0
+        twin.position = 0
         twin.recovered = False
         twin.path = self.path
         twin.created = self.created

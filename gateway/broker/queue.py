@@ -3,8 +3,11 @@ and a topic binding, the queue of one topic subscription."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from operator import attrgetter
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from gateway.broker.message import Message, SelectorHeaders
 from gateway.wildcard import compile_pattern
@@ -22,6 +25,8 @@ CLIENT_INDIVIDUAL = "client-individual"
 ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
 
 Selector = Callable[[SelectorHeaders], bool]
+
+_position = attrgetter("position")
 
 
 class Subscription:
@@ -122,6 +127,7 @@ class Queue:
         self._levels: list[deque[Message]] = [deque() for _ in range(10)]
         self._high = 0  # no level above this one holds a message
         self._count = 0
+        self._last_position = 0  # the last Message.position given here: each level is in this order
         self.depth_max = 0  # the deepest since the metrics' 10-second window began (management.state rolls it)
         self._next = 0
         self._dispatching = False
@@ -147,6 +153,8 @@ class Queue:
 
     def put(self, message: Message) -> None:
         priority = message.priority
+        position = self._last_position + 1
+        self._last_position = message.position = position
         self._levels[priority].append(message)
         if priority > self._high:
             self._high = priority
@@ -200,13 +208,22 @@ class Queue:
         return oldest
 
     def put_back(self, messages: list[Message]) -> None:
-        """Return messages (in their delivery order) to the head of the queue."""
-        for message in reversed(messages):
+        """Return messages to the places they had: by their enqueue order here
+        (Message.position), each ahead of everything that came after it, as RabbitMQ
+        requeues. Whatever order they come back in (one nack at a time, sessions
+        closing one after another, a peer refusing a few) the queue then reads as it
+        did, and a priority queue still serves by priority."""
+        levels = self._levels
+        for message in sorted(messages, key=_position, reverse=True):  # newest first: the rest go in front
             priority = message.priority
-            self._levels[priority].appendleft(message)
+            level = levels[priority]
+            if not level or level[0].position > message.position:
+                level.appendleft(message)  # the usual case: it was the head when taken
+            else:  # taken from behind older ones (a selector, a peer), or these came back first
+                level.insert(bisect_left(level, message.position, key=_position), message)
             if priority > self._high:
                 self._high = priority
-            self._count += 1
+        self._count += len(messages)
         if self._count > self.depth_max:
             self.depth_max = self._count
 
@@ -363,6 +380,23 @@ class Queue:
                 level.extend(keep)
         self._count -= len(expired)
         return expired
+
+
+@contextmanager
+def dispatch_held(queues: Iterable[Queue]) -> Iterator[None]:
+    """Nothing goes out of these queues until the block ends: what several requeues
+    inside it return (a closing session's consumers, its transactions, a channel's
+    gets) is all back in place before any of it is given to a consumer again, who
+    then gets it in the queue's order. Queues already dispatching are left to that."""
+    held = [queue for queue in queues if not queue._dispatching]
+    for queue in held:
+        queue._dispatching = True
+    try:
+        yield
+    finally:
+        for queue in held:
+            queue._dispatching = False
+            queue.dispatch()
 
 
 class TopicBinding:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import MESSAGE_OVERHEAD, Message
-from gateway.broker.queue import AUTO, CLIENT, Queue, Subscription
+from gateway.broker.queue import AUTO, CLIENT, Queue, Subscription, dispatch_held
 from model.latency import TOP as LATENCY_TOP
 from model.names import quoted
 
@@ -255,12 +255,15 @@ class Session:
         self.closed = True
         self.writable = False
         self.broker.sessions.pop(self.name, None)
-        for tx in self.transactions.values():
-            self._rollback(tx)
-        self.transactions.clear()
-        for sub in list(self.subscriptions.values()):
-            self._detach(sub)
-        self.subscriptions.clear()
+        returning = {sub.queue for sub in self.subscriptions.values()}
+        returning.update(queue for tx in self.transactions.values() for queue, _ in tx.acks)
+        with dispatch_held(returning):  # another consumer gets them back in order, not consumer by consumer
+            for tx in self.transactions.values():
+                self._rollback(tx)
+            self.transactions.clear()
+            for sub in list(self.subscriptions.values()):
+                self._detach(sub)
+            self.subscriptions.clear()
         for queue in self.temp_queues.values():
             self.broker.drop_queue(queue)
         self.temp_queues.clear()
