@@ -59,7 +59,9 @@ def test_every_admin_action_is_refused_without_admin(node, action):
     raw.send_frame("SEND", {"destination": ADDRESS, "reply-to": reply_to, "meshgate-admin": "true",
                             "correlation-id": "c1"},
                    json.dumps({"action": action, "queue": "q", "destination": "/queue/q", "connection": "x",
-                               "forget": "n", "kind": "queue", "name": "q"}))
+                               "forget": "n", "kind": "queue", "name": "q", "vhost": "/", "user": "u",
+                               "permission": {"vhost": "/", "user": "u", "configure": "", "write": "",
+                                              "read": ""}}))
     reply = json.loads(raw.expect("MESSAGE").body)
     assert reply["ok"] is False and reply["error"]["code"] == "forbidden", reply
 
