@@ -243,7 +243,7 @@ class Channel:
         else:
             self._allowed("write", "/queue/" + routing_key, command)
         try:
-            publish = props.from_properties(command.properties or {}, broker.now_ms)
+            publish = props.from_properties(command.properties or {}, broker.now_ms, command.raw_properties)
         except ValueError as error:
             raise self._error(spec.PRECONDITION_FAILED, str(error), command) from None
         headers = publish.headers

@@ -10,9 +10,10 @@ DEFAULT_PRIORITY = 4
 # Where a message was published when it went through an exchange (AMQP); a queue
 # copy made by a fan-out carries them, as its consumers are told them.
 EXCHANGE_HEADER, ROUTING_KEY_HEADER = "amqp-exchange", "amqp-routing-key"
-# JSON {name: "int" | "bool" | "float" | "json"}: the AMQP types of header values that
-# were not strings when published (gateway/amqp/properties.py). Only the AMQP gateway
-# writes it; a STOMP or management sender cannot.
+# JSON {name: tag}: the AMQP field types of header values that were not UTF-8 strings
+# when published ("int", "bool", "float", "json", a type code, or the tags inside a
+# table or array: gateway/amqp/properties.py). Only the AMQP gateway writes it; a STOMP
+# or management sender cannot.
 TYPES_HEADER = "amqp-types"
 # What a protocol writes on a delivery (a STOMP MESSAGE's own headers): never taken from
 # the message's headers, whoever published it.

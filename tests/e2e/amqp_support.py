@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -16,6 +18,8 @@ from pathlib import Path
 import pika
 from e2e_support import HOST, BrokerProcess, module_broker
 from mesh_support import wait_until
+
+from gateway.amqp.codec import encode_method
 
 AMQP_ON = "amqp.bind=127.0.0.1:0"  # a --set that gives a node an AMQP listener on a free port
 
@@ -153,3 +157,70 @@ class CeleryWorker:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+
+
+class RawChannel:
+    """A client on raw sockets, through the handshake with channel 1 open: publishes a
+    content header's property bytes exactly as given and reads back the property bytes
+    of what ``basic.get`` answers, exactly as the node wrote them (no client library
+    between: pika and py-amqp decode table values to Python types, losing their codes)."""
+
+    def __init__(self, process, timeout: float = 10.0) -> None:
+        from tests.amqp_inputs import PROTOCOL_HEADER, start_ok
+
+        self.sock = socket.create_connection((HOST, amqp_port(process)), timeout=timeout)
+        self._data = b""
+        self.sock.sendall(PROTOCOL_HEADER)
+        self._expect(0x000A000A)  # connection.start
+        self.sock.sendall(start_ok())
+        self._expect(0x000A001E)  # connection.tune
+        self.sock.sendall(encode_method(0, "connection.tune_ok", channel_max=16, frame_max=131072, heartbeat=0)
+                          + encode_method(0, "connection.open", virtual_host="/")
+                          + encode_method(1, "channel.open"))
+        self._expect(0x000A0029)  # connection.open-ok
+        self._expect(0x0014000B)  # channel.open-ok
+
+    def declare(self, queue: str, durable: bool = False) -> None:
+        self.sock.sendall(encode_method(1, "queue.declare", queue=queue, durable=durable))
+        self._expect(0x0032000B)
+
+    def publish(self, queue: str, flags: int, properties: bytes, body: bytes = b"body") -> None:
+        """basic.publish to ``queue`` through the default exchange, with these property flags and bytes."""
+        from tests.amqp_inputs import frame
+
+        header = struct.pack(">HHQH", 60, 0, len(body), flags) + properties
+        self.sock.sendall(encode_method(1, "basic.publish", exchange="", routing_key=queue)
+                          + frame(2, 1, header) + frame(3, 1, body))
+
+    def get(self, queue: str) -> tuple[int, bytes]:
+        """basic.get (no-ack) from ``queue``: the (flags, property bytes) of the message got."""
+        self.sock.sendall(encode_method(1, "basic.get", queue=queue, no_ack=True))
+        self._expect(0x003C0047)  # basic.get-ok
+        kind, payload = self._frame()
+        assert kind == 2, (kind, payload[:40])
+        size, flags = struct.unpack_from(">QH", payload, 4)
+        while size > 0:  # the body's frames
+            kind, body = self._frame()
+            assert kind == 3, (kind, body[:40])
+            size -= len(body)
+        return flags, payload[14:]
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def _expect(self, method: int) -> bytes:
+        kind, payload = self._frame()
+        got = struct.unpack_from(">I", payload)[0]
+        assert kind == 1 and got == method, f"expected method {method:#010x}, got {kind} {payload[:60]!r}"
+        return payload
+
+    def _frame(self) -> tuple[int, bytes]:
+        while True:
+            if len(self._data) >= 7:
+                kind, _, size = struct.unpack_from(">BHI", self._data)
+                if len(self._data) >= 8 + size:
+                    payload, self._data = self._data[7:7 + size], self._data[8 + size:]
+                    return kind, payload
+            chunk = self.sock.recv(65536)
+            assert chunk, f"the node closed the socket (after {self._data[:100]!r})"
+            self._data += chunk
