@@ -60,15 +60,22 @@ def test_twenty_nacked_at_once_come_back_in_order_before_later_messages(node, am
     assert [method.redelivered for method, _ in again] == [True] * 20 + [False] * 5
 
 
-def test_rejected_messages_return_to_their_own_places(node, amqp):
-    connection = amqp(node)
+def delivered_then_cancelled(connection, prefix: str, count: int, prefetch: int):
+    """A new queue with ``count`` numbered messages, ``prefetch`` of them delivered to a
+    consumer of ``connection`` that is then cancelled (they stay unacked): (channel,
+    queue, the deliveries)."""
     channel = connection.channel()
-    queue = unique("reject")
+    queue = unique(prefix)
     channel.queue_declare(queue)
-    got = consuming(channel, queue, prefetch=6)
-    publish_numbered(channel, queue, 20)
-    await_deliveries(connection, got, 6)
+    got = consuming(channel, queue, prefetch=prefetch)
+    publish_numbered(channel, queue, count)
+    await_deliveries(connection, got, prefetch)
     channel.basic_cancel(got[0][0].consumer_tag)
+    return channel, queue, got
+
+
+def test_rejected_messages_return_to_their_own_places(node, amqp):
+    channel, queue, got = delivered_then_cancelled(amqp(node), "reject", 20, prefetch=6)
     tags = {body: method.delivery_tag for method, body in got}
     channel.basic_reject(tags[b"3"], requeue=True)
     channel.basic_reject(tags[b"5"], requeue=True)
@@ -80,14 +87,7 @@ def test_rejected_messages_return_to_their_own_places(node, amqp):
 
 
 def test_recover_requeues_in_the_original_order(node, amqp):
-    connection = amqp(node)
-    channel = connection.channel()
-    queue = unique("recover")
-    channel.queue_declare(queue)
-    got = consuming(channel, queue, prefetch=10)
-    publish_numbered(channel, queue, 15)
-    await_deliveries(connection, got, 10)
-    channel.basic_cancel(got[0][0].consumer_tag)
+    channel, queue, _ = delivered_then_cancelled(amqp(node), "recover", 15, prefetch=10)
     channel.basic_recover(requeue=True)
     assert [body for _, _, body in drain(amqp(node).channel(), queue, 15)] == numbered(15)
 
