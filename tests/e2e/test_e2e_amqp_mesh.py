@@ -115,3 +115,30 @@ def test_a_celery_worker_on_one_node_runs_tasks_sent_through_another_and_a_kille
     finally:
         for worker in workers:
             worker.stop(signal.SIGKILL)
+
+
+def test_a_mandatory_message_no_queue_in_the_mesh_takes_comes_back(mesh, amqp):
+    a, b = mesh(2, sets=[AMQP_ON])
+    exchange, queue = unique("routes"), unique("bound-on-b")
+    on_b = amqp(b.proc).channel()
+    on_b.exchange_declare(exchange, "direct", durable=True)
+    on_b.queue_declare(queue, durable=True)
+    on_b.queue_bind(queue, exchange, "known")
+    on_a = amqp(a.proc).channel()
+    on_a.confirm_delivery()
+
+    def routed_on_a() -> bool:
+        try:
+            on_a.basic_publish(exchange, "known", b"probe", mandatory=True)
+            return True
+        except (pika.exceptions.UnroutableError, pika.exceptions.ChannelClosedByBroker):
+            return False
+
+    wait_until(routed_on_a, "a to route to the queue bound on b", timeout=15, interval=0.2)
+    try:
+        on_a.basic_publish(exchange, "unknown", b"nobody", mandatory=True)
+        returned = False
+    except pika.exceptions.UnroutableError as error:
+        returned = [message.body for message in error.messages] == [b"nobody"]
+    assert returned
+
