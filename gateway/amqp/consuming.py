@@ -194,20 +194,9 @@ def method_basic_get(channel: Channel, args, command: Command) -> None:
 
 
 def method_basic_ack(channel: Channel, args, command: Command) -> None:
-    by_sub: dict[Subscription | None, list[Message]] = {}
-    queues: dict[Subscription | None, Queue] = {}
-    for _, (queue, message, sub) in _settled(channel, args.delivery_tag, args.multiple, command):
-        if sub is not None:
-            if sub.inflight.pop(message.id, None) is None:
-                continue  # returned already (the consumer's queue went)
-        else:
-            channel._gets -= 1
-        by_sub.setdefault(sub, []).append(message)
-        queues[sub] = queue
     consumed = channel.broker.consumed
     now = channel.broker.seconds()
-    for sub, messages in by_sub.items():
-        queue = queues[sub]
+    for queue, messages in _taken_off(channel, _settled(channel, args.delivery_tag, args.multiple, command)).items():
         for message in messages:
             consumed(queue, message)
         queue.acknowledged(messages, now)
@@ -258,17 +247,23 @@ def _settled(channel: Channel, delivery_tag: int, multiple: bool, command: Comma
     return [(tag, unacked.pop(tag)) for tag in tags]
 
 
-def _refuse(channel: Channel, settled: list, requeue: bool) -> None:
-    refused: dict[Queue, list[Message]] = {}
+def _taken_off(channel: Channel, settled: list) -> dict[Queue, list[Message]]:
+    """The settled deliveries still out, by queue in delivery order, taken off their
+    consumer's window (or the channel's count of gets)."""
+    by_queue: dict[Queue, list[Message]] = {}
     for _, (queue, message, sub) in settled:
         if sub is not None:
             if sub.inflight.pop(message.id, None) is None:
                 continue  # returned already (the consumer's queue went)
         else:
             channel._gets -= 1
-        refused.setdefault(queue, []).append(message)
+        by_queue.setdefault(queue, []).append(message)
+    return by_queue
+
+
+def _refuse(channel: Channel, settled: list, requeue: bool) -> None:
     broker = channel.broker
-    for queue, messages in refused.items():
+    for queue, messages in _taken_off(channel, settled).items():
         if requeue:
             broker.requeue(queue, messages)  # all back in their places before any goes out again
         else:
