@@ -15,6 +15,18 @@ from e2e_support import HOST, unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
 
 
+def routes(connection, exchange: str, routing_key: str) -> bool:
+    """Whether a mandatory publish on a fresh confirming channel of ``connection`` finds a
+    queue: a node learns exchanges and bindings over its links, and routes nothing before."""
+    channel = connection.channel()
+    channel.confirm_delivery()
+    try:
+        channel.basic_publish(exchange, routing_key, b"probe", mandatory=True)
+        return True
+    except (pika.exceptions.UnroutableError, pika.exceptions.ChannelClosedByBroker):
+        return False
+
+
 def test_definitions_made_over_amqp_route_on_every_node_and_stomp_reads_them(mesh, amqp):
     a, b = mesh(2, sets=[AMQP_ON])
     on_a = amqp(a.proc).channel()
@@ -23,18 +35,8 @@ def test_definitions_made_over_amqp_route_on_every_node_and_stomp_reads_them(mes
     on_a.queue_declare(queue, durable=True)
     on_a.queue_bind(queue, exchange, "invoice.#")
     to_b = amqp(b.proc)
-
-    def routed_on_b() -> bool:
-        """b learns the exchange and the binding over the link; until then a publish there has no route."""
-        channel = to_b.channel()
-        channel.confirm_delivery()
-        try:
-            channel.basic_publish(exchange, "invoice.eu", b"probe", mandatory=True)
-            return True
-        except (pika.exceptions.UnroutableError, pika.exceptions.ChannelClosedByBroker):
-            return False
-
-    wait_until(routed_on_b, "b to route to the queue declared on a", timeout=15, interval=0.2)
+    wait_until(lambda: routes(to_b, exchange, "invoice.eu"), "b to route to the queue declared on a", timeout=15,
+               interval=0.2)
     on_b = to_b.channel()
     for i in range(10):
         on_b.basic_publish(exchange, "invoice.eu", b"from b %d" % i, pika.BasicProperties(delivery_mode=2))
@@ -124,17 +126,10 @@ def test_a_mandatory_message_no_queue_in_the_mesh_takes_comes_back(mesh, amqp):
     on_b.exchange_declare(exchange, "direct", durable=True)
     on_b.queue_declare(queue, durable=True)
     on_b.queue_bind(queue, exchange, "known")
-    on_a = amqp(a.proc).channel()
+    to_a = amqp(a.proc)
+    wait_until(lambda: routes(to_a, exchange, "known"), "a to route to the queue bound on b", timeout=15, interval=0.2)
+    on_a = to_a.channel()
     on_a.confirm_delivery()
-
-    def routed_on_a() -> bool:
-        try:
-            on_a.basic_publish(exchange, "known", b"probe", mandatory=True)
-            return True
-        except (pika.exceptions.UnroutableError, pika.exceptions.ChannelClosedByBroker):
-            return False
-
-    wait_until(routed_on_a, "a to route to the queue bound on b", timeout=15, interval=0.2)
     try:
         on_a.basic_publish(exchange, "unknown", b"nobody", mandatory=True)
         returned = False
