@@ -25,6 +25,7 @@ from typing import Any, Iterable, Protocol
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
+from gateway.broker.broker import Broker
 from gateway.broker.message import QUEUE, TOPIC, Message
 from gateway.broker.queue import Queue
 from gateway.broker.vhosts import VirtualHosts
@@ -330,7 +331,7 @@ class Custody:
             queue.broker.requeue(queue, messages)
         return forgotten
 
-    def vhost_removed(self, name: str, broker: object) -> None:
+    def vhost_removed(self, name: str, broker: Broker) -> None:
         """Its messages held in doubt go with its queues (no peer is asked about them again)."""
         for entry_name, entry in list(self._doubt.items()):
             if entry.queue.broker is broker:

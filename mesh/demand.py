@@ -115,8 +115,7 @@ class Demand:
         vhosts = self.vhosts
         for peer_id, peer in peers.items():
             every_vhost = peer.vhosts
-            records = local if every_vhost else [r for r in local if r.vhost == DEFAULT_VHOST]
-            records = list(records)
+            records = list(local) if every_vhost else [r for r in local if r.vhost == DEFAULT_VHOST]
             # Demand crosses every link there is (allow_direct_connections_only limits
             # whom a node dials, not what its links carry): else an explicit chain strands.
             for other_id, other in peers.items():
@@ -162,7 +161,7 @@ class Demand:
         """Make the link's subscriptions match the demand learned over it, vhost by vhost."""
         forwarding = self._forwards_to(peer)
         for channel, broker, demand in self._channels(peer, forwarding):
-            self._reconcile_vhost(peer_id, channel, broker, demand, forwarding)
+            self._reconcile_vhost(peer_id, peer, channel, broker, demand, forwarding)
 
     def _channels(self, peer: Peer, forwarding: bool) -> list[tuple[PeerVhost, Broker, list[DemandRecord]]]:
         """Each vhost the peer is linked in or wants something of, with its demand there;
@@ -183,9 +182,8 @@ class Demand:
             found.append((channel, broker, demand))
         return found
 
-    def _reconcile_vhost(self, peer_id: str, channel: PeerVhost, broker: Broker, demand: list[DemandRecord],
-                         forwarding: bool) -> None:
-        peer = self.linked[peer_id]
+    def _reconcile_vhost(self, peer_id: str, peer: Peer, channel: PeerVhost, broker: Broker,
+                         demand: list[DemandRecord], forwarding: bool) -> None:
         config = self.config
         vhost = channel.name
         wanted: dict[str, list[str | None]] = {}

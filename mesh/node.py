@@ -66,14 +66,13 @@ class MeshNode:
         self.node_id = node_id
         self.name = name
         self.vhosts = vhosts
-        self.broker: Broker = vhosts.default
-        broker = self.broker
+        broker = self.broker = vhosts.default
         self.reactor = reactor
         self.identity = Identity(config, node_id=node_id, name=name, started_at=started_at, epoch=epoch,
                                  stomp_address=stomp_address, on_fenced=on_fenced,
                                  on_fatal=on_fatal or (lambda reason: log.error("mesh: %s", reason)))
-        for each in vhosts:
-            self._vhost_added("", each)
+        for vhost_name, vhost_broker in vhosts.brokers.items():
+            self._vhost_added(vhost_name, vhost_broker)
         vhosts.watch(added=self._vhost_added)
         events = broker.events
         self.frames = frames = FrameTable()
