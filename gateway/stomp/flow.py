@@ -42,12 +42,13 @@ class ProducerFlow:
     def count_partial(self, buffered: int) -> None:
         """A large frame counts against the memory limit as it arrives, and a client
         whose frame arrives while memory is full is not read on (unless its frame
-        is most of what fills it: only reading on can end that)."""
+        and its open transactions are most of what fills it: only reading on can
+        end that)."""
         broker = self._broker
         grown, self.partial = buffered - self.partial, buffered
         if grown > 0:
             broker.reserve_memory(grown)
-            if broker.memory_full and buffered * 2 < broker.memory_used:
+            if broker.memory_full and not self._fills_memory_itself():
                 self._pause()
         elif grown < 0:
             broker.release_memory(-grown)
@@ -89,10 +90,12 @@ class ProducerFlow:
             (until or self._broker.when_memory_available)(self._resume)
 
     def _fills_memory_itself(self) -> bool:
-        """Its own open transactions hold most of the memory: only reading on
-        (to its COMMIT, or to the transaction limit's ERROR) can free it."""
+        """Its partial frame and its open transactions hold most of the memory: only
+        reading on (to the frame's end, its COMMIT, or the transaction limit's ERROR)
+        can free it."""
         handler = self._connection.handler
-        return handler is not None and handler.session.transaction_bytes * 2 >= self._broker.memory_used
+        own = self.partial + (handler.session.transaction_bytes if handler is not None else 0)
+        return own * 2 >= self._broker.memory_used
 
     def _resume(self) -> None:
         if self.paused and not self._connection.closing:

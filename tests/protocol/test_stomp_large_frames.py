@@ -59,6 +59,20 @@ def test_a_frame_that_alone_fills_memory_is_read_on_so_it_can_finish():
     assert len(harness.broker.queues["big"]) == 1
 
 
+def test_a_frame_that_tips_its_own_transaction_over_the_limit_is_read_on_to_its_error():
+    """Its own transaction holds the memory: paused, it would wait for itself forever."""
+    harness = Harness(memory_limit=MiB)
+    client = harness.client()
+    client.send("BEGIN", {"transaction": "t"})
+    client.send("SEND", {"destination": "/queue/big", "transaction": "t"}, b"t" * (MiB - 400 - 1000))
+    frame = encode_frame("SEND", {"destination": "/queue/big", "transaction": "t"}, b"t" * 4000, version="1.2")
+    client.raw(frame[:2000])  # with the transaction's bytes, past the limit
+    assert harness.broker.memory_full
+    assert client.transport.producerState == "producing"
+    client.raw(frame[2000:])
+    assert [f.command for f in client.frames()] == ["ERROR"]
+
+
 LARGE = bytes(range(1, 256)) * (3 * MiB // 255 + 7)  # over 3 MiB (and no NUL): written in pieces
 
 
