@@ -21,7 +21,7 @@ from gateway.amqp.spec import AmqpError
 from gateway.auth import ANONYMOUS
 from gateway.broker.errors import BrokerError
 from gateway.broker.exchanges import TOPIC_EXCHANGE
-from gateway.broker.message import Message
+from gateway.broker.message import MESSAGE_OVERHEAD, Message
 from gateway.broker.queue import Queue, Subscription, dispatch_held
 from gateway.permissions import amqp_needs
 from model.mesh import ChannelSummary
@@ -60,6 +60,7 @@ class Channel:
         self.closing = False
         self.transactional = False
         self._tx: list[tuple] = []
+        self._tx_bytes = 0  # what self._tx holds, counted against the node's memory until commit or rollback
         self._handlers: dict = {}  # method spec -> this channel's handler
 
     # -- dispatch -------------------------------------------------------------------------
@@ -153,6 +154,8 @@ class Channel:
         """The channel or its connection went: unacked messages return, consumers go."""
         if self.session.closed:
             return
+        self._tx = []
+        self._release_tx()
         by_queue: dict[Queue, list[Message]] = {}
         for queue, message, sub in self.unacked.values():
             if sub is None:  # a basic.get
@@ -255,6 +258,7 @@ class Channel:
         encoded = None if raw is None else {"amqp": (args.route, raw)}
         body = cast(bytes, command.body)  # the reader gives every method with content its body
         if self.transactional:
+            self._hold(len(body) + MESSAGE_OVERHEAD, command)
             self._tx.append((exchange, routing_key, headers, body, publish, args.mandatory, encoded))
             return
         self._publish(exchange, routing_key, headers, body, publish, args.mandatory, encoded)
@@ -309,6 +313,7 @@ class Channel:
         if not self.transactional:
             raise self._error(spec.PRECONDITION_FAILED, "tx.commit on a channel that is not transactional", command)
         held, self._tx = self._tx, []
+        self._release_tx()
         for exchange, routing_key, headers, body, publish, mandatory, encoded in held:
             self._publish(exchange, routing_key, headers, body, publish, mandatory, encoded)
         self._reply("tx.commit_ok")
@@ -318,4 +323,25 @@ class Channel:
             raise self._error(spec.PRECONDITION_FAILED, "tx.rollback on a channel that is not transactional",
                               command)
         self._tx = []
+        self._release_tx()
         self._reply("tx.rollback_ok")
+
+    def _hold(self, size: int, command: Command) -> None:
+        """A publish held until tx.commit counts against the memory like a queued
+        message. A transaction that could never be held is refused rather than left to
+        stall; one that fills the memory itself is read on, as only its commit (or its
+        refusal) can free it."""
+        broker = self.broker
+        if self._tx_bytes + size > broker.memory_limit:
+            raise self._error(spec.PRECONDITION_FAILED,
+                              f"the transaction would hold more than the node's memory limit of "
+                              f"{broker.memory_limit} bytes; commit in smaller transactions", command)
+        self._tx_bytes += size
+        broker.reserve_memory(size)
+        if broker.memory_full and self._tx_bytes * 2 < broker.memory_used:
+            self.connection.pause_reading(broker.when_memory_available)
+
+    def _release_tx(self) -> None:
+        if self._tx_bytes:
+            self.broker.release_memory(self._tx_bytes)
+            self._tx_bytes = 0
