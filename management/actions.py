@@ -169,6 +169,17 @@ class LocalActions(PermissionActions):
             broker.route(copy)
         return self._done("move", "/queue/" + name, len(moved), f"to /queue/{to_queue}")
 
+    def pull(self, name: str, to_node: str, count: int, vhost: str = DEFAULT_VHOST) -> Done:
+        """Half of what waits at most (this node's own consumers and gets keep the rest),
+        to a linked node only: hand_over goes over one link."""
+        if count < 1:
+            raise ManagementError("bad_request", f"count must be at least 1, got {count}")
+        queue = self._queue(name, vhost)
+        share = min(count, (len(queue) + 1) // 2)
+        mesh = self.mesh
+        moved = mesh.hand_over(to_node, name, share, vhost) if share and mesh is not None else 0
+        return self._done("pull", "/queue/" + name, moved)
+
     def _move_to_node(self, name: str, to_node: str, count: int | None, vhost: str) -> Done:
         mesh = self.mesh
         if mesh is None:

@@ -89,6 +89,7 @@ class ManagementService:
             "purge": lambda r: actions.purge(r.queue, r.vhost),
             "delete_queue": lambda r: actions.delete_queue(r.queue, r.vhost),
             "move": lambda r: actions.move(r.queue, r.to_queue, r.to_node, r.count, r.vhost),
+            "pull": lambda r: actions.pull(r.queue, r.to_node, r.count, r.vhost),
             "send": lambda r: actions.send(r.destination, r.body, r.headers, r.persistent, r.vhost),
             "close_connection": lambda r: actions.close_connection(r.connection, r.reason),
             "forget": lambda r: actions.forget(r.forget),
@@ -189,11 +190,12 @@ class ManagementService:
                 request = msgspec.structs.replace(request, to_node=self._resolve(request.to_node))
         except ManagementError as error:
             return defer.succeed(Reply(action=action, ok=False, error=error.failure()))
-        asked = [self._ask(node_id, request, user, request.node == ALL) for node_id in targets]
+        asked = [self.ask(node_id, request, user, request.node == ALL) for node_id in targets]
         gathered = defer.DeferredList(asked, consumeErrors=True)
         return gathered.addCallback(self._gather, action, targets, request.node)
 
-    def _ask(self, node_id: str, request: Request, user: str, everywhere: bool = False) -> defer.Deferred:
+    def ask(self, node_id: str, request: Request, user: str, everywhere: bool = False,
+            timeout: float | None = None) -> defer.Deferred:
         """One node's answer: a result, or a ManagementError. ``everywhere``: the request
         went to every node, so a node without the queue is no refusal worth recording."""
         if node_id == self.node_id:
@@ -201,7 +203,7 @@ class ManagementService:
         assert self.mesh is not None, "other nodes are known through the mesh only"
         body = {"request": msgspec.to_builtins(msgspec.structs.replace(request, node=node_id)), "user": user,
                 "everywhere": everywhere}
-        d = self.mesh.router.request(node_id, body, self.timeout)
+        d = self.mesh.router.request(node_id, body, self.timeout if timeout is None else timeout)
 
         def unpack(answer: dict) -> Any:
             if "error" in answer:
@@ -243,18 +245,18 @@ class ManagementService:
         """Ask every node what the vhost holds there, then delete it here (and by its
         definition everywhere), unless that is refused (actions.vhost_delete)."""
         targets = self._targets(ALL)
-        asked = [self._ask(node_id, VhostList(), user) for node_id in targets]
+        asked = [self.ask(node_id, VhostList(), user) for node_id in targets]
 
         def delete(outcomes: list) -> Reply:
             holding: dict[str, int] = {}
             unanswered = []
             for (ok, rows), node_id in zip(outcomes, targets, strict=True):
                 if not ok:
-                    unanswered.append(self._name_of(node_id))
+                    unanswered.append(self.name_of(node_id))
                     continue
                 for row in msgspec.convert(rows, list[VhostRow]):
                     if row.name == request.name:
-                        holding[self._name_of(node_id)] = row.messages
+                        holding[self.name_of(node_id)] = row.messages
 
             def answer(r: VhostDelete) -> Any:
                 return self.actions.vhost_delete(r.name, r.force, holding, unanswered)
@@ -266,7 +268,7 @@ class ManagementService:
 
         return defer.DeferredList(asked, consumeErrors=True).addCallback(delete)
 
-    def _name_of(self, node_id: str) -> str:
+    def name_of(self, node_id: str) -> str:
         if node_id == self.node_id:
             return self.name
         entry = self.mesh.topology.entries.get(node_id) if self.mesh is not None else None
@@ -367,7 +369,7 @@ class ManagementService:
                 reporter=self.node_id, taken_at=self.state.clock.seconds(), nodes=[self.state.summary()])))
         view = self.mesh.topology.view()
         up = [summary.node.id for summary in view if summary.node.state != "down" and fresh]
-        asked = [self._ask(node_id, Summary(), "?") for node_id in up]
+        asked = [self.ask(node_id, Summary(), "?") for node_id in up]
 
         def gather(outcomes: list) -> Reply:
             fresh = {node_id: value for (ok, value), node_id in zip(outcomes, up, strict=True) if ok}

@@ -63,6 +63,7 @@ class Node:
         self.vhosts: VirtualHosts | None = None
         self.stomp_factory: StompFactory | None = None
         self.amqp_factory: AmqpFactory | None = None
+        self.management: ManagementService | None = None
         self.ports: list = []
         self._sweeper: task.LoopingCall | None = None
         self.mesh: MeshNode | None = None
@@ -225,8 +226,8 @@ class Node:
                                scale_down_and_stop=self.scale_down_and_stop,
                                failback=self.ha.failback if self.config.ha.replicated else None,
                                reload_tls=self.reload_tls, vhosts=self.vhosts)
-        ManagementService(node_id=node_id, name=self.config.name, broker=broker, mesh=self.mesh,
-                          state=state, actions=actions, events=events, authorizer=authorizer)
+        self.management = ManagementService(node_id=node_id, name=self.config.name, broker=broker, mesh=self.mesh,
+                                            state=state, actions=actions, events=events, authorizer=authorizer)
         return state
 
     def _start_metrics(self, config: MetricsConfig, redis_url: str, state: LocalState, events: EventLog) -> None:
@@ -251,6 +252,11 @@ class Node:
         factory = self.amqp_factory = AmqpFactory(vhosts.default, settings, authenticator, authorizer, self.reactor,
                                                   node_name=self.config.name, threadpool=self.reactor.getThreadPool(),
                                                   vhosts=vhosts, permissions=permissions, limits=limits)
+        if self.mesh is not None:  # a client on this node sees each queue of the whole mesh
+            from management.amqp_mesh import AmqpMeshQueues
+
+            assert self.management is not None  # started before the listeners
+            factory.mesh_queues = AmqpMeshQueues(self.identity["id"], self.management, self.mesh.topology)
         self.ports.append(("amqp", (yield self._listen(amqp.bind, factory))))
         if amqp.tls is not None:
             self.ports.append(("amqps", (yield self._listen_tls(amqp.tls, factory))))

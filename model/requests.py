@@ -106,6 +106,17 @@ class DeleteQueue(Request, kw_only=True, tag="delete_queue"):
     vhost: str = DEFAULT_VHOST
 
 
+class Pull(Request, kw_only=True, tag="pull"):
+    """Move up to ``count`` waiting messages of the queue to the linked node ``to_node``,
+    where an AMQP basic.get found none (issue 26): as ``move`` to a node, with custody,
+    leaving at least half of what waits here for this node's own consumers and gets."""
+
+    queue: str
+    to_node: str
+    count: int = 1000
+    vhost: str = DEFAULT_VHOST
+
+
 class Move(Request, kw_only=True, tag="move"):
     """Move waiting messages to another queue on the same node (``to_queue``), or to
     the same queue on a linked node (``to_node``), with custody as for any forward."""
@@ -251,9 +262,9 @@ class VhostPermissionsList(Request, kw_only=True, tag="vhost_permissions_list"):
 
 
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
-              | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue | DeleteDefinition
-              | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList | VhostPermissionsSet
-              | VhostPermissionsClear | VhostPermissionsList)
+              | Pull | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue
+              | DeleteDefinition | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList
+              | VhostPermissionsSet | VhostPermissionsClear | VhostPermissionsList)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
                            "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
@@ -364,6 +375,7 @@ RESULT_TYPES: dict[str, Any] = {
     "browse": list[BrowsePage],
     "purge": list[Done],
     "delete_queue": list[Done],
+    "pull": list[Done],
     "move": list[Done],
     "send": list[Done],
     "close_connection": list[Done],

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import itertools
 from collections import OrderedDict
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Callable, cast
+
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
 
 from gateway.amqp import consuming, declarations, spec
 from gateway.amqp import properties as props
@@ -28,6 +31,8 @@ from model.mesh import ChannelSummary
 
 if TYPE_CHECKING:
     from gateway.amqp.protocol import AmqpProtocol
+
+WAITING_LIMIT = 1000  # methods held behind one awaiting its answer before the client is not read on
 
 
 class Channel:
@@ -62,10 +67,18 @@ class Channel:
         self._tx: list[tuple] = []
         self._tx_bytes = 0  # what self._tx holds, counted against the node's memory until commit or rollback
         self._handlers: dict = {}  # method spec -> this channel's handler
+        self._waiting: list[Command] | None = None  # methods that came while one's answer is awaited
+        self._answered_callbacks: list[Callable[[], None]] = []
 
     # -- dispatch -------------------------------------------------------------------------
 
     def command(self, command: Command) -> None:
+        waiting = self._waiting
+        if waiting is not None:  # a method's answer comes from other nodes: later methods wait behind it
+            waiting.append(command)
+            if len(waiting) == WAITING_LIMIT:  # a client that goes on sending is not read until the answer
+                self.connection.pause_reading(self._when_answered)
+            return
         if self.closing:
             # After our channel.close only its close_ok counts.
             if command.spec.name == "channel.close_ok":
@@ -81,10 +94,50 @@ class Channel:
                                 command.spec.class_id, command.spec.method_id)
             self._handlers[command.spec] = handler
         try:
-            handler(command.args, command)
+            answer = handler(command.args, command)
         except BrokerError as error:
             raise AmqpError(spec.PRECONDITION_FAILED, str(error), self.number, command.spec.class_id,
                             command.spec.method_id) from None
+        if answer is not None:  # a Deferred: the method asked the mesh (gateway.amqp.mesh_queues)
+            self._await(answer)
+
+    def _await(self, answer: Deferred) -> None:
+        """Hold the channel's later methods until ``answer`` (which writes the method's
+        reply, or fails with the AmqpError that closes the channel) fires: AMQP answers a
+        channel's methods in order."""
+        self._waiting = []
+        answer.addErrback(self._failed_asynchronously)
+        answer.addBoth(self._answered)
+
+    def _failed_asynchronously(self, failure: Failure) -> None:
+        error = failure.value
+        if isinstance(error, AmqpError):
+            self.connection.channel_error(error)
+        elif error is not None:
+            self.connection.internal_error(error)
+
+    def _answered(self, _: object) -> None:
+        waiting, self._waiting = self._waiting or [], None
+        callbacks, self._answered_callbacks = self._answered_callbacks, []
+        for callback in callbacks:
+            callback()
+        for position, command in enumerate(waiting):
+            if self._waiting is not None:  # another method asked the mesh: the rest wait for it
+                self._waiting.extend(waiting[position:])
+                return
+            try:
+                self.connection.handle(command)
+            except Exception as error:  # as dataReceived's last line of defence: this connection only
+                self.connection.internal_error(error)
+                return
+
+    def _when_answered(self, callback: Callable[[], None]) -> None:
+        self._answered_callbacks.append(callback)
+
+    @property
+    def open(self) -> bool:
+        """Not closed, nor closing: what a reply that came from the mesh is written to."""
+        return not self.closing and not self.session.closed
 
     def _error(self, code: int, text: str, command: Command) -> AmqpError:
         return AmqpError(code, text, self.number, command.spec.class_id, command.spec.method_id)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from twisted.internet.defer import Deferred
+
+from gateway.amqp import gets, spec
 from gateway.amqp import properties as props
-from gateway.amqp import spec
 from gateway.amqp.codec import (
     encode_consumer,
-    encode_content,
     encode_delivery,
-    encode_method,
     encode_properties,
     encode_route,
 )
@@ -169,28 +169,23 @@ def deliver(channel: Channel, sub: Subscription, message: Message) -> None:
                                           encoded[1], message.body, connection.frame_max))
 
 
-def method_basic_get(channel: Channel, args, command: Command) -> None:
-    queue = channel._existing_queue(args.queue, command)
-    channel._allowed("read", "/queue/" + args.queue, command)
-    taken = queue.take(1)
-    if not taken:
-        channel._reply("basic.get_empty")
-        return
-    message = taken[0]
-    message.deliveries += 1
-    tag = next(channel._tags)
-    if args.no_ack:
-        channel.broker.consumed(queue, message)
-        queue.acknowledged([message], channel.broker.seconds())
-    else:
-        channel.unacked[tag] = (queue, message, None)
-        channel._gets += 1
-    exchange, routing_key = route_of(message)
-    frames = [encode_method(channel.number, "basic.get_ok", delivery_tag=tag, redelivered=message.redelivered,
-                            exchange=exchange, routing_key=routing_key, message_count=len(queue))]
-    properties = props.to_properties(message.headers, message.persistent, message.priority)
-    frames += encode_content(channel.number, properties, message.body, channel.connection.frame_max)
-    channel.connection.writeSequence(frames)
+def method_basic_get(channel: Channel, args, command: Command) -> Deferred | None:
+    name = args.queue
+    mesh = channel.connection.factory.mesh_queues
+    queue = channel.broker.queues.get(name)
+    if queue is None and mesh is None:
+        raise channel._error(spec.NOT_FOUND, f"no queue {name!r}", command)
+    channel._allowed("read", "/queue/" + name, command)
+    taken = queue.take(1) if queue is not None else None
+    if taken and queue is not None:
+        message = taken[0]
+        message.deliveries += 1
+        gets.give(channel, queue, message, args.no_ack)
+        return None
+    if mesh is not None:  # none here: another node may hold one (gateway.amqp.gets)
+        return gets.get_from_mesh(channel, mesh, name, args.no_ack, command)
+    channel._reply("basic.get_empty")
+    return None
 
 
 def method_basic_ack(channel: Channel, args, command: Command) -> None:

@@ -10,7 +10,11 @@ import secrets
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
 from gateway.amqp import spec
+from gateway.amqp.mesh_queues import MeshQueues, MeshUnanswered, Purged, QueueElsewhere
 from gateway.amqp.spec import AmqpError
 from gateway.broker.exchanges import PREDECLARED
 from model.amqp_arguments import ARGUMENT_SETTINGS, argument_problem
@@ -85,7 +89,7 @@ def _exchange_binding(channel: Channel, args, command: Command, bind: bool) -> N
     (channel.broker.bind if bind else channel.broker.unbind)(binding)
 
 
-def method_queue_declare(channel: Channel, args, command: Command) -> None:
+def method_queue_declare(channel: Channel, args, command: Command) -> Deferred | None:
     name = args.queue or "amq.gen-" + secrets.token_urlsafe(16)
     broker = channel.broker
     if name in broker.services:
@@ -93,6 +97,9 @@ def method_queue_declare(channel: Channel, args, command: Command) -> None:
     channel._not_exclusive_elsewhere(name, command)
     queue = broker.queues.get(name)
     if args.passive:
+        mesh = channel.connection.factory.mesh_queues
+        if mesh is not None:
+            return _passive_across_mesh(channel, mesh, name, args.nowait, command)
         if queue is None:
             raise channel._error(spec.NOT_FOUND, f"no queue {name!r}", command)
     else:
@@ -122,6 +129,23 @@ def method_queue_declare(channel: Channel, args, command: Command) -> None:
             lifetimes.expire_unused(name, expires)
     if not args.nowait:
         channel._reply("queue.declare_ok", queue=name, message_count=len(queue), consumer_count=len(queue.consumers))
+    return None
+
+
+def _passive_across_mesh(channel: Channel, mesh: MeshQueues, name: str, nowait: bool,
+                         command: Command) -> Deferred:
+    """A queue exists if any node has it; its counts are the whole mesh's."""
+
+    def answer(elsewhere: QueueElsewhere) -> None:
+        queue = channel.broker.queues.get(name)
+        if queue is None and not elsewhere.known:
+            raise channel._error(spec.NOT_FOUND, f"no queue {name!r} on any node", command)
+        if not nowait and channel.open:
+            here, consumers = (len(queue), len(queue.consumers)) if queue is not None else (0, 0)
+            channel._reply("queue.declare_ok", queue=name, message_count=here + elsewhere.ready,
+                           consumer_count=consumers + elsewhere.consumers)
+
+    return mesh.elsewhere(channel.connection.vhost, name).addCallback(answer)
 
 
 def method_queue_bind(channel: Channel, args, command: Command) -> None:
@@ -148,14 +172,47 @@ def _queue_binding(channel: Channel, args, command: Command) -> BindingSpec:
                        arguments=args.arguments or {})
 
 
-def method_queue_purge(channel: Channel, args, command: Command) -> None:
-    queue = channel._existing_queue(args.queue, command)
-    channel._allowed("read", "/queue/" + args.queue, command)
+def method_queue_purge(channel: Channel, args, command: Command) -> Deferred | None:
+    name = args.queue
+    mesh = channel.connection.factory.mesh_queues
+    if mesh is None:
+        channel._existing_queue(name, command)  # 404 unless the node has it
+    channel._allowed("read", "/queue/" + name, command)
+    if mesh is None:
+        _reply_purged(channel, _purge_here(channel, name), args.nowait)
+        return None
+
+    def purged_elsewhere(elsewhere: Purged) -> None:
+        here = _purge_here(channel, name)
+        if here is None and not elsewhere.known:
+            raise channel._error(spec.NOT_FOUND, f"no queue {name!r} on any node", command)
+        if channel.open:
+            _reply_purged(channel, (here or 0) + elsewhere.count, args.nowait)
+
+    def unanswered(failure: Failure) -> None:
+        failure.trap(MeshUnanswered)
+        raise channel._error(spec.PRECONDITION_FAILED, f"queue {name!r} was not purged on every node: "
+                                                       f"{failure.getErrorMessage()}", command)
+
+    principal = channel.connection.principal
+    user = f"amqp user {getattr(principal, 'name', '?')}"
+    return mesh.purge(channel.connection.vhost, name, user).addCallbacks(purged_elsewhere, unanswered)
+
+
+def _purge_here(channel: Channel, name: str) -> int | None:
+    """Drop what waits in this node's part of the queue; None: the node has no such queue."""
+    queue = channel.broker.queues.get(name)
+    if queue is None:
+        return None
     messages = queue.take_all()
     for message in messages:
         channel.broker.consumed(queue, message)
-    if not args.nowait:
-        channel._reply("queue.purge_ok", message_count=len(messages))
+    return len(messages)
+
+
+def _reply_purged(channel: Channel, count: int | None, nowait: bool) -> None:
+    if not nowait:
+        channel._reply("queue.purge_ok", message_count=count or 0)
 
 
 def _settings(arguments: dict, command: Command, channel: Channel) -> QueueSettings:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, TypeVar
 from twisted.internet.protocol import Protocol, ServerFactory
 
 from gateway.amqp.lifetimes import QueueLifetimes
+from gateway.amqp.mesh_queues import MeshQueues
 from gateway.auth import Authorizer
 from gateway.broker.broker import Broker
 from gateway.broker.vhost_limits import VhostLimits
@@ -60,6 +61,8 @@ class AmqpListener(ServerFactory[Connection]):
         self.peer_log = PeerLog(log, clock.seconds)
         self.vhosts = vhosts
         self._lifetimes: dict[Broker, QueueLifetimes] = {}  # one per vhost
+        # A node in a mesh: the other nodes' part of a queue (passive declare, get, purge).
+        self.mesh_queues: MeshQueues | None = None
 
     def broker_for(self, vhost: str) -> Broker | None:
         """The broker of the vhost connection.open names, None if there is none. Without

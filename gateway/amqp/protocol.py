@@ -136,22 +136,28 @@ class AmqpProtocol(Protocol):
             for event in events:
                 if self.state == "closed":
                     return
-                try:
-                    if isinstance(event, Command):
-                        self._command(event)
-                    elif isinstance(event, Heartbeat):
-                        pass
-                    elif isinstance(event, ProtocolHeader):
-                        self._protocol_header(event)
-                    elif isinstance(event, ContentRefused):
-                        self.channel_error(event.error)
-                except AmqpError as error:
-                    if error.code in _HARD or not error.channel:
-                        self.close_connection(error)
-                    else:
-                        self.channel_error(error)
+                self.handle(event)
         except Exception as error:  # the last line of defence: a bug closes this connection only
             self.internal_error(error)
+
+    def handle(self, event: Command | Heartbeat | ProtocolHeader | ContentRefused) -> None:
+        """One event the reader gave, or a channel's method that waited for another's answer."""
+        if self.state == "closed":
+            return
+        try:
+            if isinstance(event, Command):
+                self._command(event)
+            elif isinstance(event, Heartbeat):
+                pass
+            elif isinstance(event, ProtocolHeader):
+                self._protocol_header(event)
+            elif isinstance(event, ContentRefused):
+                self.channel_error(event.error)
+        except AmqpError as error:
+            if error.code in _HARD or not error.channel:
+                self.close_connection(error)
+            else:
+                self.channel_error(error)
 
     def internal_error(self, error: BaseException) -> None:
         """Our code raised ``error`` on this connection's input: the client hears 541

@@ -314,6 +314,7 @@ def test_unknown_event_kind_is_rejected():
      rq.Browse(queue="orders", offset=10, limit=5, preview=16)),
     ('{"action":"purge","queue":"orders"}', rq.Purge(queue="orders")),
     ('{"action":"delete_queue","queue":"orders"}', rq.DeleteQueue(queue="orders")),
+    ('{"action":"pull","queue":"orders","to_node":"n-2"}', rq.Pull(queue="orders", to_node="n-2")),
     ('{"action":"move","queue":"orders","to_node":"n-2","count":3}', rq.Move(queue="orders", to_node="n-2", count=3)),
     ('{"action":"send","destination":"/queue/q","body":"hi","headers":{"a":"b"},"persistent":true}',
      rq.Send(destination="/queue/q", body="hi", headers={"a": "b"}, persistent=True)),
