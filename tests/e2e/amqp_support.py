@@ -46,6 +46,12 @@ def amqp_port(process, timeout: float = 10.0) -> int:
     return int(ports[-1])
 
 
+def amqp_url(process, vhost: str = "/") -> str:
+    """A kombu/Celery broker URL for a broker (or a mesh member's process) as guest: the
+    vhost is the URL's path (``//`` is ``/``)."""
+    return f"amqp://guest:guest@{HOST}:{amqp_port(process)}/{vhost}"
+
+
 class Pika:
     """Opens pika BlockingConnections; ``close_all`` at teardown."""
 
@@ -125,14 +131,17 @@ def expect_no_more(connection: pika.BlockingConnection, got: list, count: int, w
 class CeleryWorker:
     """A real ``celery worker`` process (solo pool) of the app module ``app`` in ``workdir``,
     named ``name``, on ``broker_url`` with results in ``backend``; ``env`` adds to its
-    environment (what the app module reads besides BROKER and BACKEND)."""
+    environment (what the app module reads besides BROKER, BACKEND and RAN). RAN names a
+    file of this worker's own (``ran``) where the app's tasks may note, a line each, what
+    they ran: ``runs()`` reads them back, to count executions beside the results."""
 
     def __init__(self, workdir: Path, app: str, name: str, broker_url: str, backend: str,
                  env: Mapping[str, str] | None = None) -> None:
         self.name = name
         self.path = workdir / f"{name}.log"
+        self.ran = workdir / f"{name}.ran"
         environment = {**os.environ, "BROKER": broker_url, "BACKEND": backend, "PYTHONPATH": str(workdir),
-                       **(env or {})}
+                       "RAN": str(self.ran), **(env or {})}
         environment.pop("DJANGO_SETTINGS_MODULE", None)  # the test run's: Celery would set Django up in the worker
         self.log = self.path.open("w")
         self.proc = subprocess.Popen(
@@ -142,6 +151,10 @@ class CeleryWorker:
 
     def output(self) -> str:
         return self.path.read_text()
+
+    def runs(self) -> list[str]:
+        """The lines the app's tasks wrote to RAN so far, in the order they ran."""
+        return self.ran.read_text().splitlines() if self.ran.exists() else []
 
     def wait_ready(self) -> None:
         wait_until(lambda: "ready." in self.output() or self.proc.poll() is not None,

@@ -10,8 +10,8 @@ import signal
 import textwrap
 
 import pika
-from amqp_support import AMQP_ON, CeleryWorker, amqp_port
-from e2e_support import HOST, unique
+from amqp_support import AMQP_ON, CeleryWorker, amqp_url
+from e2e_support import unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
 
 
@@ -90,8 +90,7 @@ def test_a_celery_worker_on_one_node_runs_tasks_sent_through_another_and_a_kille
     a, b = mesh(2, sets=[AMQP_ON])
     (tmp_path / "meshtasks.py").write_text(textwrap.dedent(CELERY_APP))
     backend = redis_server.url
-    url_a = f"amqp://guest:guest@{HOST}:{amqp_port(a.proc)}//"
-    url_b = f"amqp://guest:guest@{HOST}:{amqp_port(b.proc)}//"
+    url_a, url_b = amqp_url(a.proc), amqp_url(b.proc)
     workers = [CeleryWorker(tmp_path, "meshtasks", "w1", url_b, backend)]
     try:
         workers[0].wait_ready()

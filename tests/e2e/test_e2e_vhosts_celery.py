@@ -12,9 +12,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from amqp_support import AMQP_ON, CeleryWorker, amqp_port
+from amqp_support import AMQP_ON, CeleryWorker, amqp_url
 from celery import Celery
-from e2e_support import HOST, unique
+from e2e_support import unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401  (the fixture)
 
 TEAM_VHOSTS = '[vhosts]\n[[vhosts.host]]\nname = "team-a"\n[[vhosts.host]]\nname = "team-b"\n'
@@ -37,20 +37,11 @@ CELERY_APP = """
 
 
 class Worker(CeleryWorker):
-    """A team's worker: its name is the team's, and it notes each task it ran in a file."""
+    """A team's worker: its name is the team's; each task it ran is a line of ``runs()``."""
 
     def __init__(self, workdir: Path, team: str, broker_url: str, backend: str) -> None:
         self.team = team
-        self.ran = workdir / f"{team}.ran"
-        super().__init__(workdir, "teamtasks", team, broker_url, backend, env={"TEAM": team, "RAN": str(self.ran)})
-
-    def tags_run(self) -> list[str]:
-        return self.ran.read_text().split() if self.ran.exists() else []
-
-
-def url(process, vhost: str) -> str:
-    """A kombu/Celery broker URL: the vhost is the path (``//`` is ``/``)."""
-    return f"amqp://guest:guest@{HOST}:{amqp_port(process)}/{vhost}"
+        super().__init__(workdir, "teamtasks", team, broker_url, backend, env={"TEAM": team})
 
 
 def run_teams(tmp_path: Path, backend: str, teams: dict[str, tuple[str, str]]) -> None:
@@ -78,7 +69,7 @@ def run_teams(tmp_path: Path, backend: str, teams: dict[str, tuple[str, str]]) -
             # Who ran each task: a task of another vhost's app would come back with that team's name.
             assert [r.get(timeout=60) for r in pending] == [f"{team}:{tag}" for tag in sent[team]]
         for worker in workers:
-            assert sorted(worker.tags_run()) == sorted(sent[worker.team]), worker.output()[-3000:]
+            assert sorted(worker.runs()) == sorted(sent[worker.team]), worker.output()[-3000:]
     finally:
         for app in apps:
             app.close()
@@ -90,15 +81,15 @@ def test_a_celery_app_per_vhost_on_one_node_runs_each_teams_tasks_on_its_own_wor
         broker_factory, redis_server, tmp_path):
     node = broker_factory(config=TEAM_VHOSTS, sets=[AMQP_ON])
     run_teams(tmp_path, redis_server.url, {
-        "team-a": (url(node, "team-a"), url(node, "team-a")),
-        "team-b": (url(node, "team-b"), url(node, "team-b")),
+        "team-a": (amqp_url(node, "team-a"), amqp_url(node, "team-a")),
+        "team-b": (amqp_url(node, "team-b"), amqp_url(node, "team-b")),
     })
 
 
 def test_on_a_mesh_each_teams_tasks_cross_to_that_teams_worker_alone(mesh, redis_server, tmp_path):
     a, b = mesh(2, extra="\n" + TEAM_VHOSTS, sets=[AMQP_ON])
     run_teams(tmp_path, redis_server.url, {
-        "team-a": (url(a.proc, "team-a"), url(b.proc, "team-a")),
-        "team-b": (url(b.proc, "team-b"), url(a.proc, "team-b")),
-        "default": (url(a.proc, "/"), url(b.proc, "/")),
+        "team-a": (amqp_url(a.proc, "team-a"), amqp_url(b.proc, "team-a")),
+        "team-b": (amqp_url(b.proc, "team-b"), amqp_url(a.proc, "team-b")),
+        "default": (amqp_url(a.proc, "/"), amqp_url(b.proc, "/")),
     })
