@@ -9,7 +9,8 @@ client is not the bottleneck on a 2-core machine.  See bench/README.md.
 
     python bench/amqp_bench.py --host 127.0.0.1 --port 5672 \\
         [--user guest --password guest] [--vhost /] [--broker-pid PID] \\
-        [--scenario NAME ...] [--label rabbitmq-3.10] [--count 100000] [--repeat 3]
+        [--scenario NAME ...] [--label rabbitmq-3.10] [--count 100000] [--repeat 3] \\
+        [--get-count 20000] [--get-host HOST --get-port PORT] [--get-empty-timeout 5]
 
 Scenarios:
   publish-256           256 B non-persistent, pipelined basic.publish without confirms on one
@@ -18,6 +19,15 @@ Scenarios:
                         unconfirmed publishes; consumer as above
   consume-prefetch      pre-load N persistent messages (with confirms), then time the consumer
                         alone, basic.qos 1000, ack multiple every 100
+  get                   pre-load --get-count 256 B non-persistent messages (pipelined publishes,
+                        then until a passive queue.declare counts them all), then time a loop of
+                        synchronous basic.get (no_ack=False) on one connection until all were got;
+                        each get-ok is acked on its own (basic.ack, not multiple), the ack written
+                        with the next basic.get, as a pika basic_get/basic_ack loop does. One
+                        round trip per message; latency columns are the basic.get round trip.
+                        With --get-port the gets go to another node (a mesh pair: messages on
+                        --port's node, gets on --get-port's); a run of get-empty lasting over
+                        --get-empty-timeout fails the run, saying how many it had got
 """
 
 from __future__ import annotations
@@ -81,6 +91,9 @@ BASIC_CANCEL = (60, 30)
 BASIC_PUBLISH = (60, 40)
 BASIC_RETURN = (60, 50)
 BASIC_DELIVER = (60, 60)
+BASIC_GET = (60, 70)
+BASIC_GET_OK = (60, 71)
+BASIC_GET_EMPTY = (60, 72)
 BASIC_ACK = (60, 80)
 BASIC_NACK = (60, 120)
 CONFIRM_SELECT = (85, 10)
@@ -116,6 +129,9 @@ METHOD_NAMES = {
     BASIC_PUBLISH: "basic.publish",
     BASIC_RETURN: "basic.return",
     BASIC_DELIVER: "basic.deliver",
+    BASIC_GET: "basic.get",
+    BASIC_GET_OK: "basic.get-ok",
+    BASIC_GET_EMPTY: "basic.get-empty",
     BASIC_ACK: "basic.ack",
     BASIC_NACK: "basic.nack",
     CONFIRM_SELECT: "confirm.select",
@@ -123,6 +139,8 @@ METHOD_NAMES = {
 }
 
 DELIVER_ID = METHOD_ID.pack(*BASIC_DELIVER)
+GET_OK_ID = METHOD_ID.pack(*BASIC_GET_OK)
+GET_EMPTY_ID = METHOD_ID.pack(*BASIC_GET_EMPTY)
 ACK_ID = METHOD_ID.pack(*BASIC_ACK)
 NACK_ID = METHOD_ID.pack(*BASIC_NACK)
 
@@ -787,13 +805,147 @@ def consumer_main(
 
 
 # --------------------------------------------------------------------------
+# basic.get process
+
+
+class GetEmpty(Exception):
+    """The broker answered basic.get-empty."""
+
+
+def get_one(conn: AmqpConn, request: bytes) -> tuple[int, bool, bytes]:
+    """Write `request` (ending with a basic.get) and read its reply: (delivery tag, redelivered,
+    the body's first 16 bytes); raises GetEmpty on basic.get-empty."""
+    conn.sock.sendall(request)
+    tag, redelivered, left, stamp = 0, False, -1, b""
+    while True:
+        frames = conn.pull()
+        for i, (ftype, _, payload) in enumerate(frames):
+            if ftype == FRAME_METHOD:
+                ids = payload[:4]
+                if ids == GET_OK_ID:
+                    tag = LONGLONG.unpack_from(payload, 4)[0]
+                    redelivered = bool(payload[12] & 1)
+                    continue
+                if ids == GET_EMPTY_ID:
+                    conn.pending = frames[i + 1 :]
+                    raise GetEmpty
+                conn.check(ftype, payload)
+            elif ftype == FRAME_HEADER and tag:
+                left = LONGLONG.unpack_from(payload, 4)[0]  # class, weight, then the body size
+            elif ftype == FRAME_BODY and left > 0:
+                stamp = stamp or payload[: STAMP.size]
+                left -= len(payload)
+            if left == 0:
+                conn.pending = frames[i + 1 :]
+                return tag, redelivered, stamp
+
+
+def get_loop(conn: AmqpConn, queue_name: str, tally: Tally, empty_s: float) -> tuple[int, int]:
+    """basic.get (no_ack=False) until tally.expected messages were got, each acked on its own with
+    the next basic.get's write; returns (get-empty replies, the longest run of them in ns).
+
+    Raises BrokerError after empty_s seconds of nothing but get-empty."""
+    ch = conn.CHANNEL
+    get = method_frame(ch, BASIC_GET, SHORT.pack(0) + shortstr(queue_name) + OCTET.pack(0))
+    seen, lat, expected = tally.seen, tally.latencies, tally.expected
+    unpack_stamp, now_ns = STAMP.unpack_from, time.time_ns
+    ack = b""
+    empties = 0
+    empty_since = 0
+    longest_empty = 0
+    limit_ns = int(empty_s * 1e9)
+    while tally.received < expected:
+        sent = now_ns()
+        try:
+            tag, redelivered, stamp = get_one(conn, ack + get)
+        except GetEmpty:
+            now = now_ns()
+            ack = b""
+            empties += 1
+            empty_since = empty_since or sent
+            longest_empty = max(longest_empty, now - empty_since)
+            if now - empty_since > limit_ns:
+                raise BrokerError(
+                    f"got {tally.received} of {expected} messages, then only basic.get-empty for "
+                    f"{(now - empty_since) / 1e9:.1f} s ({empties} get-empty replies in all): the other "
+                    f"{expected - tally.received} never reached the queue at :{conn.sock.getpeername()[1]}"
+                ) from None
+            continue
+        now = now_ns()
+        empty_since = 0
+        lat.append(now - sent)
+        tally.received += 1
+        tally.first_recv = tally.first_recv or now
+        tally.last_recv = now
+        if redelivered:
+            tally.redelivered += 1
+        seq = unpack_stamp(stamp)[0] if len(stamp) == STAMP.size else expected
+        if seq >= expected:
+            tally.foreign += 1
+        elif seen[seq]:
+            tally.duplicates += 1
+        else:
+            seen[seq] = 1
+        ack = ack_frame(ch, tag, False)
+    if ack:
+        conn.sock.sendall(ack)
+    return empties, longest_empty
+
+
+def getter_main(
+    params: ConnParams, queue_name: str, expected: int, out: Any, go: Any, idle_s: float, empty_s: float, declare: bool
+) -> None:
+    """Get `expected` messages from queue_name with basic.get once `go` is set; with `declare`,
+    queue.declare it first (on another node than the one it was filled on)."""
+    conn: AmqpConn | None = None
+    try:
+        conn = connect(params)
+        if declare:
+            conn.declare_queue(queue_name, durable=False)
+        out.put(("ready", "getter", None))
+        if not go.wait(idle_s * 10):
+            raise TimeoutError("never told to start")
+        tally = Tally(expected)
+        started = time.time_ns()
+        empties, longest_empty = get_loop(conn, queue_name, tally, empty_s)
+        # close-ok comes after the broker has read everything before it: the last ack too.
+        conn.close()
+        conn = None
+        out.put(
+            (
+                "result",
+                "getter",
+                {
+                    "started": started,
+                    "received": tally.received,
+                    "unique": tally.seen.count(1),
+                    "duplicates": tally.duplicates,
+                    "foreign": tally.foreign,
+                    "redelivered": tally.redelivered,
+                    "first_recv": tally.first_recv,
+                    "last_recv": tally.last_recv,
+                    "lat": tally.latencies.tobytes(),
+                    "empties": empties,
+                    "longest_empty": longest_empty,
+                    "cpu": common.cpu_seconds(),
+                },
+            )
+        )
+    except Exception as exc:  # noqa: BLE001 - every failure must reach the parent
+        out.put(("error", "getter", f"{type(exc).__name__}: {exc}"))
+    finally:
+        if conn is not None:
+            conn.abort()
+
+
+# --------------------------------------------------------------------------
 # Scenarios
 
 
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    kind: str  # live (producer and consumer at once) | preload (fill, then consume alone)
+    kind: str  # live (producer and consumer at once) | preload (fill, then consume alone) | get (fill, basic.get)
     size: int = 256
     persistent: bool = False
     confirms: bool = False
@@ -805,6 +957,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("publish-256", "live"),
         Scenario("publish-256-confirms", "live", persistent=True, confirms=True),
         Scenario("consume-prefetch", "preload", persistent=True, confirms=True),
+        Scenario("get", "get"),
     )
 }
 
@@ -818,6 +971,9 @@ class RunContext:
     idle_s: float
     run_id: str
     wait_quiet_s: float = 0.0
+    get_count: int = 20_000
+    get_params: ConnParams | None = None  # basic.get on another node than the pre-load (--get-port)
+    get_empty_s: float = 5.0
 
 
 def run_messaging(sc: Scenario, rc: RunContext, count: int) -> common.Result:
@@ -828,14 +984,15 @@ def run_messaging(sc: Scenario, rc: RunContext, count: int) -> common.Result:
         # Durable exactly when the messages are persistent: a persistent message
         # on a transient queue would not survive a restart either.
         control.declare_queue(qname, durable=sc.persistent)
-        res = (run_live if sc.kind == "live" else run_preload)(sc, rc, qname, count, control)
+        run = {"live": run_live, "preload": run_preload, "get": run_get}[sc.kind]
+        res = run(sc, rc, qname, count, control)
     except Exception as exc:
         failure = common.ScenarioFailed(str(exc)) if isinstance(exc, BrokerError) else exc
-        note = cleanup(rc.params, control, qname)
+        note = cleanup(rc.params, control, qname, rc.get_params if sc.kind == "get" else None)
         if note:
             failure.add_note(note)
         raise failure from (exc if failure is not exc else None)
-    note = cleanup(rc.params, control, qname)
+    note = cleanup(rc.params, control, qname, rc.get_params if sc.kind == "get" else None)
     if note:
         res.notes.append(note)
         res.ok = False
@@ -843,8 +1000,36 @@ def run_messaging(sc: Scenario, rc: RunContext, count: int) -> common.Result:
     return res
 
 
-def cleanup(params: ConnParams, control: AmqpConn, qname: str) -> str:
-    """Delete the scenario's queue; a non-empty queue means the run left messages behind."""
+def cleanup(params: ConnParams, control: AmqpConn, qname: str, other: ConnParams | None = None) -> str:
+    """Delete the scenario's queue; a non-empty queue means the run left messages behind.
+
+    With `other` (the get node of a pair), the queue is deleted there too, and what it
+    still held counts as well."""
+    notes = [cleanup_here(params, control, qname)]
+    if other is not None:
+        notes.append(cleanup_elsewhere(other, qname))
+    return "; ".join(note for note in notes if note)
+
+
+def cleanup_elsewhere(params: ConnParams, qname: str) -> str:
+    conn: AmqpConn | None = None
+    try:
+        conn = connect(params)
+        left = conn.delete_queue(qname)
+        conn.close()
+        conn = None
+        return f"{left} messages were left on {qname} at {params.host}:{params.port}" if left else ""
+    except BrokerError as exc:
+        # A mesh-wide delete from the other node may have come first: nothing left to delete.
+        return "" if " 404 " in str(exc) else f"could not delete {qname} at {params.host}:{params.port}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - cleanup is best effort
+        return f"could not delete {qname} at {params.host}:{params.port}: {type(exc).__name__}: {exc}"
+    finally:
+        if conn is not None:
+            conn.abort()
+
+
+def cleanup_here(params: ConnParams, control: AmqpConn, qname: str) -> str:
     try:
         try:
             left = control.delete_queue(qname)
@@ -917,6 +1102,69 @@ def run_preload(sc: Scenario, rc: RunContext, qname: str, count: int, control: A
     return res
 
 
+def run_get(sc: Scenario, rc: RunContext, qname: str, count: int, control: AmqpConn) -> common.Result:
+    """Pre-load `count` messages (pipelined, no confirms), wait until the queue holds them all,
+    then time one connection's basic.get loop (on rc.get_params' node, if given)."""
+    spec = PubSpec(qname, count, sc.size, sc.persistent, sc.confirms)
+    deadline = time.monotonic() + rc.timeout_s
+    kids = common.Children()
+    try:
+        go = kids.ctx.Event()
+        go.set()
+        kids.start("producer", common.producer_main, *producer(rc.params, spec), kids.events, go, rc.timeout_s)
+        prod = kids.await_all("result", ["producer"], deadline)["producer"]
+        depth = wait_for_depth(control, qname, count, rc.idle_s, deadline)
+        loaded_s = (time.time_ns() - prod["first_send"]) / 1e9
+        if depth != count:
+            raise common.ScenarioFailed(f"queue held {depth} messages {rc.idle_s:.0f} s after pre-loading {count}")
+        elsewhere = rc.get_params is not None
+        get_go = kids.ctx.Event()
+        kids.start(
+            "getter",
+            getter_main,
+            rc.get_params or rc.params,
+            qname,
+            count,
+            kids.events,
+            get_go,
+            rc.idle_s,
+            rc.get_empty_s,
+            elsewhere,
+        )
+        kids.await_all("ready", ["getter"], deadline)
+        cpu0 = common.CpuSample.take(rc.broker_pid)
+        get_go.set()
+        got = kids.await_all("result", ["getter"], deadline)["getter"]
+        cpu1 = common.CpuSample.take(rc.broker_pid)
+    finally:
+        kids.stop()
+    res = summarise(sc, count, got["started"], got["last_recv"], [got], cpu0, cpu1)
+    res.latency_ms = common.percentiles_ms([got["lat"]])
+    verify(res, count, prod["sent"], got)
+    if res.latency_ms:  # the table's 0.1 ms steps hide what a round trip takes
+        res.notes.append("round trip p50/p99 {:.0f}/{:.0f} µs".format(*(1000 * ms for ms in res.latency_ms[:2])))
+    where = f" on :{rc.params.port}, got from :{rc.get_params.port}" if rc.get_params is not None else ""
+    res.notes.append(f"pre-loaded {depth} msgs in {loaded_s:.1f} s{where}")
+    if got["empties"]:
+        res.notes.append(f"{got['empties']} get-empty, longest run {got['longest_empty'] / 1e9:.2f} s")
+    return res
+
+
+def wait_for_depth(control: AmqpConn, qname: str, count: int, idle_s: float, deadline: float) -> int:
+    """Passive queue.declare until the queue holds `count` messages, or its count stood still for idle_s."""
+    depth, changed = -1, time.monotonic()
+    while time.monotonic() < deadline:
+        now_depth = control.declare_queue(qname, durable=False, passive=True)
+        if now_depth >= count:
+            return now_depth
+        if now_depth != depth:
+            depth, changed = now_depth, time.monotonic()
+        elif time.monotonic() - changed > idle_s:
+            break
+        time.sleep(0.02)
+    return depth
+
+
 def summarise(
     sc: Scenario,
     count: int,
@@ -975,7 +1223,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--user", default="guest")
     ap.add_argument("--password", default="guest")
     ap.add_argument("--vhost", default="/", help="connection.open virtual host")
-    ap.add_argument("--count", type=int, default=100_000, help="messages per scenario")
+    ap.add_argument("--count", type=int, default=100_000, help="messages per scenario (but get)")
+    ap.add_argument("--get-count", type=int, default=20_000, help="messages of the get scenario (one round trip each)")
+    ap.add_argument("--get-host", help="the get scenario's basic.get loop on this host (default --host)")
+    ap.add_argument(
+        "--get-port",
+        type=int,
+        help="the get scenario's basic.get loop on this AMQP port, the pre-load on --port: another node "
+        "of a mesh (the queue is declared there too); default --port",
+    )
+    ap.add_argument(
+        "--get-empty-timeout",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="the get scenario fails after this long of nothing but basic.get-empty",
+    )
     return ap.parse_args(argv)
 
 
@@ -989,7 +1252,8 @@ def main(argv: list[str] | None = None) -> int:
     except (BrokerError, OSError) as exc:
         print(f"cannot use {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 2
-    print(f"({args.label}: {server} at {args.host}:{args.port}, {args.count} msgs per scenario)", flush=True)
+    counts = f"{args.count} msgs per scenario, {args.get_count} for get"
+    print(f"({args.label}: {server} at {args.host}:{args.port}, {counts})", flush=True)
     rc = RunContext(
         params=params,
         broker_pid=common.broker_pids(args),
@@ -998,9 +1262,24 @@ def main(argv: list[str] | None = None) -> int:
         idle_s=args.idle_timeout,
         run_id=uuid.uuid4().hex[:8],
         wait_quiet_s=args.wait_quiet,
+        get_count=args.get_count,
+        get_params=get_params(args, params),
+        get_empty_s=args.get_empty_timeout,
     )
     warm_up = partial(run_messaging, SCENARIOS["publish-256"], rc, args.warmup)
-    return common.run_all(args, rc.broker_pid, lambda name: run_messaging(SCENARIOS[name], rc, rc.count), warm_up)
+
+    def run(name: str) -> common.Result:
+        return run_messaging(SCENARIOS[name], rc, rc.get_count if name == "get" else rc.count)
+
+    return common.run_all(args, rc.broker_pid, run, warm_up)
+
+
+def get_params(args: argparse.Namespace, params: ConnParams) -> ConnParams | None:
+    """Where the get scenario's basic.get loop runs, if not on the pre-load's node."""
+    host, port = args.get_host or args.host, args.get_port or args.port
+    if (host, port) == (args.host, args.port):
+        return None
+    return ConnParams(host, port, params.user, params.password, params.vhost, params.io_timeout)
 
 
 if __name__ == "__main__":
