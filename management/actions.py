@@ -88,18 +88,26 @@ class LocalActions(PermissionActions):
             queue.broker.consumed(queue, message)
         return self._done("purge", "/queue/" + name, len(messages))
 
-    def delete_queue(self, name: str, vhost: str = DEFAULT_VHOST) -> Done:
+    def delete_queue(self, name: str, vhost: str = DEFAULT_VHOST, cancel_consumers: bool = False) -> Done:
         """This node's part of the queue goes, with what waits in it (Broker.drop_queue);
-        its definition stays (``delete_definition`` deletes a queue's settings mesh-wide)."""
+        its definition stays (``delete_definition`` deletes a queue's settings mesh-wide).
+        ``cancel_consumers``: AMQP's queue.delete on another node, which deleted the
+        definition; here its consumers are cancelled rather than the delete refused."""
         queue = self._queue(name, vhost)
-        if queue.consumers:
-            raise ManagementError("conflict", f"queue {name!r} has {len(queue.consumers)} consumer(s) on this node; "
-                                              "close them first", self.node_id)
         in_doubt = queue.mesh.in_doubt
         if in_doubt:
             raise ManagementError("conflict", f"{in_doubt} message(s) of queue {name!r} are in doubt on this "
                                               "node; try again once the peers have answered for them", self.node_id)
-        count = len(queue)
+        count = len(queue)  # what waited (as RabbitMQ counts): not what cancelled consumers held
+        if cancel_consumers:
+            self.broker_of(vhost).cancel_consumers(queue)
+            if queue.consumers:  # STOMP subscribers keep the queue; what waits goes
+                for message in queue.take_all():
+                    queue.broker.consumed(queue, message)
+                return self._done("delete_queue", "/queue/" + name, count, "STOMP subscribers keep it")
+        if queue.consumers:
+            raise ManagementError("conflict", f"queue {name!r} has {len(queue.consumers)} consumer(s) on this node; "
+                                              "close them first", self.node_id)
         queue.broker.drop_queue(queue)
         return self._done("delete_queue", "/queue/" + name, count)
 

@@ -1,6 +1,6 @@
 """gateway.amqp.mesh_queues.MeshQueues for a node in a mesh: the other nodes' part of
 a queue, asked with the management requests the mesh's router carries (``queues``,
-``pull``, ``purge``), as the console asks them. A node that does not answer in
+``pull``, ``purge``, ``delete_queue``), as the console asks them. A node that does not answer in
 ``ANSWER_TIMEOUT_S`` counts with what the gossip last said of it (counts), moved
 nothing (pulls), or fails the purge."""
 
@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import msgspec
 from twisted.internet import defer
 
-from gateway.amqp.mesh_queues import MeshUnanswered, Pulled, Purged, QueueElsewhere
+from gateway.amqp.mesh_queues import Emptied, MeshUnanswered, Pulled, QueueElsewhere
 from model.mesh import PartialQueue
-from model.requests import ManagementError, Pull, Purge, Queues
+from model.requests import DeleteQueue, ManagementError, Pull, Purge, Queues
 
 if TYPE_CHECKING:
     from management.service import ManagementService
@@ -96,10 +96,16 @@ class AmqpMeshQueues:
 
     # -- queue.purge --------------------------------------------------------------------
 
-    def purge(self, vhost: str, queue: str, user: str) -> defer.Deferred[Purged]:
-        others, answers = self._ask_others(Purge(queue=queue, vhost=vhost), user)
+    def purge(self, vhost: str, queue: str, user: str) -> defer.Deferred[Emptied]:
+        return self._empty(Purge(queue=queue, vhost=vhost), user)
 
-        def add_up(outcomes: list) -> Purged:
+    def delete(self, vhost: str, queue: str, user: str) -> defer.Deferred[Emptied]:
+        return self._empty(DeleteQueue(queue=queue, vhost=vhost, cancel_consumers=True), user)
+
+    def _empty(self, request: Purge | DeleteQueue, user: str) -> defer.Deferred[Emptied]:
+        others, answers = self._ask_others(request, user)
+
+        def add_up(outcomes: list) -> Emptied:
             known, count = False, 0
             for (ok, value), node_id in zip(outcomes, others, strict=True):
                 if ok:
@@ -108,6 +114,6 @@ class AmqpMeshQueues:
                 error = value.value
                 if not (isinstance(error, ManagementError) and error.code == "not_found"):
                     raise MeshUnanswered(f"node {self.service.name_of(node_id)}: {value.getErrorMessage()}")
-            return Purged(known=known, count=count)
+            return Emptied(known=known, count=count)
 
         return answers.addCallback(add_up)

@@ -87,7 +87,7 @@ class ManagementService:
             "events": lambda r: events.query(r.since, r.kinds, r.limit),
             "browse": lambda r: actions.browse(r.queue, r.offset, r.limit, r.preview, r.vhost),
             "purge": lambda r: actions.purge(r.queue, r.vhost),
-            "delete_queue": lambda r: actions.delete_queue(r.queue, r.vhost),
+            "delete_queue": lambda r: actions.delete_queue(r.queue, r.vhost, r.cancel_consumers),
             "move": lambda r: actions.move(r.queue, r.to_queue, r.to_node, r.count, r.vhost),
             "pull": lambda r: actions.pull(r.queue, r.to_node, r.count, r.vhost),
             "send": lambda r: actions.send(r.destination, r.body, r.headers, r.persistent, r.vhost),

@@ -43,6 +43,9 @@ class Demand:
         self._had_consumers: set[QueueKey] = set()
         self._holds: dict[QueueKey, Any] = {}
         self._released: set[QueueKey] = set()  # queues whose hold ran out: their backlog may follow consumers
+        # Queues this node made only to follow a peer's demand: dropped when that demand
+        # goes if nothing here used them, so a deleted queue is not left behind.
+        self._made_for_demand: set[QueueKey] = set()
         for name, broker in vhosts.brokers.items():
             self._watch(name, broker)
         vhosts.watch(added=self._watch, removed=self.vhost_removed)
@@ -62,6 +65,7 @@ class Demand:
             self._cancel_hold(key)
         self._had_consumers = {key for key in self._had_consumers if key[0] != vhost}
         self._released = {key for key in self._released if key[0] != vhost}
+        self._made_for_demand = {key for key in self._made_for_demand if key[0] != vhost}
         for peer in self.linked.values():
             close_vhost(peer, vhost)
         self.schedule_advertise()
@@ -202,6 +206,8 @@ class Demand:
             if address not in wanted or sub.selector_text != selector:
                 del queue_subs[address]
                 self.retire(peer, sub)
+                if address not in wanted:
+                    self._drop_if_unused(vhost, broker, address)
         direct = {r.address for r in demand if r.kind == QUEUE and r.path == [peer_id]}
         weights: dict[str, int] = {}
         for record in demand:
@@ -214,8 +220,10 @@ class Demand:
                     link.may_revisit = address in direct
                     queue_subs[address].queue.dispatch()
             elif forwarding:
-                queue = broker.queue(address)
                 key = (vhost, address)
+                if address not in broker.queues:
+                    self._made_for_demand.add(key)
+                queue = broker.queue(address)
                 if config.message_load_balancing == "OFF_WITH_REDISTRIBUTION":
                     # Nothing is forwarded on send: a backlog moves only by redistribution.
                     if queue.consumers:
@@ -296,12 +304,24 @@ class Demand:
         self._cancel_hold(key)
         self._released.discard(key)
         self._had_consumers.discard(key)
+        self._made_for_demand.discard(key)
         for peer_id, peer in self.linked.items():
             channel = peer.channels.get(vhost)
             sub = None if channel is None else channel.queue_subs.pop(name, None)
             if sub is not None:
                 self.retire(peer, sub)
                 self._reconcile(peer_id, peer)
+
+    def _drop_if_unused(self, vhost: str, broker: Broker, address: str) -> None:
+        key = (vhost, address)
+        if key not in self._made_for_demand:
+            return
+        queue = broker.queues.get(address)
+        if queue is not None and (queue.remotes or queue.consumers or len(queue) or queue.mesh.in_doubt):
+            return  # still followed by another peer, or used here
+        self._made_for_demand.discard(key)
+        if queue is not None and not queue.enqueued and address not in broker.queue_settings:
+            broker.drop_queue(queue)
 
     def retire(self, peer: Peer, sub: Subscription) -> None:
         """Demand over the link went away: take nothing new, but let what is in

@@ -100,10 +100,13 @@ class Purge(Request, kw_only=True, tag="purge"):
 
 
 class DeleteQueue(Request, kw_only=True, tag="delete_queue"):
-    """Drop the queue and what waits in it; refused while it has local consumers."""
+    """Drop the queue and what waits in it; refused while it has local consumers,
+    unless ``cancel_consumers`` (AMQP's queue.delete on another node): then its AMQP
+    consumers hear basic.cancel, and STOMP subscribers keep the queue, emptied."""
 
     queue: str
     vhost: str = DEFAULT_VHOST
+    cancel_consumers: bool = False
 
 
 class Pull(Request, kw_only=True, tag="pull"):

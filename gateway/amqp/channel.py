@@ -76,8 +76,8 @@ class Channel:
         waiting = self._waiting
         if waiting is not None:  # a method's answer comes from other nodes: later methods wait behind it
             waiting.append(command)
-            if len(waiting) == WAITING_LIMIT:  # a client that goes on sending is not read until the answer
-                self.connection.pause_reading(self._when_answered)
+            if len(waiting) >= WAITING_LIMIT:  # a client that goes on sending is not read until the answer
+                self.connection.pause_reading(self._when_answered, blocked=False)
             return
         if self.closing:
             # After our channel.close only its close_ok counts.
@@ -240,24 +240,7 @@ class Channel:
     method_queue_bind = declarations.method_queue_bind
     method_queue_unbind = declarations.method_queue_unbind
     method_queue_purge = declarations.method_queue_purge
-
-    def method_queue_delete(self, args, command: Command) -> None:
-        queue = self.broker.queues.get(args.queue)
-        count = 0
-        if queue is not None:
-            if args.if_unused and queue.consumers:
-                raise self._error(spec.PRECONDITION_FAILED, f"queue {args.queue!r} has consumers", command)
-            if args.if_empty and len(queue):
-                raise self._error(spec.PRECONDITION_FAILED, f"queue {args.queue!r} is not empty", command)
-            self._allowed("admin", "/queue/" + args.queue, command)
-            count = len(queue)
-            for sub in list(queue.consumers):  # cancelled, as RabbitMQ does
-                channel = sub.session.sink
-                if isinstance(channel, Channel):
-                    channel.cancel_from_server(sub)
-            self.broker.delete_queue(args.queue)
-        if not args.nowait:
-            self._reply("queue.delete_ok", message_count=count)
+    method_queue_delete = declarations.method_queue_delete
 
     def _existing_queue(self, name: str, command: Command) -> Queue:
         queue = self.broker.queues.get(name)

@@ -1,5 +1,6 @@
-"""exchange.* and queue.* (but queue.delete, which cancels consumers) for
-gateway.amqp.channel: what a client declares, binds and purges. Each handler here is
+"""exchange.* and queue.* for gateway.amqp.channel: what a client declares, binds,
+purges and deletes; in a mesh, a queue's passive declare, purge and delete answer
+for every node's part (gateway.amqp.mesh_queues). Each handler here is
 one of Channel's methods (its class body lists them): it takes the channel the method
 came on and uses that channel's helpers (_reply, _error, _allowed), as the handlers
 written in the class do."""
@@ -10,11 +11,12 @@ import secrets
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from gateway.amqp import spec
-from gateway.amqp.mesh_queues import MeshQueues, MeshUnanswered, Purged, QueueElsewhere
+from gateway.amqp.mesh_queues import NOWHERE_ELSE, Emptied, MeshQueues, MeshUnanswered, QueueElsewhere
 from gateway.amqp.spec import AmqpError
 from gateway.broker.exchanges import PREDECLARED
 from model.amqp_arguments import ARGUMENT_SETTINGS, argument_problem
@@ -182,21 +184,15 @@ def method_queue_purge(channel: Channel, args, command: Command) -> Deferred | N
         _reply_purged(channel, _purge_here(channel, name), args.nowait)
         return None
 
-    def purged_elsewhere(elsewhere: Purged) -> None:
+    def purged_elsewhere(elsewhere: Emptied) -> None:
         here = _purge_here(channel, name)
         if here is None and not elsewhere.known:
             raise channel._error(spec.NOT_FOUND, f"no queue {name!r} on any node", command)
         if channel.open:
             _reply_purged(channel, (here or 0) + elsewhere.count, args.nowait)
 
-    def unanswered(failure: Failure) -> None:
-        failure.trap(MeshUnanswered)
-        raise channel._error(spec.PRECONDITION_FAILED, f"queue {name!r} was not purged on every node: "
-                                                       f"{failure.getErrorMessage()}", command)
-
-    principal = channel.connection.principal
-    user = f"amqp user {getattr(principal, 'name', '?')}"
-    return mesh.purge(channel.connection.vhost, name, user).addCallbacks(purged_elsewhere, unanswered)
+    return mesh.purge(channel.connection.vhost, name, _user(channel)).addCallbacks(
+        purged_elsewhere, _not_everywhere, errbackArgs=(channel, name, "purged", command))
 
 
 def _purge_here(channel: Channel, name: str) -> int | None:
@@ -213,6 +209,70 @@ def _purge_here(channel: Channel, name: str) -> int | None:
 def _reply_purged(channel: Channel, count: int | None, nowait: bool) -> None:
     if not nowait:
         channel._reply("queue.purge_ok", message_count=count or 0)
+
+
+def method_queue_delete(channel: Channel, args, command: Command) -> Deferred | None:
+    """The queue goes, its consumers cancelled (they hear basic.cancel, as RabbitMQ's
+    do); in a mesh, on every node, if-empty and if-unused counting every node's part."""
+    name = args.queue
+    mesh = channel.connection.factory.mesh_queues
+    if mesh is None:
+        queue = channel.broker.queues.get(name)
+        count = 0
+        if queue is not None:
+            _refuse_delete(channel, name, args, len(queue), len(queue.consumers), command)
+            channel._allowed("admin", "/queue/" + name, command)
+            count = _delete_here(channel, name)
+        _reply_deleted(channel, count, args.nowait)
+        return None
+    channel._allowed("admin", "/queue/" + name, command)
+
+    def delete(elsewhere: QueueElsewhere) -> Deferred:
+        queue = channel.broker.queues.get(name)
+        here = (len(queue), len(queue.consumers)) if queue is not None else (0, 0)
+        _refuse_delete(channel, name, args, here[0] + elsewhere.ready, here[1] + elsewhere.consumers, command)
+        count = _delete_here(channel, name)
+        return mesh.delete(channel.connection.vhost, name, _user(channel)).addCallback(
+            lambda emptied: _reply_deleted(channel, count + emptied.count, args.nowait))
+
+    checked = mesh.elsewhere(channel.connection.vhost, name) if args.if_empty or args.if_unused else \
+        defer.succeed(NOWHERE_ELSE)
+    return checked.addCallback(delete).addErrback(_not_everywhere, channel, name, "deleted", command)
+
+
+def _refuse_delete(channel: Channel, name: str, args, ready: int, consumers: int, command: Command) -> None:
+    if args.if_unused and consumers:
+        raise channel._error(spec.PRECONDITION_FAILED, f"queue {name!r} has {consumers} consumer(s)", command)
+    if args.if_empty and ready:
+        raise channel._error(spec.PRECONDITION_FAILED, f"queue {name!r} is not empty: {ready} message(s)", command)
+
+
+def _delete_here(channel: Channel, name: str) -> int:
+    """The ready messages that went with the node's part (RabbitMQ's count)."""
+    broker = channel.broker
+    queue = broker.queues.get(name)
+    count = 0
+    if queue is not None:
+        count = len(queue)
+        broker.cancel_consumers(queue)
+    broker.delete_queue(name)
+    return count
+
+
+def _reply_deleted(channel: Channel, count: int, nowait: bool) -> None:
+    if not nowait and channel.open:
+        channel._reply("queue.delete_ok", message_count=count)
+
+
+def _not_everywhere(failure: Failure, channel: Channel, name: str, done: str, command: Command) -> None:
+    failure.trap(MeshUnanswered)
+    raise channel._error(spec.PRECONDITION_FAILED, f"queue {name!r} was not {done} on every node: "
+                                                   f"{failure.getErrorMessage()}", command)
+
+
+def _user(channel: Channel) -> str:
+    """Who an action on other nodes is recorded for there."""
+    return f"amqp user {getattr(channel.connection.principal, 'name', '?')}"
 
 
 def _settings(arguments: dict, command: Command, channel: Channel) -> QueueSettings:

@@ -29,9 +29,9 @@ class Pulled(msgspec.Struct, frozen=True):
     moved: int  # messages the other nodes are moving here
 
 
-class Purged(msgspec.Struct, frozen=True):
+class Emptied(msgspec.Struct, frozen=True):
     known: bool
-    count: int  # messages purged on the other nodes
+    count: int  # messages purged (or dropped with the queue) on the other nodes
 
 
 class MeshQueues(Protocol):
@@ -45,9 +45,16 @@ class MeshQueues(Protocol):
         as for any forward. Never fails: a node that does not answer moved none."""
         ...
 
-    def purge(self, vhost: str, queue: str, user: str) -> defer.Deferred[Purged]:
+    def purge(self, vhost: str, queue: str, user: str) -> defer.Deferred[Emptied]:
         """Purge the queue on every other node, recorded there as ``user``'s action.
         Fails with MeshUnanswered naming a node that did not answer."""
+        ...
+
+
+    def delete(self, vhost: str, queue: str, user: str) -> defer.Deferred[Emptied]:
+        """Delete the queue's part on every other node: its consumers there are
+        cancelled (AMQP's hear basic.cancel) and what waits there is dropped. Fails
+        with MeshUnanswered naming a node that did not answer, or could not."""
         ...
 
 

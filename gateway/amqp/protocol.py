@@ -346,13 +346,15 @@ class AmqpProtocol(Protocol):
             self._sent = True
             self.transport.write(b"".join(held))
 
-    def pause_reading(self, until) -> None:
+    def pause_reading(self, until, blocked: bool = True) -> None:
         """Stop reading the client (a producer the broker cannot take from now) until
-        ``until`` calls back; it hears connection.blocked meanwhile."""
+        ``until`` calls back; it hears connection.blocked meanwhile, unless not
+        ``blocked`` (no resource is short: it is sending ahead of its answers)."""
         if not self._reading_paused:
             self._reading_paused = True
             self.transport.pauseProducing()
-            self.set_blocked(True)
+            if blocked:
+                self.set_blocked(True)
             until(self._resume_reading)
 
     def _resume_reading(self) -> None:

@@ -21,7 +21,7 @@ from gateway.broker.names import check_name
 from gateway.broker.queue import Queue, TopicBinding
 from gateway.broker.recovery import RecoveringMixin
 from gateway.broker.routing import TEMP, RoutingMixin
-from gateway.broker.session import DeliverySink, Session
+from gateway.broker.session import CancelsConsumers, DeliverySink, Session
 from gateway.broker.subscriptions import Subscriptions
 from gateway.broker.vhost_limits import StoredMessages
 from gateway.store.base import Store
@@ -172,6 +172,14 @@ class Broker(RoutingMixin, RecoveringMixin, DefiningMixin):
         count = len(queue)
         self.drop_queue(queue)
         return count
+
+    def cancel_consumers(self, queue: Queue) -> None:
+        """The queue is being deleted: the consumers whose protocol can be told so are
+        cancelled, as RabbitMQ does; the others (STOMP's) keep the queue (delete_queue)."""
+        for sub in list(queue.consumers):
+            sink = sub.session.sink
+            if isinstance(sink, CancelsConsumers):
+                sink.cancel_from_server(sub)
 
     def drop_queue(self, queue: Queue, save: bool = True) -> None:
         """This node's copy of a queue goes, with what waits in it (its definition, if

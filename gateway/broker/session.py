@@ -4,7 +4,7 @@ deliveries, transactions and temporary queues. Protocol adapters own one each.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol, runtime_checkable
 
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import MESSAGE_OVERHEAD, Message
@@ -22,6 +22,14 @@ class DeliverySink(Protocol):
     """What a protocol adapter gives the core to receive messages."""
 
     def deliver(self, subscription: Subscription, message: Message) -> None: ...
+
+
+@runtime_checkable
+class CancelsConsumers(Protocol):
+    """A sink whose protocol can tell its client that the broker cancelled a consumer
+    (AMQP's basic.cancel, when the queue is deleted); STOMP has no such frame."""
+
+    def cancel_from_server(self, subscription: Subscription) -> None: ...
 
 
 @dataclass(slots=True)

@@ -161,3 +161,63 @@ def test_a_node_killed_after_a_pull_loses_nothing(mesh, amqp, killed):
     assert not [body for body, n in fresh.items() if n > 1], "a duplicate not marked redelivered"
     if killed == "asker":  # the unacked get came back, marked redelivered
         assert (first.decode(), True) in got
+
+
+def test_a_delete_on_one_node_cancels_consumers_and_drops_messages_on_every_node(mesh, amqp):
+    a, b, c = mesh(3, sets=[AMQP_ON])
+    consumed, waiting = unique("consumed"), unique("waiting")
+    to_b = amqp(b.proc)
+    on_b = to_b.channel()
+    on_b.queue_declare(consumed)
+    cancelled = []
+    on_b.add_on_cancel_callback(lambda frame: cancelled.append(frame.method.consumer_tag))
+    tag = on_b.basic_consume(consumed, lambda *args: None)
+    send_many(c.client(), "/queue/" + waiting, ["on c"] * 3)
+    on_a = amqp(a.proc)
+    wait_until(lambda: passive_count(on_a, consumed) == (0, 1) and passive_count(on_a, waiting) == (3, 0),
+               "a to count b's consumer and c's messages", timeout=15, interval=0.2)
+    for queue, flag, words in ((consumed, "if_unused", "1 consumer"), (waiting, "if_empty", "3 message")):
+        with pytest.raises(pika.exceptions.ChannelClosedByBroker) as refused:
+            on_a.channel().queue_delete(queue, **{flag: True})
+        assert refused.value.reply_code == 406 and words in refused.value.reply_text, refused.value
+    assert on_a.channel().queue_delete(consumed).method.message_count == 0
+    wait_until(lambda: to_b.process_data_events(0.1) or cancelled == [tag], "b's consumer to hear basic.cancel",
+               timeout=10)
+    assert on_a.channel().queue_delete(waiting).method.message_count == 3
+    for queue in (consumed, waiting):  # no node keeps the queue: not even one made to follow b's consumer
+        wait_until(lambda queue=queue: passive_count(on_a, queue) is None, f"{queue} to be gone from every node",
+                   timeout=10, interval=0.2)
+        assert passive_count(amqp(c.proc), queue) is None
+
+
+def test_an_exclusive_queue_goes_from_every_node_with_its_connection(mesh, amqp):
+    a, b = mesh(2, sets=[AMQP_ON])
+    owner = amqp(a.proc)
+    queue = owner.channel().queue_declare("", exclusive=True).method.queue
+    on_b = amqp(b.proc)
+    wait_until(lambda: passive_count(on_b, queue) == (0, 0), "b to learn the queue's definition", timeout=15,
+               interval=0.2)
+    send_many(b.client(), "/queue/" + queue, ["waits on b"] * 3)
+    wait_until(lambda: passive_count(on_b, queue) == (3, 0), "b to count its three", timeout=15, interval=0.2)
+    owner.close()
+    wait_until(lambda: passive_count(on_b, queue) is None, "the queue to go from b too", timeout=15, interval=0.2)
+
+
+def test_an_auto_delete_queue_stays_while_another_node_consumes_it(mesh, amqp):
+    a, b = mesh(2, sets=[AMQP_ON])
+    declarer = amqp(a.proc).channel()
+    queue = unique("auto")
+    declarer.queue_declare(queue, auto_delete=True)
+    tag = declarer.basic_consume(queue, lambda *args: None)
+    consumer_on_b = amqp(b.proc).channel()
+    wait_until(lambda: passive_count(amqp(b.proc), queue) is not None, "b to learn the queue", timeout=15,
+               interval=0.2)
+    got = []
+    consumer_on_b.basic_consume(queue, lambda channel, method, properties, body: got.append(body))
+    on_a = amqp(a.proc)
+    wait_until(lambda: passive_count(on_a, queue) == (0, 2), "a to count both consumers", timeout=15, interval=0.2)
+    declarer.basic_cancel(tag)
+    assert passive_count(on_a, queue) == (0, 1)
+    declarer.basic_publish("", queue, b"still routed")
+    wait_until(lambda: consumer_on_b.connection.process_data_events(0.1) or got, "b's consumer to get it",
+               timeout=10)
