@@ -2,7 +2,7 @@
 # starting and stopping the brokers under test (only the ones the script started,
 # by PID). The load generators' own shared code is common.py.
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="$ROOT/.venv/bin/python"
+PY="${PY:-$ROOT/.venv/bin/python}"  # another interpreter (e.g. a worktree without .venv): set it
 MESHGATE="${MESHGATE:-$ROOT/.venv/bin/meshgate}"  # another build to measure: set it
 STARTED=()  # PIDs of the nodes started by start_meshgate, for stop_started
 
