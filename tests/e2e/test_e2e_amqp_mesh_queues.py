@@ -221,3 +221,57 @@ def test_an_auto_delete_queue_stays_while_another_node_consumes_it(mesh, amqp):
     declarer.basic_publish("", queue, b"still routed")
     wait_until(lambda: consumer_on_b.connection.process_data_events(0.1) or got, "b's consumer to get it",
                timeout=10)
+
+
+def test_kombu_and_py_amqp_get_and_count_a_queue_held_on_another_node(mesh):
+    import amqp as py_amqp
+    from amqp_support import amqp_port, amqp_url
+    from kombu import Connection
+
+    a, b, c = mesh(3, sets=[AMQP_ON])
+    queue = unique("clients")
+    send_many(c.client(), "/queue/" + queue, [f"m{i}" for i in range(4)])
+    with py_amqp.Connection(f"127.0.0.1:{amqp_port(a.proc)}") as connection:
+        channel = connection.channel()
+        wait_until(lambda: channel.queue_declare(queue, passive=True)[1] == 4, "py-amqp on a to count c's four",
+                   timeout=15, interval=0.2)
+        got = channel.basic_get(queue, no_ack=True)
+        assert got is not None and got.body.startswith(b"m")
+    with Connection(amqp_url(b.proc)) as connection:
+        simple = connection.SimpleQueue(queue)  # declares it (as kombu does), then basic.get
+        bodies = []
+        for _ in range(3):
+            message = simple.get(block=True, timeout=10)
+            bodies.append(message.body)
+            message.ack()
+        simple.close()
+    assert sorted([got.body.decode(), *(body if isinstance(body, str) else body.decode() for body in bodies)]) == [
+        f"m{i}" for i in range(4)]
+
+
+def test_flow_control_blocks_a_node_s_own_publishers_and_gets_elsewhere_release_it(mesh, amqp):
+    a, b = mesh(2, sets=[AMQP_ON, "broker.memory_limit=4MiB"])
+    queue = unique("flood")
+    events: list[str] = []
+    flooder = amqp(b.proc)
+    flooder.add_on_connection_blocked_callback(lambda *args: events.append("blocked"))
+    flooder.add_on_connection_unblocked_callback(lambda *args: events.append("unblocked"))
+    channel = flooder.channel()
+    channel.queue_declare(queue)
+    for _ in range(80):  # 5 MiB on b: past its limit
+        channel.basic_publish("", queue, b"x" * 65536)
+    flooder.process_data_events(time_limit=1)
+    assert events == ["blocked"]
+    on_a = amqp(a.proc).channel()  # a has room: its publishers go on
+    on_a.confirm_delivery()
+    for i in range(10):
+        on_a.basic_publish("", queue, b"from a %d" % i)
+    drained = 0
+    deadline = time.monotonic() + 60
+    while drained < 90:  # gets on a pull b's messages over, and b has room again
+        method, _, _ = on_a.basic_get(queue, auto_ack=True)
+        drained += method is not None
+        flooder.process_data_events(time_limit=0.01)
+        assert time.monotonic() < deadline, (drained, events)
+    flooder.process_data_events(time_limit=0.5)
+    assert events[:2] == ["blocked", "unblocked"], events
