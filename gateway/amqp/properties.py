@@ -33,7 +33,8 @@ hold (a ``timestamp`` that is not a number, a ``content-type`` over 255 bytes) i
 ``headers`` entry, as text; ``amqp-expiration`` is dropped once ``expires`` is (a
 dead-lettered message no longer expires, as in RabbitMQ); a message with no
 ``persistent`` header that is persistent (a management send) has delivery_mode 2.
-``amqp-types`` is read as hostile: no STOMP or management sender can set it, but a
+A header whose name is over 255 bytes (a STOMP sender's) is left out: a ``headers``
+entry's name is a short string. ``amqp-types`` is read as hostile: no STOMP or management sender can set it, but a
 mesh peer could send anything; a tag that does not fit its text leaves the text.
 """
 
@@ -179,6 +180,8 @@ def to_properties(headers: dict[str, str], persistent: bool, priority: int = 4) 
         elif key in _NOT_APPLICATION:
             continue
         name = key[len(ESCAPE):] if key.startswith(ESCAPE) else key
+        if len(name) > 63 and len(name.encode()) > 255:
+            continue  # a table's names are short strings: a longer STOMP header name cannot be carried
         kind = types.get(key)
         table[name] = value if kind is None else _typed(value, kind)
     if table or TYPES in headers:

@@ -188,3 +188,18 @@ def test_a_message_consumed_on_a_mesh_peer_has_exactly_its_properties(mesh, amqp
     assert got == {b"alone": {name: None for name in PIKA_FIELDS} | {"content_encoding": "gzip"},
                    b"every": pika_decoded(flags, raw)}
 
+
+
+def test_a_stomp_header_name_no_amqp_table_can_hold_is_dropped_for_amqp_consumers(node, amqp, connect):
+    """A field table's names are short strings (255 bytes): a longer STOMP header name
+    cannot be carried, and must not break the delivery, the consumer or the sender."""
+    channel = amqp(node).channel()
+    queue = unique("long-names")
+    channel.queue_declare(queue)
+    got = []
+    channel.basic_consume(queue, lambda ch, method, properties, body: got.append(properties.headers))
+    stomp = connect(node)
+    stomp.send("/queue/" + queue, "hello", headers={"n" * 300: "dropped", "kept": "yes"}, receipt=True)
+    wait_until(lambda: channel.connection.process_data_events(0.1) or got, "the AMQP consumer to get it", timeout=10)
+    assert got == [{"kept": "yes"}]
+    stomp.send("/queue/" + queue, "again", receipt=True)  # the sender's connection is still good
