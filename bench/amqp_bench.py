@@ -211,6 +211,23 @@ def publish_args(exchange: str, routing_key: str) -> bytes:
     return SHORT.pack(0) + shortstr(exchange) + shortstr(routing_key) + OCTET.pack(0)
 
 
+def tally_result(tally: Any, started: float, **extra: Any) -> dict[str, Any]:
+    """What a consuming process reports to the parent (``extra``: the scenario's own)."""
+    return {
+        "started": started,
+        "received": tally.received,
+        "unique": tally.seen.count(1),
+        "duplicates": tally.duplicates,
+        "foreign": tally.foreign,
+        "redelivered": tally.redelivered,
+        "first_recv": tally.first_recv,
+        "last_recv": tally.last_recv,
+        "lat": tally.latencies.tobytes(),
+        **extra,
+        "cpu": common.cpu_seconds(),
+    }
+
+
 def ack_frame(channel: int, tag: int, multiple: bool) -> bytes:
     return method_frame(channel, BASIC_ACK, LONGLONG.pack(tag) + OCTET.pack(int(multiple)))
 
@@ -783,18 +800,7 @@ def consumer_main(
             (
                 "result",
                 "consumer",
-                {
-                    "started": started,
-                    "received": tally.received,
-                    "unique": tally.seen.count(1),
-                    "duplicates": tally.duplicates,
-                    "foreign": tally.foreign,
-                    "redelivered": tally.redelivered,
-                    "first_recv": tally.first_recv,
-                    "last_recv": tally.last_recv,
-                    "lat": tally.latencies.tobytes(),
-                    "cpu": common.cpu_seconds(),
-                },
+                tally_result(tally, started),
             )
         )
     except Exception as exc:  # noqa: BLE001 - every failure must reach the parent
@@ -915,20 +921,7 @@ def getter_main(
             (
                 "result",
                 "getter",
-                {
-                    "started": started,
-                    "received": tally.received,
-                    "unique": tally.seen.count(1),
-                    "duplicates": tally.duplicates,
-                    "foreign": tally.foreign,
-                    "redelivered": tally.redelivered,
-                    "first_recv": tally.first_recv,
-                    "last_recv": tally.last_recv,
-                    "lat": tally.latencies.tobytes(),
-                    "empties": empties,
-                    "longest_empty": longest_empty,
-                    "cpu": common.cpu_seconds(),
-                },
+                tally_result(tally, started, empties=empties, longest_empty=longest_empty),
             )
         )
     except Exception as exc:  # noqa: BLE001 - every failure must reach the parent
