@@ -223,11 +223,16 @@ class LocalState:
     # -- snapshots --------------------------------------------------------------------------
 
     def snapshot(self) -> Snapshot:
+        """The next of the snapshots the metrics stream numbers (``seq``)."""
         self._snapshots += 1
+        return self.current(self._snapshots)
+
+    def current(self, seq: int = 0) -> Snapshot:
+        """The node as it is now (``seq`` 0: not one of the stream's; the node's /metrics)."""
         taken_at = self.clock.seconds()  # the queues' too: their deepest depth is of taken_at's window
         brokers = self._brokers()
         queues = [queue for vhost in brokers for queue in self.queues(now=taken_at, vhost=vhost)]
-        return Snapshot(seq=self._snapshots, taken_at=taken_at, node=self.node(), links=self.links(),
+        return Snapshot(seq=seq, taken_at=taken_at, node=self.node(), links=self.links(),
                         queues=queues, subscriptions=self.subscriptions(),
                         queues_version=self._queues_version(brokers))
 

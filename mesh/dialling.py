@@ -51,6 +51,12 @@ class Connector:
             factory = material.client_factory(factory, host, port, tls_log, self.reactor)
         self.reactor.connectTCP(host, port, factory, timeout=5)
 
+    @property
+    def gave_up(self) -> bool:
+        """mesh.reconnect_attempts ran out: this address is not dialled again."""
+        attempts = self.config.reconnect_attempts
+        return self._timer is None and 0 <= attempts < self.attempts
+
     def connected(self, peer_id: str) -> None:
         self.peer_id = peer_id
         self.attempts = 0

@@ -14,6 +14,7 @@ from meshgate.admin_cli import COMMANDS as ADMIN_COMMANDS
 from meshgate.admin_cli import BadArguments, add_node_arguments, node_client
 from meshgate.admin_cli import add_commands as add_admin_commands
 from meshgate.admin_cli import run as run_admin_command
+from model.mesh import address_text
 
 if TYPE_CHECKING:
     from management.client import ManagementClient
@@ -280,6 +281,10 @@ def _broker(args: argparse.Namespace) -> int:
         for scheme, host, port in node.addresses():
             print(f"meshgate node {config.name} ({node.identity['id']}) listening on {scheme}://{host}:{port}",
                   flush=True)
+        if node.http_port is not None:
+            address = node.http_port.getHost()
+            print(f"meshgate node {config.name}: /healthz, /readyz and /metrics on "
+                  f"http://{address_text(address.host, address.port)}", flush=True)
 
     def started(node: Node) -> None:
         reactor.addSystemEventTrigger("before", "shutdown", node.stop)

@@ -10,7 +10,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer, endpoints, task
 
@@ -33,6 +33,9 @@ from meshgate.config.metrics import MetricsConfig
 from meshgate.config.node import AmqpConfig, TlsConfig
 from meshgate.datadir import DataDir, NodeStartError
 from meshgate.ha import HaLifecycle
+from meshgate.ha.state import HaState
+from meshgate.health import HealthFacts, PeerFacts
+from metrics.prometheus import NodeUp, exposition
 from metrics.publisher import StreamPublisher
 from metrics.reporter import MetricsReporter
 from model.events import ProducersBlocked, ProducersResumed
@@ -75,6 +78,9 @@ class Node:
         self.state: LocalState | None = None
         self.metrics: MetricsReporter | None = None
         self.scale_down_requested = False
+        self.serving = False  # started: the store recovered, the listeners open
+        self.stopping = False
+        self.http_port: Any = None  # [http]: /healthz, /readyz, /metrics (meshgate.http_endpoint)
         self.epoch = 0
         self.ha = HaLifecycle(config, self.data_dir, reactor, self)
         self.on_restarted: Callable[[Node], None] | None = None  # after a failback: serving again (a takeover)
@@ -85,6 +91,11 @@ class Node:
         config = self.config
         _raise_fd_limit()
         self._reload_tls_on_sighup()  # first: a standby's replication dialler is reloaded too
+        self.stopping = False
+        if config.http is not None and self.http_port is None:  # before a standby waits: it answers "not ready"
+            from meshgate.http_endpoint import site
+
+            self.http_port = yield self._listen(config.http.bind, site(self.health_facts, self.own_metrics))
         yield self.ha.acquire()  # the data dir held; replicated, this process's turn to serve
         self.started_at = time.time()  # a standby's run starts when it takes over
         self.epoch = self.ha.hold(self.started_at)
@@ -184,6 +195,7 @@ class Node:
         self._sweeper.clock = self.reactor
         self._sweeper.start(EXPIRY_SWEEP_SECONDS, now=False)
         self.certificates.watch(events)
+        self.serving = True
         return self
 
     @defer.inlineCallbacks
@@ -261,6 +273,24 @@ class Node:
         if amqp.tls is not None:
             self.ports.append(("amqps", (yield self._listen_tls(amqp.tls, factory))))
 
+    def health_facts(self) -> HealthFacts:
+        mesh = self.mesh
+        peers = [] if mesh is None else [
+            PeerFacts(address=address_text(*c.address), linked=c.peer_id in mesh.peers, gave_up=c.gave_up)
+            for c in mesh.connectors]
+        listeners = [f"{scheme}://{address_text(host, port)}" for scheme, host, port in self.addresses()]
+        return HealthFacts(serving=self.serving, standby=self.ha.state is HaState.STANDBY, stopping=self.stopping,
+                           scaling_down=self.scale_down_requested or (mesh is not None and mesh.scaling_down),
+                           listeners=listeners, peers=peers)
+
+    def own_metrics(self) -> str:
+        """This node in the Prometheus text format, as the console exports it."""
+        state = self.state
+        if state is None:
+            return exposition([], [])
+        snapshot = state.current()
+        return exposition([NodeUp(snapshot.node.name, snapshot.node.id, True)], [snapshot])
+
     def model_addresses(self) -> Addresses:
         listeners = {scheme: address_text(host, port) for scheme, host, port in self.addresses()}
         link = address_text(*self.mesh.link_address) if self.mesh is not None else None
@@ -302,6 +332,7 @@ class Node:
     @defer.inlineCallbacks
     def stop(self):
         """Stop accepting, close clients, let in-flight store writes finish."""
+        self.stopping, self.serving = True, False
         if self._sweeper is not None and self._sweeper.running:
             self._sweeper.stop()
         self.certificates.stop()
@@ -332,7 +363,10 @@ class Node:
                 yield self.store.close()
             except StoreError as error:  # a full or failing disk: say so, exit non-zero
                 self.fatal = f"stopped with the store failing: {error}; the next start recovers what was acknowledged"
-        yield self.ha.release()  # last: the data dir is let go
+        yield self.ha.release()  # the data dir is let go
+        if self.http_port is not None:  # last: a probe hears "stopping" to the end
+            port, self.http_port = self.http_port, None
+            yield port.stopListening()
 
     def _make_mesh(self, config: NodeConfig) -> MeshNode:
         from mesh.node import MeshNode

@@ -150,6 +150,13 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
+class HttpConfig:
+    """The node's own HTTP endpoint: /healthz, /readyz and /metrics (deploy/README.md)."""
+
+    bind: tuple[str, int] = _key(("127.0.0.1", 15692), parse_address)
+
+
+@dataclass(frozen=True)
 class UserConfig:
     # repr=False keeps hashes out of logs that print the configuration.
     password: str = field(repr=False, metadata=_parse(_password))
@@ -208,6 +215,8 @@ class NodeConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig, metadata=_parse(_table(MetricsConfig)))
     ha: HaConfig = field(default_factory=HaConfig, metadata=_parse(_table(HaConfig)))
     vhosts: VhostsConfig = field(default_factory=VhostsConfig, metadata=_parse(_table(VhostsConfig)))
+    # None (no [http] table) = no health and metrics endpoint.
+    http: HttpConfig | None = field(default=None, metadata=_parse(_table(HttpConfig)))
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -245,6 +254,8 @@ class NodeConfig:
             found.append(("amqp.bind", self.amqp.bind))
             if self.amqp.tls is not None:
                 found.append(("amqp.tls.bind", self.amqp.tls.bind))
+        if self.http is not None:
+            found.append(("http.bind", self.http.bind))
         return found
 
     def client_tls(self) -> list[tuple[str, TlsConfig]]:
