@@ -1065,15 +1065,20 @@ def run_live(sc: Scenario, rc: RunContext, qname: str, count: int, control: Amqp
     return res
 
 
+def publish_all(rc: RunContext, spec: PubSpec, kids: common.Children, deadline: float) -> dict:
+    """Pre-load: one producer process publishes ``spec`` at once; its result."""
+    go = kids.ctx.Event()
+    go.set()
+    kids.start("producer", common.producer_main, *producer(rc.params, spec), kids.events, go, rc.timeout_s)
+    return kids.await_all("result", ["producer"], deadline)["producer"]
+
+
 def run_preload(sc: Scenario, rc: RunContext, qname: str, count: int, control: AmqpConn) -> common.Result:
     spec = PubSpec(qname, count, sc.size, sc.persistent, sc.confirms)
     deadline = time.monotonic() + rc.timeout_s
     kids = common.Children()
     try:
-        go = kids.ctx.Event()
-        go.set()
-        kids.start("producer", common.producer_main, *producer(rc.params, spec), kids.events, go, rc.timeout_s)
-        prod = kids.await_all("result", ["producer"], deadline)["producer"]
+        prod = publish_all(rc, spec, kids, deadline)
         loaded_s = (prod["last_send"] - prod["first_send"]) / 1e9
         depth = control.declare_queue(qname, sc.persistent, passive=True)
         consume_go = kids.ctx.Event()
@@ -1102,10 +1107,7 @@ def run_get(sc: Scenario, rc: RunContext, qname: str, count: int, control: AmqpC
     deadline = time.monotonic() + rc.timeout_s
     kids = common.Children()
     try:
-        go = kids.ctx.Event()
-        go.set()
-        kids.start("producer", common.producer_main, *producer(rc.params, spec), kids.events, go, rc.timeout_s)
-        prod = kids.await_all("result", ["producer"], deadline)["producer"]
+        prod = publish_all(rc, spec, kids, deadline)
         depth = wait_for_depth(control, qname, count, rc.idle_s, deadline)
         loaded_s = (time.time_ns() - prod["first_send"]) / 1e9
         if depth != count:
