@@ -31,11 +31,7 @@ done
 WORK="$(mktemp -d /tmp/meshgate-ab.XXXXXX)"
 trap stop_started EXIT
 
-for label in before after; do  # a meshgate command per build: its code first on the path
-    dir=$BEFORE; [ "$label" = after ] && dir=$AFTER
-    printf '#!/bin/sh\ncd %s && PYTHONPATH=%s exec %s -m meshgate "$@"\n' "$dir" "$dir" "$PY" >"$WORK/meshgate-$label"
-    chmod +x "$WORK/meshgate-$label"
-done
+build_commands "$BEFORE" "$AFTER" "$WORK"
 
 single() {  # label
     local label=$1 port

@@ -25,11 +25,7 @@ while [ $# -gt 0 ]; do
 done
 WORK="$(mktemp -d /tmp/meshgate-amqp-ab.XXXXXX)"
 trap stop_started EXIT
-for label in before after; do  # a meshgate command per build: its code first on the path
-    dir=$BEFORE; [ "$label" = after ] && dir=$AFTER
-    printf '#!/bin/sh\ncd %s && PYTHONPATH=%s exec %s -m meshgate "$@"\n' "$dir" "$dir" "$PY" >"$WORK/meshgate-$label"
-    chmod +x "$WORK/meshgate-$label"
-done
+build_commands "$BEFORE" "$AFTER" "$WORK"
 for round in $(seq "$ROUNDS"); do
     order="before after"; [ $((round % 2)) = 0 ] && order="after before"
     for label in $order; do

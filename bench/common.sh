@@ -38,6 +38,15 @@ start_meshgate() {  # LOG PORT BROKER_ARGS...: a `meshgate broker` in the backgr
     wait_for "$log" "listening on .*:$port\$" "$MG_PID" "meshgate (log $log)"
 }
 
+build_commands() {  # BEFORE_DIR AFTER_DIR WORK: WORK/meshgate-before and -after, each build's code first on the path
+    local label dir
+    for label in before after; do
+        dir=$1; [ "$label" = after ] && dir=$2
+        printf '#!/bin/sh\ncd %s && PYTHONPATH=%s exec %s -m meshgate "$@"\n' "$dir" "$dir" "$PY" >"$3/meshgate-$label"
+        chmod +x "$3/meshgate-$label"
+    done
+}
+
 stop_pid() {  # PID: SIGTERM and wait for it
     kill "$1" 2>/dev/null || true
     wait "$1" 2>/dev/null || true
