@@ -3,12 +3,13 @@
 #   1. a Debian bookworm base from Debian's own archive (debootstrap --variant=minbase),
 #      imported as localhost/debian-base:bookworm (kept: later builds skip this step);
 #   2. `buildah bud --isolation chroot --layers` of deploy/container/Containerfile,
-#      tagged meshgate:<version> (the version in pyproject.toml) and meshgate:latest.
+#      tagged meshgate:<version> (gateway.__version__) and meshgate:latest.
 # Needs root, and: apt-get install -y buildah podman debootstrap
 #
 # Options:
 #   --context DIR     the source tree to build from (default: this repository)
 #   --no-base-cache   debootstrap the base again even if localhost/debian-base:bookworm exists
+#   --no-cache        build every layer again (apt, pip), not only those whose inputs changed
 #   --mirror URL      the Debian archive (default http://deb.debian.org/debian)
 #   --tag NAME:TAG    tag the image NAME:TAG instead of meshgate:<version>
 # Prints the image's tag as its last line.
@@ -19,15 +20,17 @@ CONTEXT="$ROOT"
 BASE=localhost/debian-base:bookworm
 MIRROR=http://deb.debian.org/debian
 BASE_CACHE=1
+LAYER_CACHE=(--layers)
 TAG=""
 
 while [ $# -gt 0 ]; do
     case "$1" in
         --context) CONTEXT="$(cd "$2" && pwd)"; shift 2 ;;
         --no-base-cache) BASE_CACHE=0; shift ;;
+        --no-cache) LAYER_CACHE=(--layers --no-cache); shift ;;
         --mirror) MIRROR="$2"; shift 2 ;;
         --tag) TAG="$2"; shift 2 ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
         *) echo "build.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -84,12 +87,13 @@ fi
 build_ca=()
 host_ca="${PIP_CERT:-}"
 if [ -n "$host_ca" ] && [ -r "$host_ca" ]; then
-    build_ca=(--volume "$host_ca:/run/meshgate-build-ca.crt:ro" --build-arg PIP_CERT=/run/meshgate-build-ca.crt)
+    # On /mnt, which the base has (empty): a new mount point would be left in the image.
+    build_ca=(--volume "$(dirname "$host_ca"):/mnt:ro" --build-arg "PIP_CERT=/mnt/$(basename "$host_ca")")
 fi
 
 start="$(now)"
 echo "build.sh: buildah bud --isolation chroot -t $TAG (context $CONTEXT)" >&2
-buildah bud --isolation chroot --layers --quiet "${build_ca[@]}" \
+buildah bud --isolation chroot "${LAYER_CACHE[@]}" --force-rm --quiet "${build_ca[@]}" \
     -f "$ROOT/deploy/container/Containerfile" -t "$TAG" -t "${TAG%%:*}:latest" "$CONTEXT" >&2
 echo "build.sh: buildah bud took $(took "$start") s" >&2
 echo "$TAG"

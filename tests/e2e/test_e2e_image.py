@@ -34,6 +34,7 @@ BUILD = ROOT / "deploy" / "container" / "build.sh"
 TOOLS = ("buildah", "podman", "debootstrap")
 VENV_MESHGATE = "/opt/meshgate/venv/bin/meshgate"
 CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"  # coreutils; /usr/sbin may not be on PATH
+UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
 
 
 def _tools_or_skip() -> None:
@@ -125,7 +126,14 @@ def _readyz(port: int) -> int | None:
         return None
 
 
-def test_a_node_from_the_image_serves_and_stops_gracefully(container, tmp_path):
+def _child(pid: int) -> int | None:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    return int(children[0]) if children else None
+
+
+def test_a_node_from_the_image_serves_and_stops_gracefully_as_pid_1(container, tmp_path):
+    """As in a container: the node is PID 1 of a PID namespace of its own (unshare), where the
+    kernel delivers only the signals it has a handler for; SIGTERM must still stop it, with 0."""
     import pika
     import stomp
 
@@ -137,10 +145,11 @@ def test_a_node_from_the_image_serves_and_stops_gracefully(container, tmp_path):
     with log.open("wb") as out:
         # The image's own default config, with loopback ports: what `podman run` would start.
         node = subprocess.Popen(
-            [CHROOT, f"--userspec={uid}:{gid}", "--groups=", str(root), VENV_MESHGATE,
+            [UNSHARE, "--pid", "--fork", "--kill-child",
+             CHROOT, f"--userspec={uid}:{gid}", "--groups=", str(root), VENV_MESHGATE,
              "broker", "--config", "/etc/meshgate/node.toml", "--name", "image-test",
              "--stomp", f"{HOST}:{stomp_port}", "--amqp", f"{HOST}:{amqp_port}",
-             "--set", f"http.bind={HOST}:{http_port}", "--set", "store.sync=never"],
+             "--set", f"http.bind={HOST}:{http_port}"],
             stdout=out, stderr=subprocess.STDOUT,
             env={"PATH": "/opt/meshgate/venv/bin:/usr/bin:/bin", "HOME": "/var/lib/meshgate", "LANG": "C.UTF-8",
                  "PYTHONUNBUFFERED": "1"})
@@ -180,10 +189,60 @@ def test_a_node_from_the_image_serves_and_stops_gracefully(container, tmp_path):
         data = root / "var/lib/meshgate/node"
         assert data.is_dir() and data.stat().st_uid == uid
 
-        node.send_signal(signal.SIGTERM)
-        assert node.wait(timeout=30) == 0, log.read_text()[-3000:]
+        # unshare's child is the node (chroot execs it), PID 1 in its namespace.
+        pid = _child(node.pid)
+        assert pid is not None
+        nspid = re.search(r"^NSpid:\s*(.*)$", Path(f"/proc/{pid}/status").read_text(), re.M)
+        assert nspid and nspid.group(1).split()[-1] == "1", nspid
+        os.kill(pid, signal.SIGTERM)
+        assert node.wait(timeout=30) == 0, log.read_text()[-3000:]  # unshare exits with the node's status
     finally:
         if node.poll() is None:
             node.kill()
             node.wait(timeout=10)
     assert not re.search(r"Traceback", log.read_text()), log.read_text()[-3000:]
+
+
+def _get(url: str) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+    except OSError:
+        return None
+
+
+def test_the_console_from_the_image_serves_its_pages_and_stops(container, tmp_path, redis_server):
+    root = Path(_run("buildah", "mount", container).strip())
+    uid, gid = _user(root, "meshgate")
+    port = free_port()
+    log = tmp_path / "console.log"
+    with log.open("wb") as out:
+        console = subprocess.Popen(
+            [CHROOT, f"--userspec={uid}:{gid}", "--groups=", str(root), "/usr/local/bin/meshgate-console",
+             "--bind", HOST, "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT,
+            env={"PATH": "/opt/meshgate/venv/bin:/usr/bin:/bin", "HOME": "/var/lib/meshgate", "LANG": "C.UTF-8",
+                 "MESHGATE_CONSOLE_DATA": "/var/lib/meshgate/console", "MESHGATE_REDIS_URL": redis_server.url})
+    try:
+        _wait_for(lambda: _get(f"http://{HOST}:{port}/login/") == 200, "the login page", 60, console, log)
+        # Its scripts come from the source tree's static/ (console/settings.py), in the image too.
+        assert _get(f"http://{HOST}:{port}/static/console/console.css") == 200
+        assert (root / "var/lib/meshgate/console/console.sqlite3").stat().st_uid == uid
+        console.send_signal(signal.SIGTERM)
+        assert console.wait(timeout=30) == 0, log.read_text()[-3000:]
+    finally:
+        if console.poll() is None:
+            console.kill()
+            console.wait(timeout=10)
+
+
+def test_the_pipeline_from_the_image_runs_spark(container, redis_server):
+    """Java 17 and pyspark in the image: a pipeline run over the (empty) streams, as the
+    image's user, with the host's network (buildah run shares it)."""
+    done = subprocess.run(
+        ["buildah", "run", "--isolation", "chroot", "--user", "meshgate", container, "--",
+         "meshgate", "pipeline", "--redis", redis_server.url, "--once", "--checkpoint", "/tmp/checkpoint"],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
