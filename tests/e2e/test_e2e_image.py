@@ -88,7 +88,7 @@ def test_the_image_says_its_version(container):
 
 def test_the_image_config_is_what_it_runs_by_default(image):
     config = json.loads(_run("buildah", "inspect", "--type", "image", image))["OCIv1"]["config"]
-    assert config["User"] == "meshgate"
+    assert config["User"] == "10001:10001"  # numeric, so Kubernetes' runAsNonRoot can check it
     assert config["Entrypoint"] == [VENV_MESHGATE]
     assert config["Cmd"] == ["broker", "--config", "/etc/meshgate/node.toml"]
     assert config["StopSignal"] == "SIGTERM"

@@ -312,6 +312,18 @@ def test_every_workload_selects_its_own_pods(k8s: dict[tuple[str, str], Any]) ->
             assert workload.spec.template.spec.security_context.run_as_non_root is True, name
 
 
+def test_meshgate_pods_share_the_image_s_numeric_user_for_their_volumes(k8s: dict[tuple[str, str], Any]) -> None:
+    """runAsNonRoot needs the image's USER numeric, and the volumes' fsGroup is its group."""
+    containerfile = (ROOT.parent / "container" / "Containerfile").read_text()
+    (user,) = [line.split()[1] for line in containerfile.splitlines() if line.startswith("USER ")]
+    uid, gid = (int(part) for part in user.split(":"))
+    assert uid > 0
+    for (kind, name), workload in k8s.items():
+        if kind in ("StatefulSet", "Deployment") and workload.spec.template.spec.containers[0].image.startswith(
+                "meshgate:"):
+            assert workload.spec.template.spec.security_context.fs_group == gid, name
+
+
 def test_console_and_pipeline_reach_redis_and_the_nodes(k8s: dict[tuple[str, str], Any]) -> None:
     redis = k8s["Service", "redis"]
     redis_url = f"redis://{redis.metadata.name}.{redis.metadata.namespace}.svc.cluster.local:6379/0"
