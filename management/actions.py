@@ -82,11 +82,7 @@ class LocalActions(PermissionActions):
     # -- changing ---------------------------------------------------------------------------
 
     def purge(self, name: str, vhost: str = DEFAULT_VHOST) -> Done:
-        queue = self._queue(name, vhost)
-        messages = queue.take_all()
-        for message in messages:
-            queue.broker.consumed(queue, message)
-        return self._done("purge", "/queue/" + name, len(messages))
+        return self._done("purge", "/queue/" + name, self.broker_of(vhost).purge(self._queue(name, vhost)))
 
     def delete_queue(self, name: str, vhost: str = DEFAULT_VHOST, cancel_consumers: bool = False) -> Done:
         """This node's part of the queue goes, with what waits in it (Broker.drop_queue);
@@ -100,10 +96,10 @@ class LocalActions(PermissionActions):
                                               "node; try again once the peers have answered for them", self.node_id)
         count = len(queue)  # what waited (as RabbitMQ counts): not what cancelled consumers held
         if cancel_consumers:
-            self.broker_of(vhost).cancel_consumers(queue)
+            broker = self.broker_of(vhost)
+            broker.cancel_consumers(queue)
             if queue.consumers:  # STOMP subscribers keep the queue; what waits goes
-                for message in queue.take_all():
-                    queue.broker.consumed(queue, message)
+                broker.purge(queue)
                 return self._done("delete_queue", "/queue/" + name, count, "STOMP subscribers keep it")
         if queue.consumers:
             raise ManagementError("conflict", f"queue {name!r} has {len(queue.consumers)} consumer(s) on this node; "

@@ -198,12 +198,7 @@ def method_queue_purge(channel: Channel, args, command: Command) -> Deferred | N
 def _purge_here(channel: Channel, name: str) -> int | None:
     """Drop what waits in this node's part of the queue; None: the node has no such queue."""
     queue = channel.broker.queues.get(name)
-    if queue is None:
-        return None
-    messages = queue.take_all()
-    for message in messages:
-        channel.broker.consumed(queue, message)
-    return len(messages)
+    return None if queue is None else channel.broker.purge(queue)
 
 
 def _reply_purged(channel: Channel, count: int | None, nowait: bool) -> None:

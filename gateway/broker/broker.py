@@ -181,11 +181,17 @@ class Broker(RoutingMixin, RecoveringMixin, DefiningMixin):
             if isinstance(sink, CancelsConsumers):
                 sink.cancel_from_server(sub)
 
+    def purge(self, queue: Queue) -> int:
+        """Drop what waits in ``queue`` (not what is delivered and unacked); how many went."""
+        messages = queue.take_all()
+        for message in messages:
+            self.consumed(queue, message)
+        return len(messages)
+
     def drop_queue(self, queue: Queue, save: bool = True) -> None:
         """This node's copy of a queue goes, with what waits in it (its definition, if
         any, stays: a queue used again is made again)."""
-        for message in queue.take_all():
-            self.consumed(queue, message)
+        self.purge(queue)
         if queue.temporary:
             self.temp_queues.pop(queue.name, None)
         elif self.queues.pop(queue.name, None) is not None:

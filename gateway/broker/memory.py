@@ -17,6 +17,12 @@ class MemoryBudget:
     def full(self) -> bool:
         return self.used >= self.limit
 
+    def held_mostly_by(self, own: int) -> bool:
+        """A client holding ``own`` bytes of it (an arriving frame, open transactions)
+        holds most of it: while memory is full such a client is not paused, as only
+        reading on (to its frame's end, its commit or its refusal) can free it."""
+        return own * 2 >= self.used
+
     def reserve(self, size: int) -> None:
         self.used += size
 

@@ -171,8 +171,7 @@ class Subscriptions:
         core = self.core
         del core.bindings[binding.queue.name]
         core.bindings_changed()
-        for message in binding.queue.take_all():
-            core.consumed(binding.queue, message)  # the broker's: a vhost's message count may wrap it
+        core.purge(binding.queue)  # the broker's consumed: a vhost's message count may wrap it
 
 
 def _destination_of(sub: Subscription) -> str:
