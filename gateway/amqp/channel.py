@@ -374,7 +374,7 @@ class Channel:
                               f"{broker.memory_limit} bytes; commit in smaller transactions", command)
         self._tx_bytes += size
         broker.reserve_memory(size)
-        if broker.memory_full and self._tx_bytes * 2 < broker.memory_used:
+        if broker.memory_full and not broker.memory.held_mostly_by(self._tx_bytes):
             self.connection.pause_reading(broker.when_memory_available)
 
     def _release_tx(self) -> None:

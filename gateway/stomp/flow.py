@@ -48,7 +48,7 @@ class ProducerFlow:
         grown, self.partial = buffered - self.partial, buffered
         if grown > 0:
             broker.reserve_memory(grown)
-            if broker.memory_full and not self._fills_memory_itself():
+            if broker.memory_full and not broker.memory.held_mostly_by(self._own_bytes()):
                 self._pause()
         elif grown < 0:
             broker.release_memory(-grown)
@@ -56,7 +56,7 @@ class ProducerFlow:
     def after_sends(self, persistent: bool) -> None:
         """A read held SENDs (``persistent``: one at least was): pause if they filled what they went to."""
         broker = self._broker
-        if broker.memory_full and not self._fills_memory_itself():
+        if broker.memory_full and not broker.memory.held_mostly_by(self._own_bytes()):
             self._pause()  # producer flow control: stop reading this client until memory drains
         if self.stored is not None and self.stored.full:
             self._pause(self.stored.when_below)  # its vhost holds max_messages: likewise, until one goes
@@ -89,13 +89,10 @@ class ProducerFlow:
             self._connection.transport.pauseProducing()
             (until or self._broker.when_memory_available)(self._resume)
 
-    def _fills_memory_itself(self) -> bool:
-        """Its partial frame and its open transactions hold most of the memory: only
-        reading on (to the frame's end, its COMMIT, or the transaction limit's ERROR)
-        can free it."""
+    def _own_bytes(self) -> int:
+        """What of the memory this connection holds: its partial frame and its open transactions."""
         handler = self._connection.handler
-        own = self.partial + (handler.session.transaction_bytes if handler is not None else 0)
-        return own * 2 >= self._broker.memory_used
+        return self.partial + (handler.session.transaction_bytes if handler is not None else 0)
 
     def _resume(self) -> None:
         if self.paused and not self._connection.closing:
