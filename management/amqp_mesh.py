@@ -84,9 +84,9 @@ class AmqpMeshQueues:
 
         def add_up(outcomes: list) -> None:
             known, moved = False, 0
-            for ok, done in outcomes:
+            for ok, done in outcomes:  # another node's Done, as JSON
                 if ok:
-                    known, moved = True, moved + (done["count"] if isinstance(done, dict) else done.count)
+                    known, moved = True, moved + done["count"]
             del self._pulls[key]
             for d in waiting:
                 d.callback(Pulled(known=known, moved=moved))
@@ -108,8 +108,8 @@ class AmqpMeshQueues:
         def add_up(outcomes: list) -> Emptied:
             known, count = False, 0
             for (ok, value), node_id in zip(outcomes, others, strict=True):
-                if ok:
-                    known, count = True, count + (value["count"] if isinstance(value, dict) else value.count)
+                if ok:  # another node's Done, as JSON
+                    known, count = True, count + value["count"]
                     continue
                 error = value.value
                 if not (isinstance(error, ManagementError) and error.code == "not_found"):

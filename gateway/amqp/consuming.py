@@ -176,11 +176,7 @@ def method_basic_get(channel: Channel, args, command: Command) -> Deferred | Non
     if queue is None and mesh is None:
         raise channel._error(spec.NOT_FOUND, f"no queue {name!r}", command)
     channel._allowed("read", "/queue/" + name, command)
-    taken = queue.take(1) if queue is not None else None
-    if taken and queue is not None:
-        message = taken[0]
-        message.deliveries += 1
-        gets.give(channel, queue, message, args.no_ack)
+    if queue is not None and gets.give_next(channel, queue, args.no_ack):
         return None
     if mesh is not None:  # none here: another node may hold one (gateway.amqp.gets)
         return gets.get_from_mesh(channel, mesh, name, args.no_ack, command)

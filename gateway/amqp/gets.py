@@ -46,6 +46,17 @@ def give(channel: Channel, queue: Queue, message: Message, no_ack: bool) -> None
     channel.connection.writeSequence(frames)
 
 
+def give_next(channel: Channel, queue: Queue, no_ack: bool) -> bool:
+    """basic.get-ok with the next message waiting in ``queue``; False: none waits."""
+    taken = queue.take(1)
+    if not taken:
+        return False
+    message = taken[0]
+    message.deliveries += 1
+    give(channel, queue, message, no_ack)
+    return True
+
+
 def get_from_mesh(channel: Channel, mesh: MeshQueues, name: str, no_ack: bool, command: Command) -> defer.Deferred:
     """Fires once the get is answered (get-ok or get-empty), or fails with the 404 of a
     queue no node has."""
@@ -59,11 +70,7 @@ def get_from_mesh(channel: Channel, mesh: MeshQueues, name: str, no_ack: bool, c
             if not result.known:
                 raise channel._error(spec.NOT_FOUND, f"no queue {name!r} on any node", command)
             queue = broker.queue(name)  # where the pulled messages arrive
-        taken = queue.take(1)
-        if taken:  # they came before the answer, or another client sent one here meanwhile
-            message = taken[0]
-            message.deliveries += 1
-            give(channel, queue, message, no_ack)
+        if give_next(channel, queue, no_ack):  # they came before the answer, or a client sent one here meanwhile
             return None
         if not result.moved:
             channel._reply("basic.get_empty")
