@@ -1047,11 +1047,7 @@ def run_live(sc: Scenario, rc: RunContext, qname: str, count: int, control: Amqp
         kids.await_all("ready", ["consumer"], deadline)
         go = kids.ctx.Event()
         kids.start("producer", common.producer_main, *producer(rc.params, spec), kids.events, go, rc.timeout_s)
-        kids.await_all("ready", ["producer"], deadline)
-        cpu0 = common.CpuSample.take(rc.broker_pid)
-        go.set()
-        results = kids.await_all("result", ["producer", "consumer"], deadline)
-        cpu1 = common.CpuSample.take(rc.broker_pid)
+        results, cpu0, cpu1 = timed(rc, kids, go, ["producer"], ["producer", "consumer"], deadline)
     finally:
         kids.stop()
     prod, cons = results["producer"], results["consumer"]
@@ -1063,6 +1059,18 @@ def run_live(sc: Scenario, rc: RunContext, qname: str, count: int, control: Amqp
     if sc.confirms:
         confirm_notes(res, prod, count)
     return res
+
+
+def timed(rc: RunContext, kids: common.Children, go: Any, ready: list[str], done: list[str],
+          deadline: float) -> tuple[dict, Any, Any]:
+    """Once ``ready`` are, start them all (``go``) and wait for ``done``'s results, the
+    broker's CPU sampled before and after: what a scenario measures."""
+    kids.await_all("ready", ready, deadline)
+    cpu0 = common.CpuSample.take(rc.broker_pid)
+    go.set()
+    results = kids.await_all("result", done, deadline)
+    cpu1 = common.CpuSample.take(rc.broker_pid)
+    return results, cpu0, cpu1
 
 
 def publish_all(rc: RunContext, spec: PubSpec, kids: common.Children, deadline: float) -> dict:
@@ -1083,11 +1091,8 @@ def run_preload(sc: Scenario, rc: RunContext, qname: str, count: int, control: A
         depth = control.declare_queue(qname, sc.persistent, passive=True)
         consume_go = kids.ctx.Event()
         kids.start("consumer", consumer_main, rc.params, qname, count, kids.events, consume_go, rc.idle_s, False)
-        kids.await_all("ready", ["consumer"], deadline)
-        cpu0 = common.CpuSample.take(rc.broker_pid)
-        consume_go.set()
-        cons = kids.await_all("result", ["consumer"], deadline)["consumer"]
-        cpu1 = common.CpuSample.take(rc.broker_pid)
+        results, cpu0, cpu1 = timed(rc, kids, consume_go, ["consumer"], ["consumer"], deadline)
+        cons = results["consumer"]
     finally:
         kids.stop()
     res = summarise(sc, count, cons["started"], cons["last_recv"], [cons], cpu0, cpu1)
@@ -1126,11 +1131,8 @@ def run_get(sc: Scenario, rc: RunContext, qname: str, count: int, control: AmqpC
             rc.get_empty_s,
             elsewhere,
         )
-        kids.await_all("ready", ["getter"], deadline)
-        cpu0 = common.CpuSample.take(rc.broker_pid)
-        get_go.set()
-        got = kids.await_all("result", ["getter"], deadline)["getter"]
-        cpu1 = common.CpuSample.take(rc.broker_pid)
+        results, cpu0, cpu1 = timed(rc, kids, get_go, ["getter"], ["getter"], deadline)
+        got = results["getter"]
     finally:
         kids.stop()
     res = summarise(sc, count, got["started"], got["last_recv"], [got], cpu0, cpu1)
