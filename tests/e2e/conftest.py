@@ -138,3 +138,11 @@ def version(request) -> str:
 def version11(request) -> str:
     """STOMP versions with NACK, client-individual and header escaping."""
     return request.param
+
+
+@pytest.fixture(scope="session")
+def image() -> str:
+    """The OCI image's tag (deploy/container/build.sh), built once per test session."""
+    from image_support import build_image
+
+    return build_image()

@@ -2,8 +2,8 @@
 and SRV records from a JSON zone file it reads again on every query, so a test
 changes the records by rewriting the file.
 
-Run as a script (``python dns_support.py ZONE``) it serves on a free UDP port of
-127.0.0.1 and prints ``port N``; :class:`DnsServer` starts and stops that process.
+Run as a script (``python dns_support.py ZONE HOST PORT``; port 0: a free one) it serves
+on UDP and prints ``port N``; :class:`DnsServer` starts and stops that process.
 Zone file: ``{"a": {"NAME": ["IP", …]}, "srv": {"NAME": [["TARGET", PORT], …]}}``.
 A name in neither table answers NXDOMAIN; an SRV answer carries its targets' A
 records as additional records, as real servers do."""
@@ -22,10 +22,11 @@ HERE = Path(__file__).resolve().parent
 
 
 class DnsServer:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, host: str = "127.0.0.1", port: int = 0) -> None:
         self.zone = Path(directory) / "zone.json"
+        self.host = host
         self.set()
-        self.process = subprocess.Popen([sys.executable, str(HERE / "dns_support.py"), str(self.zone)],
+        self.process = subprocess.Popen([sys.executable, str(HERE / "dns_support.py"), str(self.zone), host, str(port)],
                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         line = self.process.stdout.readline()
         if not line.startswith("port "):
@@ -35,7 +36,7 @@ class DnsServer:
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def set(self, a: dict[str, list[str]] | None = None, srv: dict[str, list[tuple[str, int]]] | None = None) -> None:
         """Replace every record (atomically: a query never reads half a file)."""
@@ -76,15 +77,15 @@ def zone_resolver(records: Callable[[], dict]) -> Any:
     return ZoneResolver()
 
 
-def _serve(zone: Path) -> None:
+def _serve(zone: Path, host: str, port: int) -> None:
     from twisted.internet import reactor
     from twisted.names import dns, server
 
     factory = server.DNSServerFactory(authorities=[zone_resolver(lambda: json.loads(zone.read_text()))])
-    port = reactor.listenUDP(0, dns.DNSDatagramProtocol(controller=factory), interface="127.0.0.1")
-    print(f"port {port.getHost().port}", flush=True)
+    listening = reactor.listenUDP(port, dns.DNSDatagramProtocol(controller=factory), interface=host)
+    print(f"port {listening.getHost().port}", flush=True)
     reactor.run()
 
 
 if __name__ == "__main__":
-    _serve(Path(sys.argv[1]))
+    _serve(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]))

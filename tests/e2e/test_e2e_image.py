@@ -15,65 +15,22 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 from e2e_support import HOST, unique
+from image_support import CHROOT, IMAGE_ENV, UNSHARE, VENV_MESHGATE, child_pid, http_status, image_user, run, wait_for
 from mesh_support import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
-
-ROOT = Path(__file__).resolve().parents[2]
-BUILD = ROOT / "deploy" / "container" / "build.sh"
-TOOLS = ("buildah", "podman", "debootstrap")
-VENV_MESHGATE = "/opt/meshgate/venv/bin/meshgate"
-CHROOT = shutil.which("chroot") or "/usr/sbin/chroot"  # coreutils; /usr/sbin may not be on PATH
-UNSHARE = shutil.which("unshare") or "/usr/bin/unshare"
-
-
-def _tools_or_skip() -> None:
-    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
-    if not missing:
-        return
-    if os.geteuid() != 0:
-        pytest.skip(f"{', '.join(missing)} missing, and not root to apt-get install them")
-    install = subprocess.run(["apt-get", "install", "-y", "-qq", *TOOLS], capture_output=True, text=True,
-                             env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-    if install.returncode != 0:
-        subprocess.run(["apt-get", "update", "-qq"], capture_output=True)
-        install = subprocess.run(["apt-get", "install", "-y", "-qq", *TOOLS], capture_output=True, text=True,
-                                 env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-    if install.returncode != 0 or any(shutil.which(tool) is None for tool in TOOLS):
-        pytest.skip(f"buildah/podman/debootstrap not installable: {install.stderr.strip()[-500:]}")
-
-
-def _run(*command: str, timeout: float = 120) -> str:
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    assert done.returncode == 0, f"{' '.join(command)} exited {done.returncode}:\n{done.stdout[-2000:]}" \
-                                 f"\n{done.stderr[-3000:]}"
-    return done.stdout
-
-
-@pytest.fixture(scope="session")
-def image() -> str:
-    """The image's tag, built once per test session (build.sh reuses the base and the layers)."""
-    if os.geteuid() != 0:
-        pytest.skip("building the image needs root (debootstrap, buildah's chroot isolation)")
-    _tools_or_skip()
-    output = _run("bash", str(BUILD), timeout=1700)
-    return output.strip().splitlines()[-1]
 
 
 @pytest.fixture
 def container(image):
     """A working container of the image (``buildah from``), removed at teardown."""
-    name = _run("buildah", "from", "--name", unique("meshgate-image-test"), image).strip()
+    name = run("buildah", "from", "--name", unique("meshgate-image-test"), image).strip()
     yield name
     subprocess.run(["buildah", "umount", name], capture_output=True)
     subprocess.run(["buildah", "rm", name], capture_output=True)
@@ -82,12 +39,12 @@ def container(image):
 def test_the_image_says_its_version(container):
     from gateway import __version__
 
-    output = _run("buildah", "run", "--isolation", "chroot", container, "--", "meshgate", "--version")
+    output = run("buildah", "run", "--isolation", "chroot", container, "--", "meshgate", "--version")
     assert output.strip() == f"meshgate {__version__}"
 
 
 def test_the_image_config_is_what_it_runs_by_default(image):
-    config = json.loads(_run("buildah", "inspect", "--type", "image", image))["OCIv1"]["config"]
+    config = json.loads(run("buildah", "inspect", "--type", "image", image))["OCIv1"]["config"]
     assert config["User"] == "10001:10001"  # numeric, so Kubernetes' runAsNonRoot can check it
     assert config["Entrypoint"] == [VENV_MESHGATE]
     assert config["Cmd"] == ["broker", "--config", "/etc/meshgate/node.toml"]
@@ -96,49 +53,14 @@ def test_the_image_config_is_what_it_runs_by_default(image):
     assert {"61613/tcp", "5672/tcp", "61616/tcp", "15692/tcp", "8161/tcp"} <= set(config["ExposedPorts"])
 
 
-def _user(root: Path, name: str) -> tuple[int, int]:
-    for line in (root / "etc" / "passwd").read_text().splitlines():
-        fields = line.split(":")
-        if fields[0] == name:
-            return int(fields[2]), int(fields[3])
-    raise AssertionError(f"no user {name} in the image")
-
-
-def _wait_for(predicate, what: str, timeout: float, process: subprocess.Popen, log: Path):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if process.poll() is not None:
-            raise AssertionError(f"the node exited {process.returncode} before {what}:\n{log.read_text()[-3000:]}")
-        assert time.monotonic() < deadline, f"no {what} within {timeout}s:\n{log.read_text()[-3000:]}"
-        time.sleep(0.1)
-
-
-def _readyz(port: int) -> int | None:
-    try:
-        with urllib.request.urlopen(f"http://{HOST}:{port}/readyz", timeout=5) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return None
-
-
-def _child(pid: int) -> int | None:
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return int(children[0]) if children else None
-
-
 def test_a_node_from_the_image_serves_and_stops_gracefully_as_pid_1(container, tmp_path):
     """As in a container: the node is PID 1 of a PID namespace of its own (unshare), where the
     kernel delivers only the signals it has a handler for; SIGTERM must still stop it, with 0."""
     import pika
     import stomp
 
-    root = Path(_run("buildah", "mount", container).strip())
-    uid, gid = _user(root, "meshgate")
+    root = Path(run("buildah", "mount", container).strip())
+    uid, gid = image_user(root)
     assert (root / "var/lib/meshgate").stat().st_uid == uid, "the data dir (the volume) is the meshgate user's"
     stomp_port, amqp_port, http_port = free_port(), free_port(), free_port()
     log = tmp_path / "node.log"
@@ -151,10 +73,9 @@ def test_a_node_from_the_image_serves_and_stops_gracefully_as_pid_1(container, t
              "--stomp", f"{HOST}:{stomp_port}", "--amqp", f"{HOST}:{amqp_port}",
              "--set", f"http.bind={HOST}:{http_port}"],
             stdout=out, stderr=subprocess.STDOUT,
-            env={"PATH": "/opt/meshgate/venv/bin:/usr/bin:/bin", "HOME": "/var/lib/meshgate", "LANG": "C.UTF-8",
-                 "PYTHONUNBUFFERED": "1"})
+            env=IMAGE_ENV)
     try:
-        _wait_for(lambda: _readyz(http_port) == 200, "200 from /readyz", 60, node, log)
+        wait_for(lambda: http_status(f"http://{HOST}:{http_port}/readyz") == 200, "200 from /readyz", 60, node, log)
         output = log.read_text()
         assert "/var/lib/meshgate/node" in output or (root / "var/lib/meshgate/node").is_dir(), output
 
@@ -171,7 +92,7 @@ def test_a_node_from_the_image_serves_and_stops_gracefully_as_pid_1(container, t
         conn.connect(wait=True)
         conn.subscribe(queue, id="1", ack="auto")
         conn.send(queue, "from the image", headers={"persistent": "true"})
-        _wait_for(lambda: received, "a STOMP message back", 10, node, log)
+        wait_for(lambda: received, "a STOMP message back", 10, node, log)
         assert received == ["from the image"]
         conn.disconnect()
 
@@ -181,7 +102,7 @@ def test_a_node_from_the_image_serves_and_stops_gracefully_as_pid_1(container, t
         name = unique("image-amqp")
         channel.queue_declare(name)
         channel.basic_publish("", name, b"amqp from the image")
-        got = _wait_for(lambda: channel.basic_get(name, auto_ack=True)[2], "an AMQP message back", 10, node, log)
+        got = wait_for(lambda: channel.basic_get(name, auto_ack=True)[2], "an AMQP message back", 10, node, log)
         assert got == b"amqp from the image"
         amqp.close()
 
@@ -190,7 +111,7 @@ def test_a_node_from_the_image_serves_and_stops_gracefully_as_pid_1(container, t
         assert data.is_dir() and data.stat().st_uid == uid
 
         # unshare's child is the node (chroot execs it), PID 1 in its namespace.
-        pid = _child(node.pid)
+        pid = child_pid(node.pid)
         assert pid is not None
         nspid = re.search(r"^NSpid:\s*(.*)$", Path(f"/proc/{pid}/status").read_text(), re.M)
         assert nspid and nspid.group(1).split()[-1] == "1", nspid
@@ -203,19 +124,9 @@ def test_a_node_from_the_image_serves_and_stops_gracefully_as_pid_1(container, t
     assert not re.search(r"Traceback", log.read_text()), log.read_text()[-3000:]
 
 
-def _get(url: str) -> int | None:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            return response.status
-    except urllib.error.HTTPError as error:
-        return error.code
-    except OSError:
-        return None
-
-
 def test_the_console_from_the_image_serves_its_pages_and_stops(container, tmp_path, redis_server):
-    root = Path(_run("buildah", "mount", container).strip())
-    uid, gid = _user(root, "meshgate")
+    root = Path(run("buildah", "mount", container).strip())
+    uid, gid = image_user(root)
     port = free_port()
     log = tmp_path / "console.log"
     with log.open("wb") as out:
@@ -223,12 +134,12 @@ def test_the_console_from_the_image_serves_its_pages_and_stops(container, tmp_pa
             [CHROOT, f"--userspec={uid}:{gid}", "--groups=", str(root), "/usr/local/bin/meshgate-console",
              "--bind", HOST, "--port", str(port)],
             stdout=out, stderr=subprocess.STDOUT,
-            env={"PATH": "/opt/meshgate/venv/bin:/usr/bin:/bin", "HOME": "/var/lib/meshgate", "LANG": "C.UTF-8",
-                 "MESHGATE_CONSOLE_DATA": "/var/lib/meshgate/console", "MESHGATE_REDIS_URL": redis_server.url})
+            env={**IMAGE_ENV, "MESHGATE_CONSOLE_DATA": "/var/lib/meshgate/console",
+                 "MESHGATE_REDIS_URL": redis_server.url})
     try:
-        _wait_for(lambda: _get(f"http://{HOST}:{port}/login/") == 200, "the login page", 60, console, log)
+        wait_for(lambda: http_status(f"http://{HOST}:{port}/login/") == 200, "the login page", 60, console, log)
         # Its scripts come from the source tree's static/ (console/settings.py), in the image too.
-        assert _get(f"http://{HOST}:{port}/static/console/console.css") == 200
+        assert http_status(f"http://{HOST}:{port}/static/console/console.css") == 200
         assert (root / "var/lib/meshgate/console/console.sqlite3").stat().st_uid == uid
         console.send_signal(signal.SIGTERM)
         assert console.wait(timeout=30) == 0, log.read_text()[-3000:]
