@@ -76,10 +76,11 @@ def now_ms() -> int:
 
 
 def run_meshgate(args: list[str], *, input: str | None = None, cwd: Path | None = None,
-                 timeout: float = 30.0) -> subprocess.CompletedProcess:
-    """Run the meshgate command to completion (for commands expected to exit)."""
+                 timeout: float = 30.0, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the meshgate command to completion (for commands expected to exit); ``env``, its
+    whole environment (default: this process's)."""
     return subprocess.run([MESHGATE, *args], input=input, capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout)
+                          timeout=timeout, env=env)
 
 
 def manage(port: int, request, login: str | None = None, passcode: str | None = None, timeout: float = TIMEOUT):

@@ -5,6 +5,8 @@ no queue anyone can subscribe to or fill."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 from e2e_support import manage, module_broker, run_meshgate, security_config, unique
@@ -136,3 +138,81 @@ def test_a_failed_login_is_an_event(node):
     failures = manage(node.port, Events(kinds=["authentication_failed"]), *ALICE).result
     assert [e.user for e in failures if e.user == intruder] == [intruder]
     assert failures[-1].remote.startswith("127.0.0.1:")
+
+
+# --- the CLI's credential off its command line: $MESHGATE_LOGIN, --passcode-file, $MESHGATE_PASSCODE
+
+
+def cli_env(**variables: str) -> dict[str, str]:
+    """This process's environment without a MESHGATE_LOGIN or MESHGATE_PASSCODE of its own, and ``variables``."""
+    inherited = {k: v for k, v in os.environ.items() if k not in ("MESHGATE_LOGIN", "MESHGATE_PASSCODE")}
+    return {**inherited, **variables}
+
+
+def cli_purge(node, *options: str, env: dict[str, str]) -> tuple[subprocess.CompletedProcess, list[tuple[str, bool]]]:
+    """``meshgate purge`` of a fresh queue with ``options`` in ``env``: its result, and who
+    the node's audit says asked for it (user, allowed) — nobody when the login was refused."""
+    queue = unique("cli-login")
+    assert manage(node.port, Send(destination="/queue/" + queue, body="x"), *ALICE).ok
+    result = run_meshgate(["purge", queue, "--stomp", f"{node.host}:{node.port}", *options], env=env)
+    events = manage(node.port, Events(kinds=["admin_action"]), *ALICE).result
+    return result, [(e.user, e.ok) for e in events if queue in e.target and e.action == "purge"]
+
+
+def passcode_file(tmp_path, text: str) -> str:
+    path = tmp_path / unique("passcode")
+    path.write_bytes(text.encode())
+    return str(path)
+
+
+def test_the_cli_logs_in_with_the_login_and_passcode_in_its_environment(node):
+    result, audit = cli_purge(node, env=cli_env(MESHGATE_LOGIN=ALICE[0], MESHGATE_PASSCODE=ALICE[1]))
+    assert result.returncode == 0 and audit == [("alice", True)], (result.stderr, audit)
+    # --login names the user over $MESHGATE_LOGIN; the passcode still comes from the environment.
+    result, audit = cli_purge(node, "--login", DAVE[0], env=cli_env(MESHGATE_LOGIN=ALICE[0], MESHGATE_PASSCODE=DAVE[1]))
+    assert result.returncode == 1 and "purge needs the admin permission" in result.stderr, result.stderr
+    assert audit == [("dave", False)]
+
+
+def test_a_wrong_passcode_in_the_environment_is_refused_as_on_the_command_line(node):
+    right, audit = cli_purge(node, "--login", ALICE[0], env=cli_env(MESHGATE_PASSCODE=ALICE[1]))
+    assert right.returncode == 0 and audit == [("alice", True)], (right.stderr, audit)
+    in_env, env_audit = cli_purge(node, "--login", ALICE[0], env=cli_env(MESHGATE_PASSCODE="not-" + ALICE[1]))
+    on_line, line_audit = cli_purge(node, "--login", ALICE[0], "--passcode", "not-" + ALICE[1], env=cli_env())
+    assert in_env.returncode == on_line.returncode == 1, (in_env.stderr, on_line.stderr)
+    assert in_env.stderr == on_line.stderr, (in_env.stderr, on_line.stderr)
+    assert "access refused for user 'alice': wrong login or passcode" in in_env.stderr, in_env.stderr
+    assert env_audit == line_audit == []  # refused at login: nothing was asked
+
+
+@pytest.mark.parametrize("text", ["alice-secret\n", "alice-secret", "alice-secret\r\n", "alice-secret\nline two\n"],
+                         ids=["newline", "no-newline", "crlf", "two-lines"])
+def test_the_cli_reads_the_passcode_from_the_first_line_of_a_file(node, tmp_path, text):
+    result, audit = cli_purge(node, "--login", ALICE[0], "--passcode-file", passcode_file(tmp_path, text),
+                              env=cli_env())
+    assert result.returncode == 0 and audit == [("alice", True)], (result.stderr, audit)
+
+
+def test_a_passcode_file_that_cannot_be_read_is_a_bad_argument(node, tmp_path):
+    missing = str(tmp_path / "no-such-passcode")
+    for path, words in ((missing, f"--passcode-file: cannot read {missing}: No such file or directory"),
+                        (str(tmp_path), f"--passcode-file: cannot read {tmp_path}: Is a directory"),
+                        (passcode_file(tmp_path, "\nalice-secret\n"), "is empty")):
+        result, audit = cli_purge(node, "--login", ALICE[0], "--passcode-file", path,
+                                  env=cli_env(MESHGATE_PASSCODE=ALICE[1]))  # no falling back on the environment
+        assert result.returncode == 2 and words in result.stderr, (path, result.stderr)
+        assert audit == []
+
+
+def test_passcode_beats_passcode_file_beats_the_environment(node, tmp_path):
+    right, wrong = passcode_file(tmp_path, ALICE[1] + "\n"), passcode_file(tmp_path, "not-" + ALICE[1] + "\n")
+    for options, env_passcode, allowed in (
+            (["--passcode", ALICE[1], "--passcode-file", wrong], "not-" + ALICE[1], True),
+            (["--passcode", "not-" + ALICE[1]], ALICE[1], False),
+            (["--passcode-file", right], "not-" + ALICE[1], True),
+            (["--passcode-file", wrong], ALICE[1], False)):
+        result, audit = cli_purge(node, *options, env=cli_env(MESHGATE_LOGIN=ALICE[0], MESHGATE_PASSCODE=env_passcode))
+        if allowed:
+            assert result.returncode == 0 and audit == [("alice", True)], (options, result.stderr, audit)
+        else:
+            assert result.returncode == 1 and audit == [], (options, result.stderr, audit)

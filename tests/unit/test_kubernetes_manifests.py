@@ -4,6 +4,7 @@ agree with each other and with Meshgate's own configuration loader."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import tomllib
 import types
@@ -14,6 +15,7 @@ import kubernetes.client
 import pytest
 import yaml
 
+from meshgate.admin_cli import add_commands, node_credentials
 from meshgate.config import load_config
 from meshgate.throwaway_ca import ensure
 
@@ -239,6 +241,26 @@ def test_prestop_may_read_the_statefulset_and_tells_scale_in_from_restart(k8s: d
     assert prestop.removed_for_good("meshgate-4", 3)
     assert not prestop.removed_for_good("meshgate-2", 3)
     assert not prestop.removed_for_good("meshgate-0", 1)
+
+
+def test_prestop_scale_down_keeps_the_password_off_the_command_line(k8s: dict[tuple[str, str], Any],
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    password = "op-pass-4c1d"
+    pod_environment = {"MESHGATE_OPERATOR_PASSWORD": password, "PATH": "/usr/local/bin:/usr/bin"}
+    command, environment = config_script(k8s, "prestop.py").scale_down_command(pod_environment)
+    assert command[:2] == ["meshgate", "scale-down"]
+    assert not any(password in word for word in command), command
+    assert "--passcode" not in command and "--login" not in command, command
+    assert environment["PATH"] == pod_environment["PATH"]  # the rest of the pod's environment is kept
+    # What meshgate makes of that command line in that environment: the operator's login.
+    parser = argparse.ArgumentParser(prog="meshgate")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(command[1:])
+    for name in ("MESHGATE_LOGIN", "MESHGATE_PASSCODE"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert node_credentials(args) == ("operator", password)
 
 
 def test_node_toml_renders_and_passes_meshgates_loader(k8s: dict[tuple[str, str], Any], tmp_path: Path) -> None:
