@@ -211,3 +211,21 @@ def test_requests_do_not_leave_connections_open(consoles, postgres) -> None:
         assert overview(consoles.b, session_id).status_code == 200
     wait_until(lambda: open_connections() <= 2, "the consoles' connections to close", timeout=10,
                describe=lambda: f"{open_connections()} open")
+
+
+def test_a_console_with_a_secret_key_of_its_own_refuses_the_others_sessions(consoles, shared, redis_only,
+                                                                             tmp_path_factory) -> None:
+    """Why the replicas need one MESHGATE_CONSOLE_SECRET: the session is in the shared
+    database, but signed with the key of the console that made it."""
+    session_id = sign_in(consoles.a).cookies["sessionid"]
+    env = {"MESHGATE_CONSOLE_DATABASE_URL": shared, "MESHGATE_CONSOLE_SECRET": ""}  # "": generated
+    workdir = tmp_path_factory.mktemp("console-own-key")
+    own_key = browser_tests.ConsoleProcesses(SimpleNamespace(redis=redis_only, nodes=[]), workdir, stomp=[],
+                                             worker=False, env=env)
+    try:
+        wait_until(own_key.listening, "daphne to listen", timeout=30)
+        assert overview(consoles.b, session_id).status_code == 200
+        refused = overview(own_key, session_id)
+        assert refused.status_code == 302 and refused.headers["Location"].startswith("/login/")
+    finally:
+        own_key.stop()
