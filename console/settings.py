@@ -3,6 +3,10 @@ value from the environment in production.
 
 - ``MESHGATE_CONSOLE_DATA``: the console's own data dir (users, sessions, tokens in
   SQLite; the generated secret key). Default ``./data/console``.
+- ``MESHGATE_CONSOLE_DATABASE_URL``: ``postgresql://user:password@host[:port]/dbname[?sslmode=…]``
+  (or ``postgres://``): users, sessions and tokens in PostgreSQL instead, shared by every
+  console process that names it (two or more replicas; they need one ``MESHGATE_CONSOLE_SECRET``
+  too). User and password percent-decoded; query parameters are libpq's (``OPTIONS``).
 - ``MESHGATE_REDIS_URL``, ``MESHGATE_STREAM_PREFIX``: where the nodes' snapshots and
   events are (the nodes' ``[metrics]``), and the channel layer.
 - ``MESHGATE_CONSOLE_STOMP``: nodes to send management requests to
@@ -27,6 +31,9 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("MESHGATE_CONSOLE_DATA", "data/console")).resolve()
@@ -74,6 +81,67 @@ def management_settings(environ: Mapping[str, str]) -> dict[str, Any]:
     }
 
 
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+# OPTIONS Django's PostgreSQL backend reads itself, each wanting a type a URL cannot carry
+# ("false" would be true): not taken from the URL's query.
+_DJANGO_ONLY_OPTIONS = ("pool", "isolation_level", "server_side_binding")
+
+
+def database_settings(environ: Mapping[str, str], data_dir: Path) -> dict[str, Any]:
+    """``DATABASES["default"]``: PostgreSQL as ``MESHGATE_CONSOLE_DATABASE_URL`` says, else
+    SQLite in the data dir. A URL that cannot be used is refused here, at startup, in words
+    that never hold its password (nor any piece of the URL but its scheme)."""
+    url = environ.get("MESHGATE_CONSOLE_DATABASE_URL", "").strip()
+    if not url:
+        return {"ENGINE": "django.db.backends.sqlite3", "NAME": data_dir / "console.sqlite3"}
+
+    def refused(why: str) -> ImproperlyConfigured:
+        return ImproperlyConfigured(f"MESHGATE_CONSOLE_DATABASE_URL: {why} (expected "
+                                    "postgresql://user:password@host[:port]/dbname[?sslmode=...], or unset for SQLite)")
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError when not a number in 0-65535
+    except ValueError:
+        raise refused("not a URL that can be read (a bad port, or an unbalanced [ ]? "
+                      "percent-encode / : @ ? # in the user and password)") from None
+    scheme = parts.scheme.lower()
+    if scheme not in POSTGRES_SCHEMES:
+        if not scheme or not url.lower().startswith(scheme + "://"):  # "user:password@…": no scheme at all
+            raise refused("no postgresql:// scheme")
+        raise refused(f"unsupported scheme {scheme!r}")
+    name = unquote(parts.path[1:]) if parts.path.startswith("/") else ""
+    if not name or "/" in parts.path[1:]:
+        raise refused("no database name, or a path that is more than /dbname "
+                      "(percent-encode / : @ ? # in the user and password)")
+    if parts.fragment:
+        raise refused("a #fragment has no meaning here (percent-encode # in the password)")
+    try:
+        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError:
+        raise refused("a query that is not key=value&key=value") from None
+    options = dict(query)
+    if len(options) != len(query):
+        raise refused("a query parameter given twice")
+    django_only = sorted(set(options) & set(_DJANGO_ONLY_OPTIONS))
+    if django_only:
+        raise refused(f"{', '.join(django_only)} is not a connection parameter here")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": name,
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": unquote(parts.hostname or ""),  # none: libpq's default (its Unix socket)
+        "PORT": str(port) if port else "",
+        "OPTIONS": options,
+        # Not persistent: under ASGI each request's thread opens its own connection, and one
+        # kept past the request would never be used again (Django: "When using ASGI,
+        # persistent connections should be disabled"). A connection per request it is.
+        "CONN_MAX_AGE": 0,
+        "CONN_HEALTH_CHECKS": True,
+    }
+
+
 MESHGATE = {
     "REDIS_URL": os.environ.get("MESHGATE_REDIS_URL", "redis://127.0.0.1:6379/0"),
     "STREAM_PREFIX": os.environ.get("MESHGATE_STREAM_PREFIX", "meshgate"),
@@ -117,7 +185,7 @@ TEMPLATES = [{
     ]},
 }]
 ASGI_APPLICATION = "console.asgi.application"
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": DATA_DIR / "console.sqlite3"}}
+DATABASES = {"default": database_settings(os.environ, DATA_DIR)}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [{"NAME": "django.contrib.auth.password_validation." + name} for name in (
     "UserAttributeSimilarityValidator", "MinimumLengthValidator", "CommonPasswordValidator",

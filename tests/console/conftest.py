@@ -159,3 +159,20 @@ def viewer(users):
 @pytest.fixture
 def admin(users):
     return _client(users["admin"][1])
+
+
+@pytest.fixture(scope="session")
+def postgres():
+    """A real PostgreSQL server on loopback (tests/console/postgres_support.py) for the
+    whole run; ``postgres.database(name)`` gives a test a database and role of its own (a
+    URL). Skipped only where PostgreSQL is not installed (scripts/test.sh installs it)."""
+    from tests.console.postgres_support import PostgresServer, binaries
+
+    bin_dir = binaries()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql; scripts/test.sh does)")
+    server = PostgresServer(bin_dir).start()
+    try:
+        yield server
+    finally:
+        server.stop()

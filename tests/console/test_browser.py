@@ -36,18 +36,22 @@ DJANGO = [sys.executable, "-m", "django"]
 
 class ConsoleProcesses:
     """daphne and the worker, on a data dir of their own, pointed at the test mesh (or,
-    with ``stomp``, at other addresses to send management requests to)."""
+    with ``stomp``, at other addresses to send management requests to); ``env``: more
+    settings (e.g. ``MESHGATE_CONSOLE_DATABASE_URL``). ``password``: the first
+    administrator's, None when another console made it (a database they share)."""
 
-    def __init__(self, mesh, workdir: Path, stomp: list[str] | None = None, worker: bool = True) -> None:
+    def __init__(self, mesh, workdir: Path, stomp: list[str] | None = None, worker: bool = True,
+                 env: dict[str, str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         addresses = stomp if stomp is not None else [f"127.0.0.1:{node.stomp}" for node in mesh.nodes]
         self.env = dict(os.environ, DJANGO_SETTINGS_MODULE="console.settings", MESHGATE_CONSOLE_DATA=str(workdir),
                         MESHGATE_REDIS_URL=mesh.redis.url, PYTHONPATH=str(ROOT),
-                        MESHGATE_CONSOLE_STOMP=",".join(addresses))
+                        MESHGATE_CONSOLE_STOMP=",".join(addresses), **(env or {}))
         subprocess.run([*DJANGO, "migrate", "--verbosity", "0"], env=self.env, cwd=ROOT, check=True)
         subprocess.run([*DJANGO, "ensureadmin"], env=self.env, cwd=ROOT, check=True, capture_output=True)
-        self.password = (workdir / "admin-password").read_text().strip()
+        password_file = workdir / "admin-password"
+        self.password = password_file.read_text().strip() if password_file.exists() else None
         self.processes = [
             subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port),
                               "console.asgi:application"], env=self.env, cwd=ROOT,
