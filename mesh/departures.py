@@ -28,6 +28,7 @@ from model.events import NodeLeft, ScaleDown
 from model.names import DEFAULT_VHOST, quoted
 
 log = logging.getLogger("mesh.node")
+LEAVING_SETTLE_S = 0.5  # for the word of nodes scaling down at the same time (gossip is immediate)
 _FORGET_WINDOW = 10_000  # FORGET request ids remembered, so one that comes round again is not passed on
 
 
@@ -56,20 +57,29 @@ class Departures:
     @defer.inlineCallbacks
     def scale_down(self, patience: float = 30.0) -> Any:
         """Hand every queued message to another node (of the same group_name, if
-        set) before this one stops; what cannot be handed over stays in the store."""
-        group = self.config.group_name
-        # A node of an older release can take "/" alone: one that knows vhosts comes first.
-        targets = sorted((p for p in self.linked.values() if not group or p.hello.group == group),
-                         key=lambda p: not p.vhosts)
-        if not targets:
+        set) before this one stops; what cannot be handed over stays in the store.
+
+        Nodes told to scale down together (a StatefulSet scaled in by several replicas)
+        must not hand their messages to each other: this node says it leaves first, waits
+        ``LEAVING_SETTLE_S`` for the others' word, and picks a node that is not leaving."""
+        if not self._eligible():
             log.warning("mesh: scale-down found no node to take the messages; they stay in this node's store")
             return
-        target = targets[0]
-        peer_id = target.link.peer_id
         self.scaling_down = True
         self.demand.frozen = True
         self.topology.leaving.add(self.node_id)
         self.topology.gossip()
+        yield task.deferLater(self.clock, LEAVING_SETTLE_S, lambda: None)  # type: ignore[arg-type]
+        candidates = self._eligible()
+        staying = [peer for peer in candidates if not self.topology.is_leaving(peer.link.peer_id)]
+        if not candidates:
+            log.warning("mesh: scale-down found no node to take the messages; they stay in this node's store")
+            return
+        if not staying:
+            log.warning("mesh: scale-down: every linked node is leaving too; handing the messages to %s, which "
+                        "passes them on if it can", candidates[0].link.peer_name)
+        target = (staying or candidates)[0]
+        peer_id = target.link.peer_id
         # This node is going: what a peer may hold is handed over too, marked
         # redelivered, rather than left where no one would ever deliver it.
         self.custody.release_doubts()
@@ -83,6 +93,10 @@ class Departures:
         while waited < patience and self.linked.get(peer_id) is target and self._holding(target):
             yield task.deferLater(self.clock, 0.05, lambda: None)  # type: ignore[arg-type]
             waited += 0.05
+            # What arrived meanwhile (a node leaving at the same time that chose this one) goes on too.
+            for vhost, broker in list(self.vhosts.items()):
+                if vhost == DEFAULT_VHOST or target.vhosts:
+                    self._hand_everything_over(target, vhost, broker)
         left = sum(_held(broker) for broker in self.vhosts.values())
         self.events.emit(ScaleDown(target=peer_id, left=left))
         if left:
@@ -93,6 +107,13 @@ class Departures:
         # keep duplicate markers for messages it will never resend.
         for peer in self.linked.values():
             peer.link.send_control(FrameType.LEAVING)
+
+    def _eligible(self) -> list[Peer]:
+        """The linked nodes that may take this node's messages: of its group_name, if set;
+        a node of an older release (it can take "/" alone) after those that know vhosts."""
+        group = self.config.group_name
+        return sorted((p for p in self.linked.values() if not group or p.hello.group == group),
+                      key=lambda p: not p.vhosts)
 
     def _hand_everything_over(self, target: Peer, vhost: str, broker: Broker) -> None:
         """Every queue and durable subscription of the vhost drains to the target."""

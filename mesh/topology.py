@@ -65,7 +65,10 @@ class Topology:
     def own_summary(self) -> NodeSummary:
         queues = [QueueSummary(name, len(q), len(q.consumers), q.inflight, q.mesh.in_doubt, vhost)
                   for vhost, broker in self.vhosts.brokers.items() for name, q in broker.queues.items()]
-        return NodeSummary(node=self.describe_node(), links=sorted(self.linked), queues=queues)
+        node = self.describe_node()
+        if self.node_id in self.leaving and node.state != "leaving":  # its neighbours pick a node that stays
+            node = msgspec.structs.replace(node, state="leaving")
+        return NodeSummary(node=node, links=sorted(self.linked), queues=queues)
 
     def expiry(self) -> float:
         """Seconds after which a node not heard of drops out of the view of the mesh."""

@@ -184,6 +184,7 @@ class Cluster:
         self.cluster_password, self.operator_password = cluster_password, operator_password
         self.pods: dict[str, Pod] = {}
         self._ready: set[str] = set()
+        self._lock = threading.RLock()  # pods may be deleted in parallel (podManagementPolicy Parallel)
         self.network = Network()
         self._closers = [self.network.close]
         try:
@@ -221,7 +222,8 @@ class Cluster:
             (self.configmap / name).write_text(text)
 
         self.redis = subprocess.Popen(
-            ["redis-server", "--bind", gateway, "--port", "6379", "--save", "", "--appendonly", "no",
+            ["redis-server", "--bind", gateway, "--port", "6379", "--protected-mode", "no", "--save", "",
+             "--appendonly", "no",
              "--dir", str(self._dir("redis"))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self._closers.append(lambda: _stop(self.redis))
         self.dns = DnsServer(self._dir("dns"), host=gateway, port=53)
@@ -241,6 +243,10 @@ class Cluster:
     # -- DNS, as Kubernetes would answer ---------------------------------------------------
 
     def _publish(self) -> None:
+        with self._lock:
+            self._publish_locked()
+
+    def _publish_locked(self) -> None:
         a: dict[str, list[str]] = {REDIS: [self.network.gateway]}
         live = sorted(self.pods.values(), key=lambda pod: pod.ordinal)
         for pod in live:
@@ -298,9 +304,10 @@ class Cluster:
         except subprocess.TimeoutExpired:
             pod.process.kill()
             pod.stopped_with = pod.process.wait(timeout=10)
-        del self.pods[pod.name]
-        self._publish()
-        self.network.remove(pod.netns)
+        with self._lock:
+            del self.pods[pod.name]
+            self._publish()
+            self.network.remove(pod.netns)
         return hook
 
     def _pod_env(self, pod: Pod) -> dict[str, str]:

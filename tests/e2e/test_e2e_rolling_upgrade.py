@@ -23,6 +23,7 @@ import secrets
 import ssl
 import threading
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -256,3 +257,22 @@ def test_a_scale_in_from_3_to_2_hands_the_leaving_pods_messages_over(cluster, tr
     for address in (live, backlog):
         wait_until(lambda address=address: sum(held(cluster, address).values()) == 0, "nothing left", timeout=60,
                    describe=lambda address=address: str(held(cluster, address)))
+
+
+def test_a_scale_in_from_3_to_1_at_once_hands_both_leaving_pods_messages_over(cluster, traffic):
+    """podManagementPolicy Parallel deletes every pod above the new replicas at once: two
+    nodes scale down together, and neither may leave its messages with the other."""
+    pods = start_statefulset(cluster)
+    backlog = unique("backlog")
+    waiting = traffic(f"/queue/{backlog}")
+    for pod in pods[1:]:
+        send_backlog(waiting, pod, backlog, 200)
+    cluster.api.replicas = 1
+    with ThreadPoolExecutor(2) as deleting:
+        hooks = dict(zip(pods[1:], deleting.map(cluster.delete, pods[1:]), strict=True))
+    for pod, hook in hooks.items():
+        assert hook.returncode == 0 and "scale-down exited 0" in hook.stderr, hook.stderr
+        assert pod.stopped_with == 0, pod.log.read_text()[-3000:]
+    assert sorted(cluster.pods) == ["meshgate-0"]
+    waiting.consume(f"/queue/{backlog}")
+    waiting.assert_every_receipted_consumed_once_unmarked(timeout=60)

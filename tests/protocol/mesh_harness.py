@@ -120,14 +120,15 @@ class MeshHarness:
         self.settle()
         self.pumps.remove(pump)
 
-    def scale_down(self, node: SimNode) -> bool:
-        """Run a node's scale-down on the clock; whether it finished within a second."""
+    def scale_down(self, *nodes: SimNode) -> bool:
+        """Run the nodes' scale-downs together on the clock; whether all finished within two seconds."""
         done = []
-        node.mesh.scale_down().addCallback(done.append)
-        for _ in range(20):
+        for node in nodes:
+            node.mesh.scale_down().addCallback(done.append)
+        for _ in range(40):
             self.settle()
             self.clock.advance(0.05)
-        return bool(done)
+        return len(done) == len(nodes)
 
     def settle(self, rounds: int = 50) -> None:
         """Run the reactor's zero-delay calls and move every byte until nothing moves."""

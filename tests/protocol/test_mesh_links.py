@@ -217,6 +217,23 @@ def test_scale_down_hands_every_message_over():
     assert b.depth("orders") == 5 and b.depth("audit") == 5
 
 
+def test_nodes_scaling_down_together_hand_their_messages_to_the_node_that_stays():
+    """A StatefulSet scaled in by two: a and c leave at once, each of them linked to the
+    other first (its first choice before this rule), and b stays."""
+    mesh = MeshHarness()
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    mesh.link(a, c)
+    mesh.link(a, b)
+    mesh.link(c, b)
+    for i in range(5):
+        a.send("orders", b"a%d" % i)
+        c.send("orders", b"c%d" % i)
+        c.send("only-on-c", b"c%d" % i)
+    assert mesh.scale_down(a, c)
+    assert a.depth("orders") == c.depth("orders") == c.depth("only-on-c") == 0
+    assert b.depth("orders") == 10 and b.depth("only-on-c") == 5
+
+
 def test_backlog_follows_a_consumer_back_to_the_node_it_came_from():
     mesh = MeshHarness()
     a, b = mesh.node("a"), mesh.node("b")
