@@ -16,6 +16,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -157,3 +158,26 @@ def test_the_pipeline_from_the_image_runs_spark(container, redis_server):
          "meshgate", "pipeline", "--redis", redis_server.url, "--once", "--checkpoint", "/tmp/checkpoint"],
         capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+
+
+def test_the_witness_from_the_image_listens_and_stops(container, tmp_path):
+    """The same image, another command: ``meshgate witness`` as the image's user, its state
+    in the volume, stopped by SIGTERM with status 0."""
+    root = Path(run("buildah", "mount", container).strip())
+    uid, gid = image_user(root)
+    port = free_port()
+    log = tmp_path / "witness.log"
+    with log.open("wb") as out:
+        witness = subprocess.Popen(
+            [CHROOT, f"--userspec={uid}:{gid}", "--groups=", str(root), VENV_MESHGATE, "witness",
+             "--bind", f"{HOST}:{port}", "--state", "/var/lib/meshgate/witness.state"],
+            stdout=out, stderr=subprocess.STDOUT, env={**IMAGE_ENV, "MESHGATE_HA_PASSWORD": unique("ha")})
+    try:
+        wait_for(lambda: f"listening on {HOST}:{port}" in log.read_text(), "the witness listening", 60, witness, log)
+        socket.create_connection((HOST, port), timeout=5).close()
+        witness.send_signal(signal.SIGTERM)
+        assert witness.wait(timeout=30) == 0, log.read_text()[-3000:]
+    finally:
+        if witness.poll() is None:
+            witness.kill()
+            witness.wait(timeout=10)
