@@ -10,7 +10,7 @@ deploy/kubernetes/ run from the built image's file system, as a kubelet would ru
   Kubernetes would: the headless Service's A records and its SRV records for the port
   named ``meshgate`` (every pod, ready or not: publishNotReadyAddresses), the clients'
   Service (ready pods only, as its Endpoints) and Redis.
-- **A pod**: the ConfigMap's files (deploy/kubernetes/node-config.yaml) mounted at
+- **A pod**: the ConfigMap's files (deploy/kubernetes/base/node-config.yaml) mounted at
   /opt/meshgate-k8s, the TLS Secret at /etc/meshgate/tls, an emptyDir at /etc/meshgate,
   its volume (a directory kept across its incarnations: the PVC) at /var/lib/meshgate,
   and the service account at /run/secrets/kubernetes.io/serviceaccount, bind-mounted in
@@ -217,7 +217,7 @@ class Cluster:
         self._closers.append(self.api.close)
 
         self.configmap = self._dir("configmap")
-        document = yaml.safe_load((ROOT / "deploy/kubernetes/node-config.yaml").read_text())
+        document = yaml.safe_load((ROOT / "deploy/kubernetes/base/node-config.yaml").read_text())
         for name, text in document["data"].items():
             (self.configmap / name).write_text(text)
 

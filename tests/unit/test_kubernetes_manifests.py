@@ -1,11 +1,14 @@
-"""deploy/kubernetes/: every manifest loads strictly into the official Kubernetes client's
-models (an unknown field fails, as `kubectl apply --validate=strict` would), and the pieces
-agree with each other and with Meshgate's own configuration loader."""
+"""deploy/kubernetes/: every manifest of the base loads strictly into the official Kubernetes
+client's models (an unknown field fails, as `kubectl apply --validate=strict` would), every
+overlay too once rendered, and the pieces agree with each other and with Meshgate's own
+configuration loader."""
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
+import subprocess
 import tomllib
 import types
 from pathlib import Path
@@ -19,7 +22,9 @@ from meshgate.admin_cli import add_commands, node_credentials
 from meshgate.config import load_config
 from meshgate.throwaway_ca import ensure
 
-ROOT = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+KUBERNETES = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+ROOT = KUBERNETES / "base"
+OVERLAYS = KUBERNETES / "overlays"
 KUSTOMIZATION = "kustomization.yaml"
 EXAMPLES = {"secrets.example.yaml"}  # shown, not applied: re-applying must not reset real secrets
 
@@ -166,6 +171,94 @@ def test_kustomization_lists_every_manifest_but_the_examples() -> None:
     listed = kustomization["resources"]
     assert len(listed) == len(set(listed))
     assert set(listed) == {path.name for path in manifest_files()} - EXAMPLES
+
+
+def test_the_top_kustomization_is_the_base() -> None:
+    assert yaml.safe_load((KUBERNETES / KUSTOMIZATION).read_text())["resources"] == ["base"]
+
+
+# --- overlays -------------------------------------------------------------------
+
+
+def render_overlay(name: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The overlay's documents by (kind, name), rendered as kustomize renders the two patch
+    forms the overlays use: a JSON 6902 list on its target, and a strategic-merge document
+    ``$patch: delete`` that removes its object."""
+    kustomization = yaml.safe_load((OVERLAYS / name / KUSTOMIZATION).read_text())
+    assert set(kustomization) <= {"apiVersion", "kind", "resources", "patches"}
+    assert kustomization["resources"] == ["../../base"]
+    rendered = {(doc["kind"], doc["metadata"]["name"]): doc for path in manifest_files()
+                if path.name not in EXAMPLES for doc in documents(path)}
+    for patch in kustomization["patches"]:
+        body = yaml.safe_load(patch["patch"])
+        if isinstance(body, list):
+            target = rendered[patch["target"]["kind"], patch["target"]["name"]]
+            for operation in body:
+                json_patch(target, operation)
+        else:
+            assert body.pop("$patch") == "delete", body
+            del rendered[body["kind"], body["metadata"]["name"]]
+    return rendered
+
+
+def json_patch(document: dict[str, Any], operation: dict[str, Any]) -> None:
+    """One RFC 6902 add/replace/remove; a path that is not there fails, as kustomize fails."""
+    *parents, last = [step.replace("~1", "/").replace("~0", "~") for step in operation["path"].split("/")[1:]]
+    node: Any = document
+    for step in parents:
+        node = node[int(step)] if isinstance(node, list) else node[step]
+    kind = operation["op"]
+    assert kind in ("add", "replace", "remove"), operation
+    if isinstance(node, list):
+        index = len(node) if last == "-" else int(last)
+        assert kind == "add" or index < len(node), operation
+        if kind == "add":
+            node.insert(index, operation["value"])
+        elif kind == "replace":
+            node[index] = operation["value"]
+        else:
+            del node[index]
+        return
+    assert kind == "add" or last in node, f"no {operation['path']} to {kind}"
+    if kind == "remove":
+        del node[last]
+    else:
+        node[last] = operation["value"]
+
+
+def test_the_console_replicas_overlay_runs_two_consoles_that_share_postgresql() -> None:
+    rendered = render_overlay("console-replicas")
+    loaded = {key: load_manifest(doc, f"overlays/console-replicas {key}") for key, doc in rendered.items()}
+    console = loaded["Deployment", "meshgate-console"]
+    assert console.spec.replicas == 2
+    assert console.spec.strategy.type == "RollingUpdate"
+    assert (console.spec.strategy.rolling_update.max_surge, console.spec.strategy.rolling_update.max_unavailable) \
+        == (1, 0)  # one new pod at a time: two migrates of a release never run together
+    volumes = {volume.name: volume for volume in console.spec.template.spec.volumes}
+    assert volumes["data"].empty_dir is not None and volumes["data"].persistent_volume_claim is None
+    assert ("PersistentVolumeClaim", "meshgate-console") not in loaded
+    pod = console.spec.template.spec
+    for container in [*pod.init_containers, *pod.containers]:
+        wanted = {env.name: env.value_from.secret_key_ref for env in container.env or ()
+                  if env.value_from and env.value_from.secret_key_ref
+                  and env.value_from.secret_key_ref.name == "meshgate-console"}
+        assert set(wanted) == {"MESHGATE_CONSOLE_DATABASE_URL", "MESHGATE_CONSOLE_SECRET"}, container.name
+        assert all(ref.optional is False for ref in wanted.values()), container.name
+    base = {key: model for key, model in objects().items() if key[0] != "Secret"}  # Secrets: examples only
+    assert set(loaded) == set(base) - {("PersistentVolumeClaim", "meshgate-console")}
+    assert base["Deployment", "meshgate-console"].spec.replicas == 1  # the base keeps SQLite, one pod
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (its kustomize) is not installed")
+def test_kubectl_renders_the_overlay_as_this_test_does() -> None:
+    output = subprocess.run(["kubectl", "kustomize", str(OVERLAYS / "console-replicas")], capture_output=True,
+                            text=True, timeout=60, check=True).stdout
+    by_kubectl = {(doc["kind"], doc["metadata"]["name"]): doc for doc in yaml.safe_load_all(output)}
+    ours = render_overlay("console-replicas")
+    for doc in ours.values():
+        if doc["kind"] != "Namespace":
+            doc["metadata"]["namespace"] = "meshgate"  # the base's kustomization sets it on every object
+    assert by_kubectl == ours
 
 
 # --- the nodes ------------------------------------------------------------------
@@ -336,7 +429,7 @@ def test_every_workload_selects_its_own_pods(k8s: dict[tuple[str, str], Any]) ->
 
 def test_meshgate_pods_share_the_image_s_numeric_user_for_their_volumes(k8s: dict[tuple[str, str], Any]) -> None:
     """runAsNonRoot needs the image's USER numeric, and the volumes' fsGroup is its group."""
-    containerfile = (ROOT.parent / "container" / "Containerfile").read_text()
+    containerfile = (KUBERNETES.parent / "container" / "Containerfile").read_text()
     (user,) = [line.split()[1] for line in containerfile.splitlines() if line.startswith("USER ")]
     uid, gid = (int(part) for part in user.split(":"))
     assert uid > 0
