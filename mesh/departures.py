@@ -128,6 +128,8 @@ class Departures:
         for name, binding in list(broker.bindings.items()):
             if not binding.durable or not len(binding.queue) or binding.peer == peer_id or name in channel.durable_subs:
                 continue
+            if "d:" + name in channel.session.subscriptions:
+                continue  # handed over already (this runs again while the node waits): its subscription drains it
             spec: DurableSubscription | LinkHandover
             if binding.peer is None:
                 spec = DurableSubscription(name, binding.pattern, binding.selector_text, vhost)
