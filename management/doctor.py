@@ -18,6 +18,7 @@ import msgspec
 
 from model.diagnosis import (
     SEVERITIES,
+    DiagnosisReport,
     Finding,
     NodeFactSheet,
     PeerFacts,
@@ -364,3 +365,28 @@ def _seconds(seconds: float) -> str:
     if seconds < 172800:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:.1f} d"
+
+
+# -- printing (meshgate doctor) ----------------------------------------------------------------
+
+
+def format_diagnosis(report: DiagnosisReport) -> str:
+    """The findings grouped by severity, each with its evidence, explanation and remedy."""
+    checked = len(report.nodes)
+    lines = [f"{len(report.findings)} finding(s) over {checked} node(s)"
+             + (f"; {len(report.unanswered)} did not answer" if report.unanswered else "")]
+    if not report.findings:
+        lines.append("nothing stuck: no backlog stranded, no old doubt, no old unacked delivery")
+    for severity in SEVERITIES:
+        findings = [finding for finding in report.findings if finding.severity == severity]
+        if not findings:
+            continue
+        lines += ["", f"{severity.upper()} ({len(findings)})"]
+        for finding in findings:
+            lines.append(f"  [{finding.id}] {finding.summary}")
+            lines.append(f"    evidence: {finding.evidence}")
+            lines.append(f"    why: {finding.explanation}")
+            if finding.remedy is not None:
+                confirm = "  (drops or disconnects something: be sure)" if finding.remedy.confirm else ""
+                lines.append(f"    fix: {finding.remedy.command}{confirm}")
+    return "\n".join(lines)
