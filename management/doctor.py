@@ -249,7 +249,9 @@ def _peer_findings(sheet: NodeFactSheet, thresholds: Thresholds) -> list[Finding
     timeout_ms = settings.in_doubt_timeout_ms if settings is not None else 0
     retention_s = settings.peer_retention_s if settings is not None else 0
     for peer in sheet.peers:
-        forget = _forget_remedy(peer) if peer.departed else None
+        # Departures.forget takes a node neither linked nor heard of (through any node).
+        forgettable = peer.state == "down" and peer.heard_ago_s is None
+        forget = _forget_remedy(peer) if forgettable else None
         if peer.in_doubt and peer.in_doubt_for_s is not None and peer.in_doubt_for_s >= thresholds.in_doubt_s:
             released_in = timeout_ms / 1000.0 - peer.in_doubt_for_s
             evidence = (f"{sheet.name} holds {peer.in_doubt} message(s) out of its queues for "
@@ -259,7 +261,8 @@ def _peer_findings(sheet: NodeFactSheet, thresholds: Thresholds) -> list[Finding
             explanation = (f"They went to {peer.peer_name} as its link went: it may have them, so they wait for its "
                            f"answer or for mesh.in_doubt_timeout_ms = {timeout_ms}"
                            + (f" (released in about {_seconds(released_in)})." if released_in > 0 else ".")
-                           + (f" {peer.peer_name} has left the mesh: forgetting it releases them now." if forget else
+                           + (f" {peer.peer_name} is not heard of: if it is gone for good, forgetting it releases "
+                              "them now." if forget else
                               " Bring the node back, or wait."))
             findings.append(_finding("in_doubt_waiting", "warning", sheet, DEFAULT_VHOST, peer.peer,
                                      f"{peer.in_doubt} message(s) held for {peer.peer_name} for "
@@ -269,7 +272,7 @@ def _peer_findings(sheet: NodeFactSheet, thresholds: Thresholds) -> list[Finding
         if peer.state == "down" and kept and (peer.departed or peer.for_s >= thresholds.in_doubt_s):
             what = ", ".join(part for part in (f"{peer.backlog} topic message(s)" if peer.backlog else "",
                                                f"{peer.markers} duplicate marker(s)" if peer.markers else "") if part)
-            heard = peer.heard_ago_s is not None
+            heard = not forgettable
             evidence = (f"{sheet.name} keeps {what} for {peer.peer_name}, whose link is down for "
                         f"{_seconds(peer.for_s)}" + (f"; the mesh heard of it {_seconds(peer.heard_ago_s or 0)} ago"
                                                       if heard else "; the mesh no longer hears of it"))
@@ -282,7 +285,7 @@ def _peer_findings(sheet: NodeFactSheet, thresholds: Thresholds) -> list[Finding
             findings.append(_finding("kept_for_departed", "info" if heard else "warning", sheet, DEFAULT_VHOST,
                                      peer.peer, f"{what} kept for {peer.peer_name}, away for {_seconds(peer.for_s)}",
                                      evidence, explanation, ["mesh.peer_retention_s"],
-                                     None if heard else _forget_remedy(peer)))
+                                     forget))
     return findings
 
 

@@ -10,7 +10,7 @@ import shlex
 from e2e_support import HOST, manage_result, run_meshgate, unique
 from mesh_support import mesh_fixture, send_many, wait_until  # noqa: F401  (the fixture)
 
-from model.requests import Diagnosis, Queues, decode_request
+from model.requests import Diagnosis, Queues, Summary, decode_request
 
 
 def cli(node, *args: str):
@@ -72,3 +72,25 @@ def test_a_consumer_that_never_acks_is_found_and_closed(mesh):
     holder.listener.wait_disconnected()
     wait_until(lambda: manage_result(a.stomp, Queues(name=queue))[0].depth == 3, "the deliveries to come back")
     assert findings(a, "unacked_old", unacked_s=0) == []
+
+
+def test_messages_in_doubt_for_a_crashed_node_are_found_and_released_by_forget(mesh):
+    """A restarts while B, which it linked with, is dead: A holds what it recovered until
+    B says whether it has it (mesh.in_doubt_timeout_ms, long here). The doctor says how
+    long, names the key, and its remedy (forget B) releases them."""
+    a, b = mesh(2, extra="in_doubt_timeout_ms = 600000")
+    queue = unique("doubt")
+    send_many(a.client(), "/queue/" + queue, [f"d{i}" for i in range(5)])  # no consumer: they stay on A
+    b_id = manage_result(b.stomp, Summary()).node.id
+    b.kill9()
+    a.restart()
+    wait_until(lambda: findings(a, "in_doubt_waiting", in_doubt_s=1), "the doctor to see the doubts", timeout=15)
+    (finding,) = findings(a, "in_doubt_waiting", in_doubt_s=1)
+    assert finding.subject == b_id and "holds 5 message(s) out of its queues" in finding.evidence
+    assert finding.config_keys == ["mesh.in_doubt_timeout_ms"] and "600000" in finding.explanation
+    assert finding.remedy is not None and finding.remedy.command == f"meshgate forget {b_id}"
+
+    forgot = cli(a, *shlex.split(finding.remedy.command)[1:])
+    assert forgot.returncode == 0, forgot.stderr
+    wait_until(lambda: manage_result(a.stomp, Queues(name=queue))[0].depth == 5, "the doubts to be released")
+    assert findings(a, "in_doubt_waiting", in_doubt_s=0) == []
