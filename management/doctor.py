@@ -114,6 +114,8 @@ def _stranded_backlogs(sheet: NodeFactSheet, mesh: _MeshGraph, thresholds: Thres
         elsewhere = {node: n for node, n in mesh.consumers_of(queue.vhost, queue.name).items() if node != sheet.node}
         if not elsewhere:
             continue  # nobody consumes it anywhere: waiting is all it can do
+        if queue.forwarding and queue.remote_dispatch:
+            continue  # it is on its way to the consumers now: a backlog draining, not stranded
         findings.append(_stranded(sheet, queue, elsewhere, mesh))
     return findings
 
@@ -147,11 +149,12 @@ def _stranded(sheet: NodeFactSheet, queue: QueueFacts, elsewhere: dict[str, int]
     for node in [here, *(path or [target])[1:]]:
         other = mesh.sheets.get(node)
         if other is not None and other.mesh is not None and not _carries(other.mesh.addresses, destination):
+            # No move helps: the node that filters it neither forwards it nor passes the demand on.
             return finding(
                 f"mesh.addresses on {mesh.name(node)} ({_list(other.mesh.addresses)}) excludes {destination}: "
                 + ("this node never forwards it" if node == here else
-                   f"{mesh.name(node)} never advertises or passes on its consumers") + ".",
-                ["mesh.addresses"], move if node != here else None)
+                   f"{mesh.name(node)} neither passes it on nor tells of the consumers beyond")
+                + ". Change the filter there if the mesh is to carry it.", ["mesh.addresses"], None)
     mode = settings.message_load_balancing
     if mode == "OFF":
         return finding('mesh.message_load_balancing = "OFF" on ' f"{sheet.name}: it never forwards queue "

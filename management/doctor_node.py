@@ -8,6 +8,7 @@ sampler walks the consumers every ``SAMPLE_S`` (O(subscriptions), not messages).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
     from management.service import ManagementService
     from management.state import LocalState
 
+log = logging.getLogger(__name__)
+
 # Seconds between two looks at the consumers' oldest unacked delivery: an age is known
 # to within this much (a lower bound), at the cost of one walk over the subscriptions.
 SAMPLE_S = 10.0
@@ -53,7 +56,7 @@ class UnackedSampler:
         self._loop: task.LoopingCall | None = None
 
     def start(self, period: float = SAMPLE_S) -> None:
-        loop = self._loop = task.LoopingCall(self.sample)
+        loop = self._loop = task.LoopingCall(self._sample_and_go_on)
         loop.clock = self._clock
         loop.start(period, now=True)
 
@@ -64,6 +67,14 @@ class UnackedSampler:
     @property
     def period(self) -> float:
         return float(self._loop.interval or 0.0) if self._loop is not None and self._loop.running else 0.0
+
+    def _sample_and_go_on(self) -> None:
+        # A LoopingCall stops at its call's first exception: a bug here must cost one
+        # sample, not every later one.
+        try:
+            self.sample()
+        except Exception:
+            log.exception("doctor: sampling unacked deliveries failed")
 
     def sample(self) -> None:
         now = self._clock.seconds()

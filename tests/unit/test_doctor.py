@@ -102,7 +102,13 @@ def test_addresses_filter_on_the_node_or_on_the_way():
     assert '["!/queue/orders"]' in here.explanation
     between = only(diagnose(chain(b={"addresses": ["/queue/billing."]})), "stranded_backlog")
     assert between.config_keys == ["mesh.addresses"] and "on B" in between.explanation
-    assert between.remedy is not None
+    assert between.remedy is None  # B would not pass it on either
+
+
+def test_a_backlog_on_its_way_is_no_finding():
+    demand = [RemoteDemand(node=C, via=C, consumers=2, hops=1)]
+    draining = backlog(remote_demand=demand, forwarding=100)
+    assert diagnose([sheet(A, [up(A, C)], [draining]), sheet(C, [up(C, A, False)], [CONSUMING])]) == []
 
 
 @pytest.mark.parametrize("mode", ["OFF", "STRICT"])
