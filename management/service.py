@@ -22,6 +22,7 @@ from gateway.broker.broker import TEMP, Broker
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import QUEUE, TOPIC, Message
 from management.actions import LocalActions
+from management.doctor_node import DoctorFacts, answer_diagnosis
 from management.events import EventLog
 from management.state import LocalState
 from model.events import AdminAction
@@ -34,6 +35,7 @@ from model.requests import (
     SINGLE_ANSWER,
     BrowsePage,
     DeleteDefinition,
+    Diagnosis,
     Failure,
     ManagementError,
     Move,
@@ -78,6 +80,7 @@ class ManagementService:
         self.events = events
         self.authorizer = authorizer
         self.timeout = timeout
+        self.doctor = DoctorFacts(state)
         self._answers: dict[str, Callable[[Any], Any]] = {
             "summary": lambda r: state.summary(),
             "queues": lambda r: state.queues(r.name, vhost=r.vhost),
@@ -105,6 +108,7 @@ class ManagementService:
             "vhost_permissions_set": lambda r: actions.vhost_permissions_set(r.permission),
             "vhost_permissions_clear": lambda r: actions.vhost_permissions_clear(r),
             "vhost_permissions_list": lambda r: actions.vhost_permissions_list(r.vhost),
+            "node_facts": lambda r: self.doctor.collect(),
         }
         broker.register_service(ADDRESS, self.handle)
         if mesh is not None:
@@ -183,6 +187,8 @@ class ManagementService:
                 return self._nodes(request.fresh)
             if isinstance(request, VhostDelete):
                 return self._vhost_delete(request, user)
+            if isinstance(request, Diagnosis):
+                return answer_diagnosis(self, request, user, self._targets(ALL))
             if action in _ASKED_NODE_ONLY:
                 return defer.succeed(Reply(action=action, result=self._answer_here(request, user)))
             targets = self._targets(request.node)

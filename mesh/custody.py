@@ -107,6 +107,9 @@ class Custody:
         self.known_peers: dict[str, Message] = {}  # peer id -> its durable record under PEER_RECORD
         self._doubt: dict[str, _InDoubt] = {}  # entry (see entry_of) -> where it waits
         self._doubt_timers: dict[str, Any] = {}  # peer id -> when to stop waiting for it
+        # Peer id (or asked(peer)) -> when this node began waiting for it: set once per batch
+        # of doubts with the timer, not per message, so the doctor can say how long it has waited.
+        self.doubt_since: dict[str, float] = {}
         self._releasing: set[tuple[str, str]] = set()  # (peer id, key) of topic markers with a release timer
         broker.foreign_records[MARKER] = self._recover_marker
         broker.foreign_records[PEER_RECORD] = self._recover_peer
@@ -304,6 +307,7 @@ class Custody:
         for peer_id in peers:
             if peer_id not in self._doubt_timers:
                 self._doubt_timers[peer_id] = self.clock.callLater(timeout, self.peer_answered, peer_id, ())
+                self.doubt_since.setdefault(peer_id, self.clock.seconds())
 
     def peer_answered(self, peer_id: str, held: Iterable[str]) -> list[str]:
         """The peer listed the message ids it holds from us (or stopped being
@@ -313,6 +317,7 @@ class Custody:
         timer = self._doubt_timers.pop(peer_id, None)
         if timer is not None and timer.active():
             timer.cancel()
+        self.doubt_since.pop(peer_id, None)
         forgotten = []
         for name in held:
             entry = self._doubt.pop(name, None)
@@ -346,6 +351,12 @@ class Custody:
         """Messages held until ``peer_id`` says whether it has them."""
         waiting_for = (peer_id, asked(peer_id))
         return sum(1 for entry in self._doubt.values() if not entry.waiting.isdisjoint(waiting_for))
+
+    def waiting_since(self, peer_id: str) -> float | None:
+        """When this node began holding messages until ``peer_id`` answers (None: it holds none)."""
+        times = [since for waiting_for in (peer_id, asked(peer_id))
+                 if (since := self.doubt_since.get(waiting_for)) is not None]
+        return min(times) if times else None
 
     def key(self, message: Message, entry: str) -> str:
         """How the receiver knows a message from this node: origin and entry."""

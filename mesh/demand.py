@@ -388,6 +388,10 @@ class Demand:
         queue.mesh.backlog = len(queue)
         queue.dispatch()
 
+    def hold_pending(self, vhost: str, name: str) -> bool:
+        """Whether a redistribution delay is running for the queue (the doctor asks)."""
+        return (vhost, name) in self._holds
+
     def _cancel_hold(self, name: QueueKey) -> None:
         call = self._holds.pop(name, None)
         if call is not None and call.active():

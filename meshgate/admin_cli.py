@@ -4,7 +4,8 @@
 Views cover the whole mesh unless ``--node`` names one node; actions apply to the
 node asked unless ``--node`` names another (or ``--all``, every node). Exit
 status: 0 done, 1 refused or failed, 2 bad arguments, 3 done but some nodes did
-not answer (their warnings go to standard error). A name that breaks the one rule for
+not answer (their warnings go to standard error), 4 ``doctor`` found something
+critical. A name that breaks the one rule for
 names (model/names.py) is a bad argument: nothing is asked.
 
 Commands about queues and definitions take ``--vhost NAME`` (default ``/``);
@@ -35,6 +36,7 @@ from management.client import (
     TlsFiles,
     parse_address,
 )
+from management.doctor import format_diagnosis
 from meshgate.vhost_permissions_cli import BadArguments, permission_options, permissions_request
 from model.definitions import QueueSettings, VhostSpec
 from model.events import KINDS
@@ -48,6 +50,7 @@ from model.requests import (
     Definitions,
     DeleteDefinition,
     DeleteQueue,
+    Diagnosis,
     Events,
     Forget,
     Links,
@@ -249,6 +252,44 @@ COMMANDS["topology"] = ("the same as nodes",) + COMMANDS["nodes"][1:]
 COMMANDS["reload-tls"] = (
     "re-read the node's certificate, key and CA files, as SIGHUP does (needs admin)", ACTION, _no_args,
     lambda a: ReloadTls(node=a.node), lambda r, names, a: _format_reloads(r, names))
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_THRESHOLD_S = 366 * 24 * 3600  # as model.requests.Seconds
+
+
+def _duration(text: str) -> float:
+    """Seconds from "90", "90s", "5m", "2h" or "1d"."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _DURATION_UNITS else (text, "s")
+    try:
+        seconds = float(number) * _DURATION_UNITS[unit]
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= MAX_THRESHOLD_S:  # (NaN fails both comparisons)
+        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 5m or 2h (at most a year), "
+                                         f"got {quoted(text[:40])}")
+    return seconds
+
+
+def _doctor_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--older-than", type=_duration, metavar="DURATION",
+                        help="how old anything must be to be a finding (sets the three below; e.g. 5m)")
+    parser.add_argument("--waiting", type=_duration, default=60.0, metavar="DURATION",
+                        help="a backlog with no local consumer, while consumers wait elsewhere (default 60s)")
+    parser.add_argument("--in-doubt", type=_duration, default=60.0, metavar="DURATION",
+                        help="messages held for an absent node (default 60s)")
+    parser.add_argument("--unacked", type=_duration, default=300.0, metavar="DURATION",
+                        help="a consumer's oldest unacked delivery (default 5m)")
+
+
+COMMANDS["doctor"] = (
+    "find stuck messages over the whole mesh, say why and how to fix it (docs/doctor.md)", VIEW, _doctor_args,
+    lambda a: Diagnosis(older_than_s=a.older_than, waiting_s=a.waiting, in_doubt_s=a.in_doubt, unacked_s=a.unacked),
+    lambda r, names, a: format_diagnosis(r))
+# Commands whose answer can be alarming: exit status 4 when it is (a critical finding).
+ALARMING: dict[str, Callable[[Any], bool]] = {
+    "doctor": lambda report: any(finding.severity == "critical" for finding in report.findings),
+}
 # Commands done in part: exit status 1 when the result says so (a listener kept its old certificate).
 PARTLY_DONE: dict[str, Callable[[Any], bool]] = {
     "reload-tls": lambda result: not all(reload.all_reloaded for reload in result),
@@ -331,7 +372,7 @@ def add_commands(commands) -> None:
             parser.add_argument("--vhost", type=_vhost_name, default=DEFAULT_VHOST, metavar="NAME",
                                 help="the vhost of the queues (default /)")
         add_node_arguments(parser, "the node to ask")
-        if name not in ("nodes", "topology", "forget", "define-queue", "undefine"):
+        if name not in ("nodes", "topology", "forget", "define-queue", "undefine", "doctor"):
             # (An empty group would break argparse's usage line, and with it every error message.)
             where = parser.add_mutually_exclusive_group()
             where.add_argument("--node", help="a node's name or id: where this applies"
@@ -445,6 +486,9 @@ def run(args: argparse.Namespace) -> int:
     partly_done = PARTLY_DONE.get(args.command)
     if partly_done is not None and partly_done(reply.result):
         return 1
+    alarming = ALARMING.get(args.command)
+    if alarming is not None and alarming(reply.result):
+        return 4
     return 3 if reply.failures else 0
 
 

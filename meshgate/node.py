@@ -240,6 +240,7 @@ class Node:
                                reload_tls=self.reload_tls, vhosts=self.vhosts)
         self.management = ManagementService(node_id=node_id, name=self.config.name, broker=broker, mesh=self.mesh,
                                             state=state, actions=actions, events=events, authorizer=authorizer)
+        self.management.doctor.sampler.start()
         return state
 
     def _start_metrics(self, config: MetricsConfig, redis_url: str, state: LocalState, events: EventLog) -> None:
@@ -335,6 +336,8 @@ class Node:
         self.stopping, self.serving = True, False
         if self._sweeper is not None and self._sweeper.running:
             self._sweeper.stop()
+        if self.management is not None:
+            self.management.doctor.sampler.stop()
         self.certificates.stop()
         self.ha.stop_heartbeats()
         for _, port in self.ports:

@@ -27,6 +27,7 @@ from model.definitions import (
     VhostSpec,
     permission_key,
 )
+from model.diagnosis import DiagnosisReport, NodeFactSheet
 from model.events import AnyEvent
 from model.mesh import SCHEMA_VERSION, ClusterView, Connection, Link, NodeSummary, PartialQueue, TopicSubscription
 from model.names import DEFAULT_VHOST
@@ -264,10 +265,35 @@ class VhostPermissionsList(Request, kw_only=True, tag="vhost_permissions_list"):
     vhost: str | None = None
 
 
+# -- the doctor (docs/doctor.md) --------------------------------------------------------
+
+# A threshold in seconds: from 0 to a year (a larger one finds nothing and is a typo).
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=366 * 24 * 3600)]
+
+
+class NodeFacts(Request, kw_only=True, tag="node_facts"):
+    """What the node knows that the doctor needs: its queues holding or consuming
+    something, its links and what it keeps for peers, consumers holding unacked
+    deliveries, and its ``[mesh]`` settings (``node: "*"``: every node's)."""
+
+
+class Diagnosis(Request, kw_only=True, tag="diagnosis"):
+    """The stuck-message doctor: the asked node gathers every node's ``node_facts``
+    and answers the findings (``node`` is ignored). A backlog is stranded after
+    ``waiting_s``, doubts are old after ``in_doubt_s``, unacked deliveries after
+    ``unacked_s``; ``older_than_s`` sets all three at once."""
+
+    older_than_s: Seconds | None = None
+    waiting_s: Seconds = 60.0
+    in_doubt_s: Seconds = 60.0
+    unacked_s: Seconds = 300.0
+
+
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
               | Pull | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue
               | DeleteDefinition | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList
-              | VhostPermissionsSet | VhostPermissionsClear | VhostPermissionsList)
+              | VhostPermissionsSet | VhostPermissionsClear | VhostPermissionsList
+              | NodeFacts | Diagnosis)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
                            "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
@@ -275,7 +301,7 @@ ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "c
 # Actions whose answer is one value, not a list gathered over nodes.
 SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
-                           "vhost_permissions_clear"})
+                           "vhost_permissions_clear", "diagnosis"})
 
 
 # -- results ----------------------------------------------------------------------------
@@ -396,6 +422,8 @@ RESULT_TYPES: dict[str, Any] = {
     "vhost_permissions_set": Done,
     "vhost_permissions_clear": Done,
     "vhost_permissions_list": list[PermissionRow],
+    "node_facts": list[NodeFactSheet],
+    "diagnosis": DiagnosisReport,
 }
 
 # Why a request failed: the REST API maps these to HTTP statuses.

@@ -1,0 +1,96 @@
+"""The stuck-message doctor on real nodes (docs/doctor.md): messages stuck on purpose,
+found by ``meshgate doctor`` with the configuration key to blame, then freed by the
+remedy it prints."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+from e2e_support import HOST, manage_result, run_meshgate, unique
+from mesh_support import mesh_fixture, send_many, wait_until  # noqa: F401  (the fixture)
+
+from model.requests import Diagnosis, Queues, Summary, decode_request
+
+
+def cli(node, *args: str):
+    return run_meshgate([*args, "--stomp", f"{HOST}:{node.stomp}"])
+
+
+def findings(node, kind: str, **thresholds) -> list:
+    report = manage_result(node.stomp, Diagnosis(**thresholds))
+    return [finding for finding in report.findings if finding.kind == kind]
+
+
+def test_a_backlog_stranded_by_max_hops_is_found_and_moved_on(mesh):
+    """A - B - C with max_hops = 1 and a consumer on C: what is sent on A stays there, as B
+    does not pass C's demand on. The doctor names mesh.max_hops and B, and its move to B
+    (which forwards to C) delivers the backlog."""
+    a, b, c = mesh(3, topology="chain", max_hops=1)
+    queue = unique("stranded")
+    destination = "/queue/" + queue
+    consumer = c.subscriber(destination)
+    b.fence(destination, consumer, "fenceB")  # C's demand has reached B
+    sent = send_many(a.client(), destination, [f"s{i}" for i in range(20)])
+
+    doctor = cli(b, "doctor", "--older-than", "0")  # asked anywhere: it sees the whole mesh
+    assert doctor.returncode == 0, doctor.stderr
+    assert f"/queue/{queue}: 20 message(s) stranded on A while C has consumers" in doctor.stdout, doctor.stdout
+    assert "mesh.max_hops on B (max_hops = 1)" in doctor.stdout, doctor.stdout
+    fix = f"meshgate move {queue} --node A --to-node B"
+    assert f"fix: {fix}" in doctor.stdout, doctor.stdout
+
+    moved = cli(b, *shlex.split(fix)[1:])
+    assert moved.returncode == 0, moved.stderr
+    got = [message.body for message in consumer.listener.wait_for(len(sent) + 1, timeout=20)]
+    assert sorted(body for body in got if body in sent) == sorted(sent)
+    assert findings(a, "stranded_backlog", older_than_s=0) == []
+    assert sum(q.depth for q in manage_result(a.stomp, Queues(node="*", name=queue))) == 0
+
+
+def test_a_consumer_that_never_acks_is_found_and_closed(mesh):
+    """A client-ack consumer takes messages and never acks: after the threshold the doctor
+    points at its connection; the remedy's request (close_connection) returns them."""
+    (a,) = mesh(1)
+    queue = unique("unacked")
+    destination = "/queue/" + queue
+    holder = a.client()
+    holder.subscribe(destination, ack="client-individual")
+    send_many(a.client(), destination, [f"u{i}" for i in range(3)])
+    holder.listener.wait_for(3)
+    assert findings(a, "unacked_old", unacked_s=300) == []  # not old yet
+
+    wait_until(lambda: findings(a, "unacked_old", unacked_s=1), "the doctor to see the unacked deliveries",
+               timeout=15)
+    (finding,) = findings(a, "unacked_old", unacked_s=1)
+    assert "holds 3 unacked deliveries" in finding.evidence and f"/queue/{queue}" in finding.evidence
+    assert finding.remedy is not None and finding.remedy.command.startswith(f"meshgate close {finding.subject}")
+    shown = cli(a, "doctor", "--unacked", "1s", "--json")
+    assert shown.returncode == 0 and finding.id in {f["id"] for f in json.loads(shown.stdout)["result"]["findings"]}
+
+    manage_result(a.stomp, decode_request(json.dumps(finding.remedy.request)))
+    holder.listener.wait_disconnected()
+    wait_until(lambda: manage_result(a.stomp, Queues(name=queue))[0].depth == 3, "the deliveries to come back")
+    assert findings(a, "unacked_old", unacked_s=0) == []
+
+
+def test_messages_in_doubt_for_a_crashed_node_are_found_and_released_by_forget(mesh):
+    """A restarts while B, which it linked with, is dead: A holds what it recovered until
+    B says whether it has it (mesh.in_doubt_timeout_ms, long here). The doctor says how
+    long, names the key, and its remedy (forget B) releases them."""
+    a, b = mesh(2, extra="in_doubt_timeout_ms = 600000")
+    queue = unique("doubt")
+    send_many(a.client(), "/queue/" + queue, [f"d{i}" for i in range(5)])  # no consumer: they stay on A
+    b_id = manage_result(b.stomp, Summary()).node.id
+    b.kill9()
+    a.restart()
+    wait_until(lambda: findings(a, "in_doubt_waiting", in_doubt_s=1), "the doctor to see the doubts", timeout=15)
+    (finding,) = findings(a, "in_doubt_waiting", in_doubt_s=1)
+    assert finding.subject == b_id and "holds 5 message(s) out of its queues" in finding.evidence
+    assert finding.config_keys == ["mesh.in_doubt_timeout_ms"] and "600000" in finding.explanation
+    assert finding.remedy is not None and finding.remedy.command == f"meshgate forget {b_id}"
+
+    forgot = cli(a, *shlex.split(finding.remedy.command)[1:])
+    assert forgot.returncode == 0, forgot.stderr
+    wait_until(lambda: manage_result(a.stomp, Queues(name=queue))[0].depth == 5, "the doubts to be released")
+    assert findings(a, "in_doubt_waiting", in_doubt_s=0) == []

@@ -1,0 +1,234 @@
+"""management.doctor.diagnose on hand-made facts: one test per finding kind and cause
+(docs/doctor.md), and the request's hostile thresholds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from management.doctor import Thresholds, diagnose
+from management.doctor_node import thresholds_of
+from model.diagnosis import (
+    ConsumerFacts,
+    MeshSettingsFacts,
+    NodeFactSheet,
+    PeerFacts,
+    QueueFacts,
+    RedistributionRule,
+    UnansweredNode,
+)
+from model.mesh import RemoteDemand
+from model.requests import Diagnosis, ManagementError, Move, decode_request
+
+A, B, C = "a" * 32, "b" * 32, "c" * 32
+NAMES = {A: "A", B: "B", C: "C"}
+OLD_MS = 120_000  # two minutes: older than the default 60 s
+
+
+def settings(**overrides) -> MeshSettingsFacts:
+    values = dict(max_hops=1, message_load_balancing="ON_DEMAND", duplex=True, redistribution_delay_ms=0,
+                  in_doubt_timeout_ms=30_000, peer_retention_s=7 * 24 * 3600, reconnect_attempts=-1)
+    values.update(overrides)
+    return MeshSettingsFacts(**values)
+
+
+def up(node: str, other: str, dialled: bool = True) -> PeerFacts:
+    return PeerFacts(peer=other, peer_name=NAMES[other], state="up", for_s=100.0, dialled=dialled)
+
+
+def sheet(node: str, peers=(), queues=(), consumers=(), **mesh) -> NodeFactSheet:
+    return NodeFactSheet(node=node, name=NAMES[node], taken_at=1000.0, mesh=settings(**mesh), peers=list(peers),
+                         queues=list(queues), consumers=list(consumers), sample_s=10.0)
+
+
+def backlog(**overrides) -> QueueFacts:
+    values = dict(name="orders", depth=40, consumers=0, oldest_age_ms=OLD_MS)
+    values.update(overrides)
+    return QueueFacts(**values)
+
+
+CONSUMING = QueueFacts(name="orders", depth=0, consumers=2)
+
+
+def chain(a_queue: QueueFacts | None = None, a: dict | None = None, b: dict | None = None,
+          c_peers: list | None = None) -> list[NodeFactSheet]:
+    """A - B - C, 40 old messages of orders on A, two consumers of it on C."""
+    return [sheet(A, [up(A, B)], [a_queue or backlog()], **(a or {})),
+            sheet(B, [up(B, A, False), up(B, C)], [], **(b or {})),
+            sheet(C, c_peers if c_peers is not None else [up(C, B, False)], [CONSUMING])]
+
+
+def only(findings, kind):
+    matching = [finding for finding in findings if finding.kind == kind]
+    assert len(matching) == 1, findings
+    return matching[0]
+
+
+# -- A. stranded backlog ------------------------------------------------------------------
+
+
+def test_max_hops_too_small_names_the_key_the_nodes_and_moves_to_the_next_hop():
+    finding = only(diagnose(chain()), "stranded_backlog")
+    assert finding.node == A and finding.subject == "orders" and finding.severity == "warning"
+    assert finding.config_keys == ["mesh.max_hops"]
+    assert "B (max_hops = 1)" in finding.explanation and "2 hops away" in finding.explanation
+    assert "A → B → C" in finding.evidence and "40 message(s)" in finding.evidence
+    assert finding.remedy is not None
+    assert finding.remedy.command == "meshgate move orders --node A --to-node B"
+    assert finding.remedy.request == {"action": "move", "node": A, "queue": "orders", "to_node": B, "vhost": "/"}
+    assert decode_request(json.dumps(finding.remedy.request)) == Move(node=A, queue="orders", to_node=B)
+    assert finding.id == f"stranded_backlog/{A[:8]}///orders"  # kind/node/vhost "/"/queue
+
+
+def test_a_young_backlog_a_backlog_with_local_consumers_or_none_anywhere_is_no_finding():
+    assert diagnose(chain(backlog(oldest_age_ms=5_000))) == []
+    assert diagnose(chain(backlog(consumers=1))) == []
+    sheets = chain()
+    sheets[2].queues = []  # nobody consumes orders anywhere
+    assert diagnose(sheets) == []
+    assert diagnose(chain(backlog(oldest_age_ms=5_000)), Thresholds(waiting_s=1))[0].kind == "stranded_backlog"
+
+
+def test_max_hops_large_enough_is_not_the_cause():
+    sheets = chain(b={"max_hops": 2})
+    finding = only(diagnose(sheets), "stranded_backlog")
+    assert finding.config_keys == [] and finding.severity == "info"
+
+
+def test_addresses_filter_on_the_node_or_on_the_way():
+    here = only(diagnose(chain(a={"addresses": ["!/queue/orders"]})), "stranded_backlog")
+    assert here.config_keys == ["mesh.addresses"] and "A" in here.explanation and here.remedy is None
+    assert '["!/queue/orders"]' in here.explanation
+    between = only(diagnose(chain(b={"addresses": ["/queue/billing."]})), "stranded_backlog")
+    assert between.config_keys == ["mesh.addresses"] and "on B" in between.explanation
+    assert between.remedy is None  # B would not pass it on either
+
+
+def test_a_backlog_on_its_way_is_no_finding():
+    demand = [RemoteDemand(node=C, via=C, consumers=2, hops=1)]
+    draining = backlog(remote_demand=demand, forwarding=100)
+    assert diagnose([sheet(A, [up(A, C)], [draining]), sheet(C, [up(C, A, False)], [CONSUMING])]) == []
+
+
+@pytest.mark.parametrize("mode", ["OFF", "STRICT"])
+def test_load_balancing_off_or_strict(mode):
+    finding = only(diagnose(chain(a={"message_load_balancing": mode, "max_hops": 2})), "stranded_backlog")
+    assert finding.config_keys == ["mesh.message_load_balancing"] and f'"{mode}"' in finding.explanation
+    assert finding.remedy is not None and "--to-node B" in finding.remedy.command
+
+
+def test_link_down_no_path():
+    down = PeerFacts(peer=B, peer_name="B", state="down", for_s=300.0)
+    sheets = [sheet(A, [down], [backlog()], reconnect_attempts=5), sheet(C, [], [CONSUMING])]
+    finding = only(diagnose(sheets), "stranded_backlog")
+    assert finding.severity == "critical" and finding.remedy is None
+    assert "the link with B is down for 5 min" in finding.explanation
+    assert finding.config_keys == ["mesh.reconnect_attempts"]
+
+
+def test_duplex_off_and_the_link_dialled_by_the_other_end():
+    sheets = [sheet(A, [up(A, C, dialled=False)], [backlog()], duplex=False), sheet(C, [up(C, A)], [CONSUMING])]
+    finding = only(diagnose(sheets), "stranded_backlog")
+    assert finding.config_keys == ["mesh.duplex"]
+
+
+def test_redistribution_delay_pending_and_never():
+    demand = [RemoteDemand(node=C, via=C, consumers=2, hops=1)]
+    pending = backlog(remote_demand=demand, remote_dispatch=False, hold_pending=True, redistribution_delay_ms=600_000)
+    sheets = [sheet(A, [up(A, C)], [pending]), sheet(C, [up(C, A, False)], [CONSUMING])]
+    finding = only(diagnose(sheets), "stranded_backlog")
+    assert finding.config_keys == ["mesh.redistribution_delay_ms"] and "= 600000" in finding.explanation
+    assert finding.severity == "warning" and "is running" in finding.explanation
+
+    never = backlog(remote_demand=demand, remote_dispatch=False, redistribution_delay_ms=-1,
+                    redistribution_key="mesh.redistribution[0].delay_ms (/queue/orders)")
+    sheets[0].queues = [never]
+    sheets[0].mesh.redistribution = [RedistributionRule(destination="/queue/orders", delay_ms=-1)]
+    sheets[0].mesh.message_load_balancing = "OFF_WITH_REDISTRIBUTION"
+    finding = only(diagnose(sheets), "stranded_backlog")
+    assert finding.severity == "critical" and "never redistributed" in finding.explanation
+    assert finding.config_keys == ["mesh.redistribution[0].delay_ms (/queue/orders)", "mesh.message_load_balancing"]
+
+
+def test_busy_peer():
+    demand = [RemoteDemand(node=C, via=C, consumers=2, hops=1)]
+    busy = up(A, C)
+    busy.busy_for_s = 30.0
+    sheets = [sheet(A, [busy], [backlog(remote_demand=demand)]), sheet(C, [up(C, A, False)], [CONSUMING])]
+    assert only(diagnose(sheets), "stranded_backlog").config_keys == ["store.limit", "store.max_disk_usage"]
+
+
+# -- B. in doubt; kept for departed --------------------------------------------------------
+
+
+def test_in_doubt_too_long_for_a_departed_peer_offers_forget():
+    gone = PeerFacts(peer=B, peer_name="B", state="down", for_s=400.0, in_doubt=7, in_doubt_for_s=400.0,
+                     departed=True)
+    findings = diagnose([sheet(A, [gone], [], in_doubt_timeout_ms=3_600_000)])
+    finding = only(findings, "in_doubt_waiting")
+    assert finding.config_keys == ["mesh.in_doubt_timeout_ms"] and "3600000" in finding.explanation
+    assert finding.remedy is not None and finding.remedy.command == f"meshgate forget {B}"
+    assert finding.remedy.request == {"action": "forget", "forget": B} and finding.remedy.confirm
+
+
+def test_in_doubt_for_a_peer_still_around_or_young_has_no_remedy_or_no_finding():
+    away = PeerFacts(peer=B, peer_name="B", state="down", for_s=90.0, in_doubt=3, in_doubt_for_s=90.0,
+                     heard_ago_s=1.0)
+    assert only(diagnose([sheet(A, [away], [])]), "in_doubt_waiting").remedy is None
+    away.in_doubt_for_s = 10.0
+    assert diagnose([sheet(A, [away], [])]) == []
+
+
+def test_kept_for_a_departed_node():
+    gone = PeerFacts(peer=B, peer_name="B", state="down", for_s=4000.0, backlog=12, markers=3, departed=True)
+    finding = only(diagnose([sheet(A, [gone], [], peer_retention_s=0)]), "kept_for_departed")
+    assert "12 topic message(s), 3 duplicate marker(s)" in finding.summary
+    assert finding.config_keys == ["mesh.peer_retention_s"] and "= 0" in finding.explanation
+    assert finding.remedy is not None and finding.remedy.command == f"meshgate forget {B}"
+    gone.departed, gone.heard_ago_s = False, 2.0  # still heard of: forget would be refused
+    finding = only(diagnose([sheet(A, [gone], [])]), "kept_for_departed")
+    assert finding.severity == "info" and finding.remedy is None
+
+
+# -- C. unacked ----------------------------------------------------------------------------
+
+
+def test_a_consumer_holding_unacked_deliveries():
+    holding = [ConsumerFacts(connection="conn-7", subscription="1", queue="orders", unacked=5, unacked_for_s=900.0),
+               ConsumerFacts(connection="conn-7", subscription="2", queue="billing", unacked=1, unacked_for_s=30.0),
+               ConsumerFacts(connection="conn-8", subscription="1", queue="orders", unacked=2, unacked_for_s=None)]
+    finding = only(diagnose([sheet(A, [], [], holding)]), "unacked_old")
+    assert finding.subject == "conn-7" and "5 unacked deliveries" in finding.evidence and "15 min" in finding.summary
+    assert finding.remedy is not None and finding.remedy.command == "meshgate close conn-7 --node A"
+    assert finding.remedy.request is not None and finding.remedy.request["action"] == "close_connection"
+    assert finding.remedy.request["node"] == A and finding.remedy.confirm
+    assert only(diagnose([sheet(A, [], [], holding)], Thresholds(unacked_s=10)), "unacked_old").evidence.count(
+        "/queue/") == 2
+
+
+# -- unanswered; order; thresholds -----------------------------------------------------------
+
+
+def test_unanswered_nodes_are_a_finding_and_critical_comes_first():
+    down = PeerFacts(peer=B, peer_name="B", state="down", for_s=300.0)
+    sheets = [sheet(A, [down], [backlog()]), sheet(C, [], [CONSUMING])]
+    findings = diagnose(sheets, unanswered=[UnansweredNode(node=B, name="B", reason="timed out")])
+    assert [f.kind for f in findings] == ["stranded_backlog", "node_unanswered"]
+    assert findings[0].severity == "critical" and findings[1].evidence == "timed out"
+
+
+def test_thresholds_of_the_request():
+    assert thresholds_of(Diagnosis(older_than_s=5)) == Thresholds(5, 5, 5)
+    assert thresholds_of(Diagnosis(unacked_s=7)) == Thresholds(60, 60, 7)
+
+
+@pytest.mark.parametrize("body", ['{"action": "diagnosis", "older_than_s": -1}',
+                                  '{"action": "diagnosis", "waiting_s": 1e999}',
+                                  '{"action": "diagnosis", "unacked_s": "5m"}',
+                                  '{"action": "diagnosis", "in_doubt_s": 1e12}',
+                                  '{"action": "diagnosis", "older_than_s": true}'])
+def test_hostile_thresholds_are_a_bad_request(body):
+    with pytest.raises(ManagementError) as caught:
+        decode_request(body)
+    assert caught.value.code == "bad_request"
