@@ -9,7 +9,7 @@ sampler walks the consumers every ``SAMPLE_S`` (O(subscriptions), not messages).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from twisted.internet import defer, task
@@ -27,11 +27,10 @@ from model.diagnosis import (
     UnansweredNode,
 )
 from model.names import DEFAULT_VHOST
-from model.requests import Diagnosis, NodeFacts, Reply
+from model.requests import Diagnosis, NodeFacts, Reply, Request
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
-    from management.service import ManagementService
     from management.state import LocalState
 
 log = logging.getLogger(__name__)
@@ -204,11 +203,22 @@ def thresholds_of(request: Diagnosis) -> Thresholds:
     return Thresholds(waiting_s=request.waiting_s, in_doubt_s=request.in_doubt_s, unacked_s=request.unacked_s)
 
 
-def answer_diagnosis(service: ManagementService, request: Diagnosis, user: str, targets: list[str]) -> defer.Deferred:
+class AsksNodes(Protocol):
+    """What the diagnosis needs of the node it is asked at: to ask any node, and names."""
+
+    node_id: str
+
+    def ask(self, node_id: str, request: Request, user: str) -> defer.Deferred: ...
+
+    def name_of(self, node_id: str) -> str: ...
+
+
+def answer_diagnosis(nodes: AsksNodes, now: float, request: Diagnosis, user: str,
+                     targets: list[str]) -> defer.Deferred:
     """Ask every node of ``targets`` (every node of the mesh, this one included) for its
     facts, then diagnose what answered; the nodes that did not answer are listed, and
     are a finding themselves."""
-    asked = [service.ask(node_id, NodeFacts(), user) for node_id in targets]
+    asked = [nodes.ask(node_id, NodeFacts(), user) for node_id in targets]
     thresholds = thresholds_of(request)
 
     def gathered(outcomes: list) -> Reply:
@@ -218,9 +228,9 @@ def answer_diagnosis(service: ManagementService, request: Diagnosis, user: str, 
             if ok:
                 sheets.append(value if isinstance(value, NodeFactSheet) else msgspec.convert(value, NodeFactSheet))
             else:
-                unanswered.append(UnansweredNode(node=node_id, name=service.name_of(node_id),
+                unanswered.append(UnansweredNode(node=node_id, name=nodes.name_of(node_id),
                                                  reason=value.getErrorMessage()))
-        report = DiagnosisReport(taken_at=service.state.clock.seconds(), reporter=service.node_id,
+        report = DiagnosisReport(taken_at=now, reporter=nodes.node_id,
                                  findings=diagnose(sheets, thresholds, unanswered),
                                  nodes=[sheet.node for sheet in sheets], unanswered=unanswered)
         return Reply(action="diagnosis", result=report)

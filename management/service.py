@@ -188,7 +188,7 @@ class ManagementService:
             if isinstance(request, VhostDelete):
                 return self._vhost_delete(request, user)
             if isinstance(request, Diagnosis):
-                return answer_diagnosis(self, request, user, self._targets(ALL))
+                return answer_diagnosis(self, self.state.clock.seconds(), request, user, self._targets(ALL))
             if action in _ASKED_NODE_ONLY:
                 return defer.succeed(Reply(action=action, result=self._answer_here(request, user)))
             targets = self._targets(request.node)

@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING
 
 from gateway import __version__
 from meshgate.admin_cli import COMMANDS as ADMIN_COMMANDS
-from meshgate.admin_cli import BadArguments, add_node_arguments, node_client
+from meshgate.admin_cli import BadArguments
 from meshgate.admin_cli import add_commands as add_admin_commands
 from meshgate.admin_cli import run as run_admin_command
+from meshgate.node_login import add_node_arguments, node_client
 from model.mesh import address_text
 
 if TYPE_CHECKING:

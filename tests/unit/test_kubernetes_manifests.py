@@ -18,8 +18,9 @@ import kubernetes.client
 import pytest
 import yaml
 
-from meshgate.admin_cli import add_commands, node_credentials
+from meshgate.admin_cli import add_commands
 from meshgate.config import load_config
+from meshgate.node_login import node_credentials
 from meshgate.throwaway_ca import ensure
 
 KUBERNETES = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
