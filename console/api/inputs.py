@@ -223,6 +223,23 @@ class VhostDeleteParams(serializers.Serializer):
         "delete it even while it holds messages: its clients are disconnected, its queues and messages dropped"))
 
 
+MAX_THRESHOLD_S = 366 * 24 * 3600  # the management request's own bound (model.requests.Seconds)
+
+
+def _threshold(what: str, default: str = "") -> serializers.FloatField:
+    return serializers.FloatField(required=False, min_value=0, max_value=MAX_THRESHOLD_S,
+                                  help_text=f"seconds, 0 to {MAX_THRESHOLD_S}: {what}{default}")
+
+
+class DiagnosisParams(serializers.Serializer):
+    """The doctor's thresholds (docs/doctor.md), in seconds."""
+
+    older_than = _threshold("how old anything must be to be a finding; sets the three below")
+    waiting = _threshold("a backlog with no local consumer while consumers wait elsewhere", " (default 60)")
+    in_doubt = _threshold("messages held for an absent node", " (default 60)")
+    unacked = _threshold("a consumer's oldest unacked delivery", " (default 300)")
+
+
 class WhereParams(serializers.Serializer):
     node = NameField("node", required=False, allow_blank=True, help_text="one node (default: every node)")
 

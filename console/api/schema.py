@@ -6,12 +6,12 @@ from __future__ import annotations
 import msgspec
 
 from console.mesh import shapes
-from model import definitions, events, requests, rollups
+from model import definitions, diagnosis, events, requests, rollups
 from model import mesh as model_mesh
 
 _TYPES = [shapes.Overview, shapes.NodeRow, shapes.QueueRow, shapes.QueueDetail, shapes.LinkRow, model_mesh.Snapshot,
           model_mesh.Connection, model_mesh.TopicSubscription, requests.Done, requests.BrowsePage, events.AnyEvent,
-          rollups.PipelineStatus, definitions.Definition]
+          rollups.PipelineStatus, definitions.Definition, diagnosis.DiagnosisReport]
 _REF = "#/components/schemas/{name}"
 
 

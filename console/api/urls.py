@@ -34,5 +34,6 @@ urlpatterns = [
     path("vhosts/<path:name>/limits", vhosts.VhostLimitsView.as_view(), name="vhost-limits"),
     path("vhosts/<path:name>", vhosts.VhostDetail.as_view(), name="vhost"),
     path("events", views.EventList.as_view(), name="events"),
+    path("diagnosis", views.DiagnosisView.as_view(), name="diagnosis"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
 ]

@@ -20,7 +20,8 @@ ENDPOINTS = {
     "links": {"get"}, "queues": {"get"}, "queues/{name}": {"get", "delete"}, "queues/{name}/history": {"get"},
     "queues/{name}/purge": {"post"}, "queues/{name}/move": {"post"}, "queues/{name}/browse": {"post"},
     "queues/{name}/send": {"post"}, "connections": {"get"}, "connections/{connection}": {"delete"},
-    "events": {"get"}, "pipeline": {"get"}, "definitions": {"get"}, "definitions/queues/{name}": {"put", "delete"},
+    "events": {"get"}, "diagnosis": {"get"}, "pipeline": {"get"}, "definitions": {"get"},
+    "definitions/queues/{name}": {"put", "delete"},
     "definitions/durable/{name}": {"delete"}, "vhosts": {"get", "post"}, "vhosts/{name}": {"get", "delete"},
     "vhosts/{name}/limits": {"put"}, "vhosts/{name}/permissions": {"get"},
     "vhosts/{name}/permissions/{user}": {"put", "delete"}, "vhosts/{name}/permissions/group/{group}": {"put", "delete"},
@@ -171,3 +172,17 @@ def test_the_definitions_match_the_schema(mesh, admin, document):
     validator = _response_validator(document, "definitions")
     assert not list(validator.iter_errors(page)), list(validator.iter_errors(page))[:3]
     assert list(validator.iter_errors({**page, "items": [{**page["items"][0], "origin_name": 7}]}))  # not vacuous
+
+
+def test_the_diagnosis_matches_the_schema(mesh, viewer, document):
+    params = document["paths"][P + "diagnosis"]["get"]["parameters"]
+    assert {p["name"] for p in params} == {"older_than", "waiting", "in_doubt", "unacked"}
+    answer = viewer.get(P + "diagnosis", {"older_than": "0"}).json()
+    assert len(answer["nodes"]) == 3, answer
+    _valid(document, "DiagnosisReport", answer)
+    finding = {"id": "unacked_old/x///B-1", "kind": "unacked_old", "severity": "warning", "node": "x",
+               "subject": "B-1", "summary": "s", "evidence": "e", "explanation": "why",
+               "remedy": {"label": "close", "command": "meshgate close B-1", "request": {"action": "close_connection"}}}
+    _valid(document, "DiagnosisReport", {**answer, "findings": [finding]})
+    with pytest.raises(AssertionError):  # not vacuous
+        _valid(document, "DiagnosisReport", {**answer, "findings": [{**finding, "severity": "bad"}]})
