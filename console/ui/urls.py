@@ -17,4 +17,5 @@ urlpatterns = [
     path("links/", views.page("links"), name="links"),
     path("events/", views.page("events"), name="events"),
     path("vhosts/", views.page("vhosts"), name="vhosts"),
+    path("doctor/", views.page("doctor"), name="doctor"),
 ]

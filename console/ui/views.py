@@ -15,7 +15,7 @@ from console.ui import throttle
 TITLES = {
     "overview": "Overview", "topology": "Topology", "queues": "Queues", "queue": "Queue", "definitions": "Definitions",
     "redistribution": "Redistribution", "connections": "Connections", "links": "Links", "events": "Events",
-    "vhosts": "Vhosts",
+    "vhosts": "Vhosts", "doctor": "Doctor",
 }
 
 
