@@ -262,7 +262,8 @@ class Node:
                                failback=self.ha.failback if self.config.ha.replicated else None,
                                reload_tls=self.reload_tls, vhosts=self.vhosts)
         self.management = ManagementService(node_id=node_id, name=self.config.name, broker=broker, mesh=self.mesh,
-                                            state=state, actions=actions, events=events, authorizer=authorizer)
+                                            state=state, actions=actions, events=events, authorizer=authorizer,
+                                            journeys=self.journeys)
         return state
 
     def _start_metrics(self, config: MetricsConfig, redis_url: str, state: LocalState, events: EventLog) -> None:
