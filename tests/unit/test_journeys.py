@@ -148,11 +148,24 @@ def test_auto_ack_records_delivered_then_acked(broker, store):
     assert steps(store) == ["received", "queued", "delivered", "acked"]
 
 
-def test_a_consumer_gone_and_a_rollback_name_their_reason(broker, store):
+def test_a_rollback_and_a_consumer_gone_name_their_reason(broker, store):
     session, recorder, sub = consume(broker, "q")
     broker.send("queue", "q", {"trace": "true"}, b"a")
+    session.begin("tx")
+    session.settle(sub, recorder.given[-1][1].id, cumulative=False, transaction="tx")
+    session.abort("tx")
+    assert (store.records[-2].step, store.records[-2].reason) == ("requeued", "rollback")
+    assert store.records[-1].step == "delivered"  # again, to the same consumer
     session.unsubscribe("sub-1")
-    assert store.records[-1].step == "requeued" and store.records[-1].reason == "consumer gone"
+    assert (store.records[-1].step, store.records[-1].reason) == ("requeued", "consumer gone")
+
+
+def test_refused_for_good_without_a_dead_letter_exchange_it_is_dropped(broker, store):
+    session, recorder, sub = consume(broker, "q")
+    broker.send("queue", "q", {"trace": "true"}, b"a")
+    message = sub.inflight.pop(recorder.given[-1][1].id)
+    broker.dead_letter(sub.queue, message, "rejected")  # what an AMQP reject without requeue does
+    assert (store.records[-1].step, store.records[-1].reason, store.records[-1].queue) == ("dropped", "rejected", "q")
 
 
 def test_past_max_attempts_it_is_dead_lettered_to_a_traced_copy(broker, store):
