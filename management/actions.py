@@ -166,7 +166,9 @@ class LocalActions(PermissionActions):
         moved = queue.take(count)
         for message in moved:
             broker.consumed(queue, message)
-            copy = Message(message.id, QUEUE, to_queue, message.headers, message.body, message.persistent,
+            if message.traced and broker.tracer is not None:
+                broker.tracer.moved(queue, message, "/queue/" + to_queue)
+            copy = type(message)(message.id, QUEUE, to_queue, message.headers, message.body, message.persistent,
                            message.priority, message.expires)
             copy.created = message.created
             copy.path = message.path

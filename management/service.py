@@ -24,6 +24,7 @@ from gateway.broker.message import QUEUE, TOPIC, Message
 from management.actions import LocalActions
 from management.doctor_node import DoctorFacts, answer_diagnosis
 from management.events import EventLog
+from management.journeys import JourneyStore
 from management.state import LocalState
 from model.events import AdminAction
 from model.mesh import ClusterView
@@ -37,6 +38,7 @@ from model.requests import (
     DeleteDefinition,
     Diagnosis,
     Failure,
+    JourneySteps,
     ManagementError,
     Move,
     Nodes,
@@ -70,7 +72,8 @@ _COUNTED = ("purge", "delete_queue", "move", "send")
 
 class ManagementService:
     def __init__(self, *, node_id: str, name: str, broker: Broker, mesh: MeshNode | None, state: LocalState,
-                 actions: LocalActions, events: EventLog, authorizer=None, timeout: float = REQUEST_TIMEOUT) -> None:
+                 actions: LocalActions, events: EventLog, authorizer=None, timeout: float = REQUEST_TIMEOUT,
+                 journeys: JourneyStore | None = None) -> None:
         self.node_id = node_id
         self.name = name
         self.broker = broker
@@ -81,6 +84,7 @@ class ManagementService:
         self.authorizer = authorizer
         self.timeout = timeout
         self.doctor = DoctorFacts(state)
+        self.journeys = journeys  # None: [journeys] off on this node
         self._answers: dict[str, Callable[[Any], Any]] = {
             "summary": lambda r: state.summary(),
             "queues": lambda r: state.queues(r.name, vhost=r.vhost),
@@ -109,6 +113,7 @@ class ManagementService:
             "vhost_permissions_clear": lambda r: actions.vhost_permissions_clear(r),
             "vhost_permissions_list": lambda r: actions.vhost_permissions_list(r.vhost),
             "node_facts": lambda r: self.doctor.collect(),
+            "journey_steps": lambda r: self._journey_steps(r.ids),
         }
         broker.register_service(ADDRESS, self.handle)
         if mesh is not None:
@@ -311,6 +316,8 @@ class ManagementService:
         ok = True
         if isinstance(result, BrowsePage):
             detail = f"looked at {len(result.messages)} of {result.total} message(s) from {result.offset}"
+        elif action == "journey_steps":
+            detail = f"looked at {len(result)} journey record(s)"
         elif isinstance(result, TlsReload):  # done where it could be: ok only if every listener took its files
             ok, detail = result.all_reloaded, _reload_detail(result)
         else:
@@ -318,6 +325,12 @@ class ManagementService:
                                                  result.detail) if part)
         self.events.emit(AdminAction(user=user, action=action, target=target, ok=ok, result=detail))
         return result
+
+    def _journey_steps(self, ids: list[str]) -> list:
+        if self.journeys is None:
+            raise ManagementError("conflict", "this node records no journeys ([journeys] enabled = false)",
+                                  self.node_id)
+        return self.journeys.steps_of(ids)
 
     def answer_routed(self, body: dict, origin: str) -> dict:
         """A request another node routed here (it checked the permissions)."""
@@ -411,6 +424,9 @@ def _target_of(request: Request) -> str:
         return f"permissions of {_principal(spec.user, spec.group)} in vhost {spec.vhost}"
     if isinstance(request, VhostPermissionsClear):
         return f"permissions of {_principal(request.user, request.group)} in vhost {request.vhost}"
+    if isinstance(request, JourneySteps):  # the first ids only: the event's size is not the asker's to choose
+        more = f" and {len(request.ids) - 3} more" if len(request.ids) > 3 else ""
+        return "journeys of " + ", ".join(request.ids[:3]) + more
     vhost = getattr(request, "vhost", DEFAULT_VHOST)
     where = "" if vhost == DEFAULT_VHOST else f" in vhost {vhost}"
     if isinstance(request, DeleteDefinition):

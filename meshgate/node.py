@@ -16,6 +16,7 @@ from twisted.internet import defer, endpoints, task
 
 from gateway.auth import Authenticator, Authorizer
 from gateway.broker.broker import Broker
+from gateway.broker.tracing import Tracer
 from gateway.broker.vhost_limits import VhostLimits
 from gateway.broker.vhosts import VirtualHosts
 from gateway.permissions import VhostPermissions
@@ -24,6 +25,7 @@ from gateway.stomp.protocol import StompFactory, StompSettings
 from gateway.store.journal import JournalStore, StoreError
 from management.actions import LocalActions
 from management.events import EventLog
+from management.journeys import JourneyStore
 from management.service import ManagementService
 from management.state import LocalState
 from meshgate.certificates import NodeCertificates, node_materials
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 EXPIRY_SWEEP_SECONDS = 5.0
+JOURNEY_SWEEP_SECONDS = 10.0  # how often journey records past [journeys] max_age_s go
 
 __all__ = ["DataDir", "Node", "NodeStartError"]
 
@@ -69,6 +72,8 @@ class Node:
         self.management: ManagementService | None = None
         self.ports: list = []
         self._sweeper: task.LoopingCall | None = None
+        self.journeys: JourneyStore | None = None  # [journeys] on: the records of traced messages
+        self._journey_sweeper: task.LoopingCall | None = None
         self.mesh: MeshNode | None = None
         self.discovery: DiscoveryService | None = None  # multicast
         self.dns_discovery: DnsDiscovery | None = None
@@ -112,6 +117,7 @@ class Node:
         events = self.events = EventLog(self.identity["id"], self.reactor)
         store.on_blocked = lambda reason: events.emit(ProducersBlocked(reason=reason))
         store.on_resumed = lambda waited: events.emit(ProducersResumed(blocked_s=round(waited, 3)))
+        tracer = self._start_journeys()
         vhosts = self.vhosts = VirtualHosts(
             store,
             config.vhosts.names,
@@ -126,6 +132,7 @@ class Node:
             expiry_queue=config.broker.expiry_queue,
             compile_selector=compile_selector,
             node_id=self.identity["id"],
+            tracer=tracer,
         )
         broker = self.broker = vhosts.default
         if config.mesh is not None:
@@ -203,7 +210,7 @@ class Node:
         """Drop the stopped node's parts and start anew (after a failback: as the backup)."""
         self.store = self.broker = self.vhosts = self.mesh = None
         self.stomp_factory = self.amqp_factory = self.discovery = self.dns_discovery = self.metrics = None
-        self._sweeper = None
+        self._sweeper = self._journey_sweeper = None
         self.ports = []
         yield self.start()
         if self.on_restarted is not None:
@@ -226,6 +233,22 @@ class Node:
         """The mesh found this node was taken over by another process: fenced."""
         self.ha.replaced(reason)
 
+    def _start_journeys(self) -> Tracer | None:
+        """[journeys] on: the store that keeps the records and the tracer that makes them
+        (the default vhost's; the others' are views of it). Off: no tracer, no cost."""
+        config = self.config.journeys
+        if not config.enabled:
+            self.journeys = None
+            return None
+        journeys = self.journeys = JourneyStore(config.max_records, config.max_bytes, config.max_age_s,
+                                                self.reactor.seconds)
+        self._journey_sweeper = task.LoopingCall(journeys.sweep)
+        self._journey_sweeper.clock = self.reactor
+        self._journey_sweeper.start(JOURNEY_SWEEP_SECONDS, now=False)
+        log.info("journeys: recording traced messages (at most %d records, %d bytes, %d s)",
+                 config.max_records, config.max_bytes, config.max_age_s)
+        return Tracer(journeys, self.identity["id"], self.config.name, self.reactor.seconds)
+
     def _start_management(self, broker: Broker, events: EventLog, authorizer: Authorizer) -> LocalState:
         node_id = self.identity["id"]
         state = self.state = LocalState(
@@ -239,7 +262,8 @@ class Node:
                                failback=self.ha.failback if self.config.ha.replicated else None,
                                reload_tls=self.reload_tls, vhosts=self.vhosts)
         self.management = ManagementService(node_id=node_id, name=self.config.name, broker=broker, mesh=self.mesh,
-                                            state=state, actions=actions, events=events, authorizer=authorizer)
+                                            state=state, actions=actions, events=events, authorizer=authorizer,
+                                            journeys=self.journeys)
         self.management.doctor.sampler.start()
         return state
 
@@ -338,6 +362,8 @@ class Node:
             self._sweeper.stop()
         if self.management is not None:
             self.management.doctor.sampler.stop()
+        if self._journey_sweeper is not None and self._journey_sweeper.running:
+            self._journey_sweeper.stop()
         self.certificates.stop()
         self.ha.stop_heartbeats()
         for _, port in self.ports:

@@ -29,6 +29,7 @@ from model.definitions import (
 )
 from model.diagnosis import DiagnosisReport, NodeFactSheet
 from model.events import AnyEvent
+from model.journeys import MAX_FIELD, JourneyStep
 from model.mesh import SCHEMA_VERSION, ClusterView, Connection, Link, NodeSummary, PartialQueue, TopicSubscription
 from model.names import DEFAULT_VHOST
 
@@ -289,15 +290,32 @@ class Diagnosis(Request, kw_only=True, tag="diagnosis"):
     unacked_s: Seconds = 300.0
 
 
+# -- journeys (docs/journeys.md) --------------------------------------------------------
+
+# Message ids one journey_steps request names at most.
+MAX_JOURNEY_IDS = 100
+
+
+class JourneySteps(Request, kw_only=True, tag="journey_steps"):
+    """The journey records the node keeps of these messages (``node: "*"``: every node's),
+    in the order each node made them. A root id (as a producer's message got it) gives
+    every copy of the message; a copy's id (``ID.1``) that copy's alone. Admin: the
+    records name users, connections and destinations."""
+
+    ids: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_FIELD)]],
+                   msgspec.Meta(min_length=1, max_length=MAX_JOURNEY_IDS)]
+
+
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
               | Pull | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue
               | DeleteDefinition | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList
               | VhostPermissionsSet | VhostPermissionsClear | VhostPermissionsList
-              | NodeFacts | Diagnosis)
+              | NodeFacts | Diagnosis | JourneySteps)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
                            "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
-                           "vhost_permissions_clear"})
+                           "vhost_permissions_clear",
+                           "journey_steps"})
 # Actions whose answer is one value, not a list gathered over nodes.
 SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
@@ -424,6 +442,7 @@ RESULT_TYPES: dict[str, Any] = {
     "vhost_permissions_list": list[PermissionRow],
     "node_facts": list[NodeFactSheet],
     "diagnosis": DiagnosisReport,
+    "journey_steps": list[JourneyStep],
 }
 
 # Why a request failed: the REST API maps these to HTTP statuses.

@@ -226,7 +226,7 @@ class Channel:
         with dispatch_held({*by_queue, *(sub.queue for sub in self.session.subscriptions.values())}):
             self.session.close()
             for queue, messages in by_queue.items():
-                self.broker.requeue(queue, messages)
+                self.broker.requeue(queue, messages, "channel closed")
         for name in queues:
             self.connection.lifetimes.consumer_gone(name)
 

@@ -197,11 +197,11 @@ def method_basic_ack(channel: Channel, args, command: Command) -> None:
 
 
 def method_basic_nack(channel: Channel, args, command: Command) -> None:
-    _refuse(channel, _settled(channel, args.delivery_tag, args.multiple, command), args.requeue)
+    _refuse(channel, _settled(channel, args.delivery_tag, args.multiple, command), args.requeue, "nack")
 
 
 def method_basic_reject(channel: Channel, args, command: Command) -> None:
-    _refuse(channel, _settled(channel, args.delivery_tag, False, command), args.requeue)
+    _refuse(channel, _settled(channel, args.delivery_tag, False, command), args.requeue, "reject")
 
 
 def method_basic_recover(channel: Channel, args, command: Command) -> None:
@@ -217,7 +217,7 @@ def _recover(channel: Channel) -> None:
     # Taken off first: what the requeues dispatch to this channel again is unacked anew.
     settled = list(channel.unacked.items())
     channel.unacked.clear()
-    _refuse(channel, settled, requeue=True)
+    _refuse(channel, settled, True, "recover")
 
 
 def _settled(channel: Channel, delivery_tag: int, multiple: bool, command: Command) -> list:
@@ -252,11 +252,12 @@ def _taken_off(channel: Channel, settled: list) -> dict[Queue, list[Message]]:
     return by_queue
 
 
-def _refuse(channel: Channel, settled: list, requeue: bool) -> None:
+def _refuse(channel: Channel, settled: list, requeue: bool, reason: str) -> None:
+    """nack, reject or recover (``reason``): back to the queue, or dead-lettered."""
     broker = channel.broker
     for queue, messages in _taken_off(channel, settled).items():
         if requeue:
-            broker.requeue(queue, messages)  # all back in their places before any goes out again
+            broker.requeue(queue, messages, reason)  # all back in their places before any goes out again
         else:
             for message in messages:
                 broker.dead_letter(queue, message, "rejected")

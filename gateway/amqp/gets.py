@@ -53,6 +53,8 @@ def give_next(channel: Channel, queue: Queue, no_ack: bool) -> bool:
         return False
     message = taken[0]
     message.deliveries += 1
+    if message.traced and channel.broker.tracer is not None:  # a GetWaiter's is recorded as its session's delivery
+        channel.broker.tracer.got(channel.session, queue, message, no_ack)
     give(channel, queue, message, no_ack)
     return True
 
@@ -104,7 +106,7 @@ class GetWaiter:
         if channel.open:
             give(channel, self.queue, message, self.no_ack)
         else:  # the channel went meanwhile: back where it was
-            channel.broker.requeue(self.queue, [message])
+            channel.broker.requeue(self.queue, [message], "channel closed")
         self.answered.callback(None)
 
     def _gave_up(self) -> None:

@@ -23,6 +23,7 @@ from gateway.broker.recovery import RecoveringMixin
 from gateway.broker.routing import TEMP, RoutingMixin
 from gateway.broker.session import CancelsConsumers, DeliverySink, Session
 from gateway.broker.subscriptions import Subscriptions
+from gateway.broker.tracing import Tracer
 from gateway.broker.vhost_limits import StoredMessages
 from gateway.store.base import Store
 from model.definitions import Definition, QueueSettings
@@ -62,9 +63,12 @@ class Broker(RoutingMixin, RecoveringMixin, DefiningMixin):
         node_id: str = "",
         memory: MemoryBudget | None = None,  # shared by a node's vhosts; else one of memory_limit
         message_ids: Iterator[int] | None = None,  # shared by a node's vhosts: ids unique across them
+        tracer: Tracer | None = None,  # [journeys] on: which messages are traced, and their records
     ) -> None:
         self.store = store
         self.events: EventSink = events or NullEvents()
+        # None: journeys off, no message is ever traced (every hook is `if message.traced:`).
+        self.tracer = tracer
         self.clock = clock or _WallClock()
         self.seconds = self.clock.seconds  # bound once: read on every SEND and every ack
         self.memory = memory or MemoryBudget(memory_limit)
@@ -181,17 +185,20 @@ class Broker(RoutingMixin, RecoveringMixin, DefiningMixin):
             if isinstance(sink, CancelsConsumers):
                 sink.cancel_from_server(sub)
 
-    def purge(self, queue: Queue) -> int:
-        """Drop what waits in ``queue`` (not what is delivered and unacked); how many went."""
+    def purge(self, queue: Queue, reason: str = "purge") -> int:
+        """Drop what waits in ``queue`` (not what is delivered and unacked); how many went.
+        ``reason``: why, for the journeys of traced messages."""
         messages = queue.take_all()
         for message in messages:
+            if message.traced and self.tracer is not None:
+                self.tracer.dropped(queue, message, reason)
             self.consumed(queue, message)
         return len(messages)
 
     def drop_queue(self, queue: Queue, save: bool = True) -> None:
         """This node's copy of a queue goes, with what waits in it (its definition, if
         any, stays: a queue used again is made again)."""
-        self.purge(queue)
+        self.purge(queue, "queue deleted")
         if queue.temporary:
             self.temp_queues.pop(queue.name, None)
         elif self.queues.pop(queue.name, None) is not None:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gateway.broker.message import Message
     from gateway.broker.queue import Queue, TopicBinding
     from gateway.broker.session import Session
+    from gateway.broker.tracing import Tracer
     from gateway.store.base import Store
     from model.definitions import BindingSpec, Definition, DefinitionKind, QueueSettings
 
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 class BrokerCore(Protocol):
     store: Store
     events: EventSink
+    tracer: Tracer | None  # None: journeys off
     seconds: Callable[[], float]
     memory: MemoryBudget
     queues: dict[str, Queue]
@@ -57,7 +59,7 @@ class BrokerCore(Protocol):
 
     def drop_queue(self, queue: Queue, save: bool = True) -> None: ...
 
-    def purge(self, queue: Queue) -> int: ...
+    def purge(self, queue: Queue, reason: str = "purge") -> int: ...
 
     def route(self, message: Message, session: Session | None = None) -> bool: ...
 
@@ -65,18 +67,19 @@ class BrokerCore(Protocol):
 
     def consumed(self, queue: Queue, message: Message) -> None: ...
 
-    def requeue(self, queue: Queue, messages: list[Message]) -> None: ...
+    def requeue(self, queue: Queue, messages: list[Message], reason: str = "returned") -> None: ...
 
     def dead_letter(self, queue: Queue, message: Message, reason: str) -> None: ...
 
     def expire(self, queue: Queue, message: Message) -> None: ...
 
     def send(self, kind: str, address: str, headers: dict[str, str], body: bytes, persistent: bool = False,
-             priority: int = 4, expires: int = 0, session: Session | None = None) -> Message | None: ...
+             priority: int = 4, expires: int = 0, session: Session | None = None,
+             from_id: str | None = None) -> Message | None: ...
 
     def publish(self, exchange: str, routing_key: str, headers: dict[str, str], body: bytes,
                 persistent: bool = False, priority: int = 4, expires: int = 0, session: Session | None = None,
-                match: dict | None = None, encoded: dict | None = None) -> int: ...
+                match: dict | None = None, encoded: dict | None = None, from_id: str | None = None) -> int: ...
 
     def bind_topic(self, name: str, pattern: str, selector: str | None, durable: bool,
                    predicate: Callable | None = None) -> TopicBinding: ...

@@ -19,8 +19,9 @@ class DeadLetters:
     def __init__(self, core: BrokerCore) -> None:
         self.core = core
 
-    def requeue(self, queue: Queue, messages: list[Message]) -> None:
-        """Unacked deliveries come back (NACK, unsubscribe, disconnect, rollback)."""
+    def requeue(self, queue: Queue, messages: list[Message], reason: str = "returned") -> None:
+        """Unacked deliveries come back (NACK, unsubscribe, disconnect, rollback: the
+        ``reason``, recorded in the journeys of traced messages)."""
         core = self.core
         keep = []
         settings = core.queue_settings.get(queue.name) if core.queue_settings else None
@@ -38,6 +39,8 @@ class DeadLetters:
                                              dead_letter_queue=dead_letter_queue, count=0))
                 self._move(queue, message, dead_letter_queue, "max-delivery-attempts")
             else:
+                if message.traced and core.tracer is not None:
+                    core.tracer.requeued(queue, message, reason)
                 keep.append(message)
         if keep:
             queue.put_back(keep)
@@ -50,6 +53,8 @@ class DeadLetters:
         settings = core.queue_settings.get(queue.name) if core.queue_settings else None
         exchange = settings.dead_letter_exchange if settings is not None else None
         if settings is None or exchange is None or exchange not in core.exchanges.exchanges:
+            if message.traced and core.tracer is not None:
+                core.tracer.dropped(queue, message, reason)
             core.consumed(queue, message)
             return
         queue.dead_lettered += 1
@@ -61,13 +66,21 @@ class DeadLetters:
                    "original-message-id": message.id, "dead-letter-reason": reason,
                    EXCHANGE_HEADER: exchange, ROUTING_KEY_HEADER: routing_key}
         headers.pop("expires", None)
-        core.publish(exchange, routing_key, headers, message.body, message.persistent, message.priority)
+        from_id = None
+        if message.traced and core.tracer is not None:
+            # The copies' ids are made in publish: each one's ``received`` names this message instead.
+            core.tracer.dead_lettered(queue, message, reason, "exchange:" + exchange)
+            from_id = message.id
+        core.publish(exchange, routing_key, headers, message.body, message.persistent, message.priority,
+                     from_id=from_id)
 
     def expire(self, queue: Queue, message: Message) -> None:
         core = self.core
         core.expired += 1
         queue.expired += 1
         core.events.count(Expired(queue=queue.name, count=0))
+        if message.traced and core.tracer is not None:
+            core.tracer.expired(queue, message)
         settings = core.queue_settings.get(queue.name) if core.queue_settings else None
         if settings is not None and settings.dead_letter_exchange is not None:
             self.dead_letter(queue, message, "expired")
@@ -96,4 +109,12 @@ class DeadLetters:
         headers["original-message-id"] = message.id
         headers["dead-letter-reason"] = reason
         headers.pop("expires", None)
-        core.send(QUEUE, target, headers, message.body, message.persistent, message.priority)
+        if not (message.traced and core.tracer is not None):
+            core.send(QUEUE, target, headers, message.body, message.persistent, message.priority)
+            return
+        # Recorded before its copy's own steps (the copy is traced too), then told the copy's id.
+        step = core.tracer.dead_lettered(queue, message, reason, "/queue/" + target)
+        copy = core.send(QUEUE, target, headers, message.body, message.persistent, message.priority,
+                         from_id=message.id)
+        if copy is not None:
+            step.next_id = copy.id

@@ -49,6 +49,10 @@ class Message:
     """One message in one queue. Fan-out makes per-queue copies that share the
     immutable parts (headers, body, encodings) and keep their own delivery count."""
 
+    # Whether its journey is recorded (gateway.broker.tracing): a class attribute, not a
+    # slot, so an untraced message pays no store for it; a traced one is a TracedMessage.
+    traced = False
+
     __slots__ = (
         "id",
         "kind",
@@ -108,7 +112,8 @@ class Message:
         self.created = 0.0
 
     def copy(self) -> Message:
-        twin = Message.__new__(Message)
+        cls = self.__class__  # a traced message's copies are traced too
+        twin = cls.__new__(cls)
         twin.id = self.id
         twin.kind = self.kind
         twin.address = self.address
@@ -135,6 +140,15 @@ class Message:
 
     def __repr__(self) -> str:
         return f"<Message {self.id} {self.kind}:{self.address} p={self.priority} d={self.deliveries}>"
+
+
+class TracedMessage(Message):
+    """A message whose journey is recorded: the same slots, so a message becomes one
+    by ``message.__class__ = TracedMessage`` (Tracer.mark) and its hooks test
+    ``message.traced`` alone."""
+
+    __slots__ = ()
+    traced = True
 
 
 def encode_headers(headers: dict[str, str]) -> tuple[bytes, int]:

@@ -186,6 +186,8 @@ class Queue:
         latency = self.latency
         total = 0.0
         for message in messages:
+            if message.traced and self.broker.tracer is not None:
+                self.broker.tracer.acked(self, message, now)
             created = message.created
             if created:
                 micros = (now - created) * 1e6

@@ -29,7 +29,8 @@ class RoutingMixin:
 
     def send(self: BrokerCore, kind: str, address: str, headers: dict[str, str], body: bytes,
              persistent: bool = False, priority: int = 4, expires: int = 0,
-             session: Session | None = None) -> Message | None:
+             session: Session | None = None, from_id: str | None = None) -> Message | None:
+        """``from_id``: the traced message this one is made from (a dead-letter): traced too."""
         if expires and expires <= self.now_ms():
             self.expired += 1
             return None
@@ -45,17 +46,21 @@ class RoutingMixin:
                 headers = {**headers, "expires": str(expires)}  # as if sent with it: consumers see it
         message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
         message.created = (session.received_at if session is not None else 0.0) or self.seconds()
+        tracer = self.tracer
+        if tracer is not None and (from_id is not None or "trace" in headers):  # the decision, once (tracing)
+            tracer.sent(message, session, from_id)
         return message if self.route(message, session) else None
 
     def publish(self: BrokerCore, exchange: str, routing_key: str, headers: dict[str, str], body: bytes,
                 persistent: bool = False, priority: int = 4, expires: int = 0, session: Session | None = None,
-                match: dict | None = None, encoded: dict | None = None) -> int:
+                match: dict | None = None, encoded: dict | None = None, from_id: str | None = None) -> int:
         """Publish through an exchange (AMQP): a copy to each queue its bindings
         lead to — the default exchange ``""`` to the queue named ``routing_key`` if
         there is one — and, for amq.topic, to the topic ``routing_key`` as a STOMP
         SEND to ``/topic/`` would. Returns how many took it (0: unroutable);
         ``match`` is what a headers exchange matches (typed AMQP headers);
-        ``encoded`` what the publishing protocol already has encoded (Message.encoded)."""
+        ``encoded`` what the publishing protocol already has encoded (Message.encoded);
+        ``from_id`` the traced message this one is made from (a dead-letter): traced too."""
         if persistent and self.store.failure is not None:
             _refuse_persistent(self)
         created = (session.received_at if session is not None else 0.0) or self.seconds()
@@ -63,6 +68,9 @@ class RoutingMixin:
             check_name("topic (the routing key on amq.topic)", routing_key)
             message = Message(self.next_message_id(), TOPIC, routing_key, headers, body, persistent, priority, expires)
             message.created = created
+            tracer = self.tracer
+            if tracer is not None and (from_id is not None or "x-trace" in headers):  # the decision (tracing)
+                tracer.published(message, session, from_id, exchange, routing_key)
             takers = len(self.topic_cache.get(routing_key) or _match_bindings(self, routing_key))
             takers += len(self.exchanges.queues_for(TOPIC_EXCHANGE, routing_key, match or {}))
             self.route(message, session)  # which puts it in amq.topic's queues too
@@ -78,6 +86,9 @@ class RoutingMixin:
         message.created = created
         if encoded is not None:
             message.encoded = encoded
+        tracer = self.tracer
+        if tracer is not None and (from_id is not None or "x-trace" in headers):  # the decision (tracing)
+            tracer.published(message, session, from_id, exchange, routing_key)
         _into_queues(self, message, names)
         return len(names)
 
@@ -127,6 +138,8 @@ class RoutingMixin:
             queue = self.temp_queues.get(address)
             if queue is None:
                 self.dropped += 1  # its owner has gone; nobody can ever read it
+                if message.traced and self.tracer is not None:
+                    self.tracer.dropped(None, message, "no owner")
                 return False
             self.enqueue(queue, message)
         else:
@@ -137,6 +150,8 @@ class RoutingMixin:
         if message.persistent and queue.durable:
             self.store.add(queue.key, message)
         self.memory.used += message.size
+        if message.traced and self.tracer is not None:  # before put: it may be delivered at once
+            self.tracer.queued(queue, message)
         queue.put(message)
         if self.queue_settings:
             settings = self.queue_settings.get(queue.name)

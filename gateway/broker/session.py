@@ -84,6 +84,8 @@ class Session:
         if sub.link is None:  # forwarding to another node is not a delivery attempt
             message.deliveries += 1
         if sub.ack_mode == AUTO:
+            if message.traced and self.broker.tracer is not None:  # first: the sink may settle it at once
+                self.broker.tracer.delivered(sub, message, auto_ack=True)
             self.sink.deliver(sub, message)
             queue = sub.queue
             broker = self.broker
@@ -98,6 +100,8 @@ class Session:
             queue.acked += 1
         else:
             sub.inflight[message.id] = message
+            if message.traced and self.broker.tracer is not None:
+                self.broker.tracer.delivered(sub, message, auto_ack=False)
             self.sink.deliver(sub, message)
 
     def set_writable(self, writable: bool) -> None:
@@ -173,7 +177,7 @@ class Session:
                 consumed(queue, message)
             queue.acknowledged(settled, self.received_at or self.broker.seconds())
         else:
-            self.broker.requeue(queue, settled)
+            self.broker.requeue(queue, settled, "nack")
         queue.dispatch()
 
     # -- transactions ---------------------------------------------------------------------
@@ -243,7 +247,7 @@ class Session:
         for queue, message in tx.acks:
             by_queue.setdefault(queue, []).append(message)
         for queue, messages in by_queue.items():
-            self.broker.requeue(queue, messages)
+            self.broker.requeue(queue, messages, "rollback")
 
     # -- temporary queues -----------------------------------------------------------------
 

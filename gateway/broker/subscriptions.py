@@ -138,7 +138,7 @@ class Subscriptions:
                 core.events.emit(ConsumerDetached(destination=_destination_of(sub), connection=sub.session.name,
                                                   consumers=len(queue.consumers)))
         if unacked:
-            core.requeue(queue, unacked)
+            core.requeue(queue, unacked, "consumer gone")
         binding = core.bindings.get(queue.name) if sub.topic is not None else None
         if binding is None or binding.queue is not queue:
             return
@@ -171,7 +171,7 @@ class Subscriptions:
         core = self.core
         del core.bindings[binding.queue.name]
         core.bindings_changed()
-        core.purge(binding.queue)  # the broker's consumed: a vhost's message count may wrap it
+        core.purge(binding.queue, "subscription removed")  # the broker's consumed: a vhost's message count may wrap it
 
 
 def _destination_of(sub: Subscription) -> str:

@@ -94,6 +94,8 @@ class VirtualHosts:
             settings = self._settings
             if settings.get("events") is not None:  # its events name it (no cost per message: a wrapped sink)
                 settings = {**settings, "events": VhostEvents(settings["events"], name)}
+            if settings.get("tracer") is not None:  # its journeys' records name it too
+                settings = {**settings, "tracer": settings["tracer"].for_vhost(name)}
             broker = self.brokers[name] = Broker(VhostStoreView(self.store, name), **settings)
             if self._recovered:  # defined while running: what the store kept for it is its
                 broker.recover(self._unclaimed.pop(name, []))

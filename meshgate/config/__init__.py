@@ -1,9 +1,10 @@
 """The node's TOML configuration, with dotted-key overrides from the command line.
 
 ``schema`` is the framework (typed fields with parsers, errors naming the dotted
-key); ``node``, ``mesh``, ``metrics``, ``ha`` and ``vhosts`` hold the tables; ``loader`` reads a file."""
+key); ``node``, ``mesh``, ``metrics``, ``journeys``, ``ha`` and ``vhosts`` hold the tables; ``loader`` reads a file."""
 
 from meshgate.config.ha import HA_MODES, HaConfig, ReplicationTlsConfig
+from meshgate.config.journeys import JourneysConfig
 from meshgate.config.loader import load_config, parse_override
 from meshgate.config.mesh import LOAD_BALANCING_MODES, DiscoveryConfig, MeshConfig, RedistributionOverride
 from meshgate.config.metrics import MetricsConfig
@@ -28,6 +29,7 @@ __all__ = [
     "ConfigError",
     "DiscoveryConfig",
     "HaConfig",
+    "JourneysConfig",
     "MeshConfig",
     "MetricsConfig",
     "NodeConfig",

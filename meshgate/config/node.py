@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from meshgate.config.ha import HaConfig
+from meshgate.config.journeys import JourneysConfig
 from meshgate.config.mesh import MeshConfig
 from meshgate.config.metrics import MetricsConfig
 from meshgate.config.permissions import check_principals
@@ -213,6 +214,7 @@ class NodeConfig:
         metadata=_parse(_with_aliases(_table(MeshConfig), {"network_ttl": "max_hops"})),
     )
     metrics: MetricsConfig = field(default_factory=MetricsConfig, metadata=_parse(_table(MetricsConfig)))
+    journeys: JourneysConfig = field(default_factory=JourneysConfig, metadata=_parse(_table(JourneysConfig)))
     ha: HaConfig = field(default_factory=HaConfig, metadata=_parse(_table(HaConfig)))
     vhosts: VhostsConfig = field(default_factory=VhostsConfig, metadata=_parse(_table(VhostsConfig)))
     # None (no [http] table) = no health and metrics endpoint.

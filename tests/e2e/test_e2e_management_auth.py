@@ -61,7 +61,7 @@ def test_every_admin_action_is_refused_without_admin(node, action):
     raw.send_frame("SEND", {"destination": ADDRESS, "reply-to": reply_to, "meshgate-admin": "true",
                             "correlation-id": "c1"},
                    json.dumps({"action": action, "queue": "q", "destination": "/queue/q", "connection": "x",
-                               "forget": "n", "kind": "queue", "name": "q", "vhost": "/", "user": "u",
+                               "forget": "n", "kind": "queue", "name": "q", "vhost": "/", "user": "u", "ids": ["m"],
                                "permission": {"vhost": "/", "user": "u", "configure": "", "write": "",
                                               "read": ""}}))
     reply = json.loads(raw.expect("MESSAGE").body)

@@ -26,6 +26,7 @@ from model.requests import (
     Events,
     Forget,
     HaFailback,
+    JourneySteps,
     Move,
     Nodes,
     Purge,
@@ -414,6 +415,7 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         VhostPermissionsSet(permission=PermissionSpec(vhost="/", user="mallory", configure=".*", write=".*",
                                                       read=".*")),
         VhostPermissionsClear(vhost="/", user="bob"),
+        JourneySteps(node="c", ids=["m-1"]),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)

@@ -1,0 +1,165 @@
+"""Message journeys on one node (docs/journeys.md): which messages are traced, and the
+record each step of a traced one makes (model.journeys.JourneyStep).
+
+The decision is made once, when a producer's message becomes a Message
+(gateway.broker.routing ``send``/``publish``): a STOMP ``trace: true`` header, or an
+AMQP headers-table entry ``x-trace`` of true (or "true"). A traced message is then a
+``TracedMessage`` (gateway.broker.message), and every hook on the per-message path is
+``if message.traced:`` with the tracer fetched inside the branch: an untraced message
+pays one attribute test per hook, and a broker without ``[journeys]`` has no tracer at
+all (``Broker.tracer is None``), so none of its messages is ever traced.
+
+The records go to a ``JourneySink`` (management.journeys.JourneyStore keeps them,
+bounded); this module only makes them."""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+
+from gateway.broker.message import Message, TracedMessage
+from model.journeys import JourneyStep, Step, root_of, short
+from model.names import DEFAULT_VHOST
+
+if TYPE_CHECKING:
+    from gateway.broker.queue import Queue, Subscription
+    from gateway.broker.session import Session
+
+STOMP_HEADER = "trace"  # a STOMP SEND's header asking for its journey
+AMQP_HEADER = "x-trace"  # an AMQP publish's headers-table entry asking for it
+
+
+def asks_trace(value: object) -> bool:
+    """Whether a header value asks for a trace: "true" in any case. Anything else (false,
+    a number, junk of any length) is simply no trace, never an error."""
+    return type(value) is str and len(value) == 4 and value.lower() == "true"
+
+
+class JourneySink(Protocol):
+    def add(self, step: JourneyStep) -> None:
+        """Keep one record."""
+
+
+class Tracer:
+    """What a broker holds when journeys are on: one per vhost (``for_vhost``), all of a
+    node's sharing its sink and its sequence, so ``seq`` orders every step on the node."""
+
+    __slots__ = ("sink", "node", "node_name", "vhost", "seconds", "_seq")
+
+    def __init__(self, sink: JourneySink, node: str, node_name: str, seconds: Callable[[], float],
+                 vhost: str = DEFAULT_VHOST, seq: Iterator[int] | None = None) -> None:
+        self.sink = sink
+        self.node = node
+        self.node_name = node_name
+        self.seconds = seconds
+        self.vhost = vhost
+        self._seq = seq if seq is not None else itertools.count(1)
+
+    def for_vhost(self, vhost: str) -> Tracer:
+        """The tracer of vhost ``vhost``'s broker: its records name the vhost."""
+        return Tracer(self.sink, self.node, self.node_name, self.seconds, vhost, self._seq)
+
+    # -- the decision, at receive ----------------------------------------------------------
+
+    def sent(self, message: Message, session: Session | None, from_id: str | None) -> None:
+        """A STOMP SEND (or a management send, or a dead-letter) became ``message``:
+        traced if its ``trace`` header asks, or if it is made from a traced message
+        (``from_id``)."""
+        if from_id is None and not asks_trace(message.headers.get(STOMP_HEADER)):
+            return
+        self._received(message, session, from_id, f"/{message.kind}/{message.address}", None, None)
+
+    def published(self, message: Message, session: Session | None, from_id: str | None, exchange: str,
+                  routing_key: str) -> None:
+        """An AMQP publish (or a dead-letter through an exchange) became ``message``, before
+        it is copied into its queues (the copies keep its class)."""
+        if from_id is None and not asks_trace(message.headers.get(AMQP_HEADER)):
+            return
+        destination = f"/exchange/{exchange}/{routing_key}" if exchange else f"/queue/{routing_key}"
+        self._received(message, session, from_id, destination, exchange, routing_key)
+
+    def _received(self, message: Message, session: Session | None, from_id: str | None, destination: str,
+                  exchange: str | None, routing_key: str | None) -> None:
+        message.__class__ = TracedMessage  # the same slots: legal, and its copies follow (Message.copy)
+        step = self._step("received", message, destination=short(destination), persistent=message.persistent,
+                          priority=message.priority, size=len(message.body),
+                          from_id=None if from_id is None else short(from_id),
+                          exchange=None if exchange is None else short(exchange),
+                          routing_key=None if routing_key is None else short(routing_key))
+        if session is not None:
+            _who(step, session)
+        self.sink.add(step)
+
+    # -- the steps of a traced message -----------------------------------------------------
+
+    def queued(self, queue: Queue, message: Message) -> None:
+        """Put in ``queue``: ``stored`` when the journal holds it too."""
+        kind: Step = "stored" if message.persistent and queue.durable else "queued"
+        self.sink.add(self._step(kind, message, queue=short(queue.name)))
+
+    def delivered(self, sub: Subscription, message: Message, auto_ack: bool) -> None:
+        """Given to a client's consumer; in auto-ack, acked as it goes out. A mesh link's
+        subscription forwards, it does not deliver (recorded between nodes, not here)."""
+        if sub.link is not None:
+            return
+        self.sink.add(self._delivery(sub.session, sub.id, sub.ack_mode, sub.queue, message))
+        if auto_ack:
+            self.acked(sub.queue, message, self.seconds())
+
+    def got(self, session: Session, queue: Queue, message: Message, no_ack: bool) -> None:
+        """Given to an AMQP basic.get (which no subscription delivers)."""
+        self.sink.add(self._delivery(session, "get", "auto" if no_ack else "client", queue, message))
+
+    def acked(self, queue: Queue, message: Message, now: float) -> None:
+        created = message.created
+        latency = round((now - created) * 1000, 3) if created else None
+        self.sink.add(self._step("acked", message, queue=short(queue.name), latency_ms=latency))
+
+    def requeued(self, queue: Queue, message: Message, reason: str) -> None:
+        self.sink.add(self._step("requeued", message, queue=short(queue.name), reason=short(reason),
+                                 deliveries=message.deliveries))
+
+    def dead_lettered(self, queue: Queue, message: Message, reason: str, target: str) -> JourneyStep:
+        """To ``target`` (a queue, or ``exchange:X``). Returned so the caller can name the
+        copy it became (``next_id``) once it has it: the record keeps its place in ``seq``."""
+        step = self._step("dead_lettered", message, queue=short(queue.name), reason=short(reason),
+                          destination=short(target), deliveries=message.deliveries)
+        self.sink.add(step)
+        return step
+
+    def expired(self, queue: Queue, message: Message) -> None:
+        self.sink.add(self._step("expired", message, queue=short(queue.name)))
+
+    def dropped(self, queue: Queue | None, message: Message, reason: str) -> None:
+        self.sink.add(self._step("dropped", message, queue=None if queue is None else short(queue.name),
+                                 reason=short(reason)))
+
+    def moved(self, queue: Queue, message: Message, target: str) -> None:
+        self.sink.add(self._step("moved", message, queue=short(queue.name), destination=short(target)))
+
+    # -- making records ---------------------------------------------------------------------
+
+    def _delivery(self, session: Session, consumer: str, ack_mode: str, queue: Queue, message: Message) -> JourneyStep:
+        step = self._step("delivered", message, queue=short(queue.name), consumer=short(consumer), ack_mode=ack_mode,
+                          deliveries=message.deliveries, redelivered=message.redelivered)
+        _who(step, session)
+        return step
+
+    def _step(self, kind: Step, message: Message, **fields) -> JourneyStep:
+        message_id = short(message.id)
+        return JourneyStep(root=root_of(message_id), id=message_id, node=self.node, node_name=self.node_name,
+                           seq=next(self._seq), time=self.seconds(), step=kind, vhost=self.vhost, **fields)
+
+
+def _who(step: JourneyStep, session: Session) -> None:
+    """The client at the other end of ``session``: protocol, connection id, user, address."""
+    info = session.connection
+    if info is not None:
+        step.protocol = info.protocol
+        step.connection = short(info.name or session.name)
+        step.remote = short(info.remote)
+    else:
+        step.connection = short(session.name)
+    user = getattr(session.principal, "name", None)
+    if type(user) is str:
+        step.user = short(user)

@@ -1,0 +1,89 @@
+"""Message journeys (docs/journeys.md): one record per step a traced message takes on
+a node, made by gateway.broker.tracing.Tracer and kept by management.journeys.JourneyStore.
+
+A journey is keyed by the message's *root* id: the id a node gave the message when it
+was received, without the ``.N`` / ``.q`` suffixes that fan-out copies add
+(gateway.broker.routing). A dead-lettered copy gets a new id: its ``received`` record
+names the message it was made from (``from_id``), and the ``dead_lettered`` record of
+that message names it (``next_id``) when it is known."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from model.names import DEFAULT_VHOST
+
+# Every step a journey may hold. Those of one node are recorded today; the steps between
+# nodes (forwarded … doubt_settled) are named here so that records keep one schema.
+Step = Literal[
+    "received",  # a producer's message became a Message here (STOMP SEND, AMQP publish, a dead-letter)
+    "queued",  # put in a queue (or a topic subscription's queue) in memory
+    "stored",  # put in a durable queue and written to the journal (persistent)
+    "delivered",  # given to a consumer (a subscription, or an AMQP basic.get)
+    "acked",  # the consumer acknowledged it (or it went out in auto-ack): done here
+    "requeued",  # returned to its queue unacked (``reason``: nack, consumer gone, rollback, ...)
+    "dead_lettered",  # to the dead-letter queue or exchange, or the expiry queue (``next_id``: its new id)
+    "expired",  # its time to live ran out in a queue
+    "dropped",  # gone for good: purged, its queue deleted, refused without a dead-letter exchange
+    "moved",  # moved to another queue by an administrator (same id)
+    "forwarded",
+    "link_received",
+    "duplicate_dropped",
+    "peer_busy",
+    "peer_stored",
+    "in_doubt",
+    "doubt_settled",
+]
+
+# Longest text kept in a record field: destinations, users, connection ids and reasons
+# come from clients, and a record's size must not follow what they chose.
+MAX_FIELD = 200
+
+
+def short(text: str) -> str:
+    """``text``, cut to MAX_FIELD characters (with a mark saying it was cut)."""
+    return text if len(text) <= MAX_FIELD else text[:MAX_FIELD - 1] + "…"
+
+
+def root_of(message_id: str) -> str:
+    """The journey key of a message id: fan-out copies ``ID.N`` and ``ID.q`` share ID's."""
+    return message_id.partition(".")[0]
+
+
+class JourneyStep(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One step of one message on one node. ``seq`` orders a node's steps whatever its
+    clock does; ``time`` is wall time (epoch seconds), for people and across nodes."""
+
+    root: str
+    id: str
+    node: str  # the node's id
+    node_name: str
+    seq: int
+    time: float
+    step: Step
+    vhost: str = DEFAULT_VHOST
+    queue: str | None = None
+    destination: str | None = None  # as the producer named it: /queue/X, /topic/X, /exchange/X
+    exchange: str | None = None  # AMQP: the exchange it was published to ("" the default one)
+    routing_key: str | None = None
+    protocol: str | None = None  # "stomp", "amqp"; None: made by the node (management, a dead-letter)
+    connection: str | None = None  # the connection id the ``connections`` view lists
+    user: str | None = None
+    remote: str | None = None  # the client's host:port
+    persistent: bool = False
+    priority: int = 4
+    size: int = 0  # body bytes
+    consumer: str | None = None  # the subscription id (STOMP) or consumer tag (AMQP), "get" for a basic.get
+    ack_mode: str | None = None
+    deliveries: int = 0
+    redelivered: bool = False
+    reason: str | None = None
+    next_id: str | None = None  # dead_lettered: the id of the copy it became
+    from_id: str | None = None  # received: the message this one was dead-lettered from
+    latency_ms: float | None = None  # acked: since the message was received
+    peer: str | None = None  # steps between nodes (not recorded yet)
+    entry: str | None = None
+    visit: int = 0
+    detail: str = ""

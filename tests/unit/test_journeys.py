@@ -1,0 +1,288 @@
+"""Message journeys on one node (docs/journeys.md): which messages are traced (the
+decision at receive), the steps a traced message records as the broker core moves it,
+and the bounded store that keeps the records. The broker core alone, on a MemoryStore,
+with sessions whose sinks record what they are given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.broker.broker import Broker
+from gateway.broker.message import Message, TracedMessage
+from gateway.broker.queue import AUTO, CLIENT_INDIVIDUAL, Subscription
+from gateway.broker.tracing import Tracer, asks_trace
+from gateway.store.memory import MemoryStore
+from management.journeys import RECORD_OVERHEAD, JourneyStore
+from meshgate.config import JourneysConfig, load_config
+from model.definitions import BindingSpec, ExchangeSpec
+from model.journeys import MAX_FIELD, JourneyStep
+from tests.unit.config_support import error, load
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def seconds(self) -> float:
+        return self.now
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.given: list[tuple[Subscription, Message]] = []
+
+    def deliver(self, subscription: Subscription, message: Message) -> None:
+        self.given.append((subscription, message))
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def store(clock) -> JourneyStore:
+    return JourneyStore(max_records=10_000, max_bytes=10**8, max_age_s=3600, clock=clock.seconds)
+
+
+@pytest.fixture
+def broker(clock, store) -> Broker:
+    return Broker(MemoryStore(), clock=clock, max_delivery_attempts=3, expiry_queue="EXPIRED",
+                  tracer=Tracer(store, "node-1", "n1", clock.seconds))
+
+
+def steps(store: JourneyStore) -> list[str]:
+    return [record.step for record in store.records]
+
+
+def consume(broker: Broker, queue: str, ack_mode: str = CLIENT_INDIVIDUAL, prefetch: int = 10):
+    recorder = Recorder()
+    session = broker.open_session(recorder, "c1")
+    return session, recorder, session.subscribe("sub-1", "queue", queue, ack_mode, prefetch)
+
+
+# -- the decision ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["true", "TRUE", "True"])
+def test_true_in_any_case_asks_for_a_trace(value):
+    assert asks_trace(value)
+
+
+@pytest.mark.parametrize("value", ["false", "", "1", "yes", "true ", "tru", "x" * 100_000, None, True, 1])
+def test_any_other_value_is_simply_no_trace(value):
+    assert not asks_trace(value)
+
+
+def test_a_stomp_send_with_trace_true_is_traced_and_one_without_is_not(broker, store):
+    traced = broker.send("queue", "q", {"trace": "true"}, b"a")
+    plain = broker.send("queue", "q", {}, b"b")
+    refused = broker.send("queue", "q", {"trace": "perhaps"}, b"c")  # not true: not traced, no error
+    assert traced is not None and traced.traced and type(traced) is TracedMessage
+    assert plain is not None and not plain.traced and type(plain) is Message
+    assert refused is not None and not refused.traced
+    assert [(r.id, r.step) for r in store.records] == [(traced.id, "received"), (traced.id, "queued")]
+    received = store.records[0]
+    assert (received.destination, received.size, received.node, received.node_name) == ("/queue/q", 1, "node-1", "n1")
+
+
+def test_the_amqp_header_is_x_trace_and_stomp_trace_does_not_count_for_a_publish(broker, store):
+    broker.queue("q")
+    broker.publish("", "q", {"trace": "true"}, b"stomp's header")
+    assert not store.records
+    broker.publish("", "q", {"x-trace": "true"}, b"amqp's")
+    assert steps(store) == ["received", "queued"]
+    assert (store.records[0].destination, store.records[0].routing_key) == ("/queue/q", "q")
+
+
+def test_a_broker_without_a_tracer_traces_nothing(clock):
+    plain = Broker(MemoryStore(), clock=clock)
+    message = plain.send("queue", "q", {"trace": "true"}, b"a")
+    assert message is not None and not message.traced
+
+
+def test_a_fanout_copy_keeps_the_trace_and_records_under_its_own_id(broker, store):
+    broker.declare_exchange("fan", ExchangeSpec(type="fanout"))
+    for queue in ("a", "b"):
+        broker.queue(queue)
+        broker.bind(BindingSpec(source="fan", destination=queue))
+    broker.publish("fan", "", {"x-trace": "true"}, b"x", persistent=True)
+    root = store.records[0].id
+    assert [(r.step, r.id, r.queue) for r in store.records] == [
+        ("received", root, None), ("stored", root, "a"), ("stored", root + ".1", "b")]
+    assert store.records[0].destination == "/exchange/fan/"
+    assert [r.id for r in store.steps_of([root])] == [root, root, root + ".1"]
+    assert [r.id for r in store.steps_of([root + ".1"])] == [root + ".1"]
+
+
+def test_message_copy_keeps_the_class():
+    plain = Message("m-1", "queue", "q", {}, b"")
+    assert type(plain.copy()) is Message
+    plain.__class__ = TracedMessage
+    assert type(plain.copy()) is TracedMessage
+
+
+# -- the steps ---------------------------------------------------------------------------------
+
+
+def test_nack_redelivery_and_ack_are_recorded_in_order(broker, store):
+    session, recorder, sub = consume(broker, "q")
+    broker.send("queue", "q", {"trace": "true"}, b"a", persistent=True)
+    message = recorder.given[-1][1]
+    session.settle(sub, message.id, cumulative=False, accept=False)
+    session.settle(sub, message.id, cumulative=False)
+    assert steps(store) == ["received", "stored", "delivered", "requeued", "delivered", "acked"]
+    delivered, requeued, redelivered, acked = store.records[2], store.records[3], store.records[4], store.records[5]
+    assert (delivered.consumer, delivered.connection, delivered.redelivered) == ("sub-1", "c1", False)
+    assert (requeued.reason, requeued.deliveries) == ("nack", 1)
+    assert redelivered.redelivered and redelivered.deliveries == 2
+    assert acked.latency_ms is not None
+    assert [r.seq for r in store.records] == sorted(r.seq for r in store.records)
+
+
+def test_auto_ack_records_delivered_then_acked(broker, store):
+    consume(broker, "q", ack_mode=AUTO)
+    broker.send("queue", "q", {"trace": "true"}, b"a")
+    assert steps(store) == ["received", "queued", "delivered", "acked"]
+
+
+def test_a_rollback_and_a_consumer_gone_name_their_reason(broker, store):
+    session, recorder, sub = consume(broker, "q")
+    broker.send("queue", "q", {"trace": "true"}, b"a")
+    session.begin("tx")
+    session.settle(sub, recorder.given[-1][1].id, cumulative=False, transaction="tx")
+    session.abort("tx")
+    assert (store.records[-2].step, store.records[-2].reason) == ("requeued", "rollback")
+    assert store.records[-1].step == "delivered"  # again, to the same consumer
+    session.unsubscribe("sub-1")
+    assert (store.records[-1].step, store.records[-1].reason) == ("requeued", "consumer gone")
+
+
+def test_refused_for_good_without_a_dead_letter_exchange_it_is_dropped(broker, store):
+    session, recorder, sub = consume(broker, "q")
+    broker.send("queue", "q", {"trace": "true"}, b"a")
+    message = sub.inflight.pop(recorder.given[-1][1].id)
+    broker.dead_letter(sub.queue, message, "rejected")  # what an AMQP reject without requeue does
+    assert (store.records[-1].step, store.records[-1].reason, store.records[-1].queue) == ("dropped", "rejected", "q")
+
+
+def test_past_max_attempts_it_is_dead_lettered_to_a_traced_copy(broker, store):
+    session, recorder, sub = consume(broker, "q")
+    broker.send("queue", "q", {"trace": "true"}, b"a")
+    for _ in range(3):
+        session.settle(sub, recorder.given[-1][1].id, cumulative=False, accept=False)
+    dead = [r for r in store.records if r.step == "dead_lettered"]
+    assert len(dead) == 1 and dead[0].reason == "max-delivery-attempts" and dead[0].destination == "/queue/DLQ"
+    copy = broker.queues["DLQ"]._levels[4][0]
+    assert copy.traced and dead[0].next_id == copy.id
+    received = [r for r in store.records if r.id == copy.id]
+    assert [r.step for r in received] == ["received", "queued"]
+    assert received[0].from_id == dead[0].id and received[0].seq > dead[0].seq
+
+
+def test_expiry_is_recorded_then_the_move_to_the_expiry_queue(broker, store, clock):
+    broker.send("queue", "q", {"trace": "true"}, b"a", expires=int(clock.now * 1000) + 10)
+    clock.now += 1
+    assert broker.sweep_expired() == 1
+    assert steps(store) == ["received", "queued", "expired", "dead_lettered", "received", "queued"]
+    assert store.records[3].destination == "/queue/EXPIRED"
+
+
+def test_purge_and_queue_deletion_drop_with_their_reason(broker, store):
+    broker.send("queue", "q", {"trace": "true"}, b"a")
+    broker.purge(broker.queues["q"])
+    broker.send("queue", "q", {"trace": "true"}, b"b")
+    broker.delete_queue("q")
+    assert [(r.step, r.reason) for r in store.records if r.step == "dropped"] == [
+        ("dropped", "purge"), ("dropped", "queue deleted")]
+
+
+def test_records_keep_long_client_text_short(broker, store):
+    session = broker.open_session(Recorder(), "c" * 10_000)
+    session.principal = type("P", (), {"name": "u" * 10_000})()
+    name = "q" * 5000
+    broker.queue(name)
+    session.send("queue", name, {"trace": "true"}, b"a", False, 4, 0)
+    received = store.records[0]
+    assert received.user is not None and len(received.user) == MAX_FIELD
+    assert received.connection is not None and len(received.connection) == MAX_FIELD
+    assert received.destination is not None and len(received.destination) == MAX_FIELD
+    assert store.bytes < 3 * (RECORD_OVERHEAD + 8 * MAX_FIELD)
+
+
+def test_vhost_tracers_share_the_sequence_and_name_their_vhost(store, clock):
+    tracer = Tracer(store, "node-1", "n1", clock.seconds)
+    other = Broker(MemoryStore(), clock=clock, tracer=tracer.for_vhost("shop"))
+    default = Broker(MemoryStore(), clock=clock, tracer=tracer)
+    other.send("queue", "q", {"trace": "true"}, b"a")
+    default.send("queue", "q", {"trace": "true"}, b"a")
+    assert [(r.vhost, r.seq) for r in store.records] == [("shop", 1), ("shop", 2), ("/", 3), ("/", 4)]
+
+
+# -- the store ---------------------------------------------------------------------------------
+
+
+def record(store: JourneyStore, message_id: str, seq: int, time: float = 1000.0) -> JourneyStep:
+    step = JourneyStep(root=message_id.partition(".")[0], id=message_id, node="n", node_name="n", seq=seq, time=time,
+                       step="queued")
+    store.add(step)
+    return step
+
+
+def test_past_max_records_the_oldest_go_and_the_index_forgets_them(clock):
+    store = JourneyStore(max_records=3, max_bytes=10**8, max_age_s=3600, clock=clock.seconds)
+    for seq, message_id in enumerate(["a", "b", "a", "c", "d"], 1):
+        record(store, message_id, seq)
+    assert [r.id for r in store.records] == ["a", "c", "d"]
+    assert [r.seq for r in store.steps_of(["a"])] == [3]
+    assert store.steps_of(["b"]) == []
+    assert "b" not in store.by_root and store.evicted == 2
+
+
+def test_past_max_bytes_the_oldest_go(clock):
+    store = JourneyStore(max_records=1000, max_bytes=3 * RECORD_OVERHEAD + 100, max_age_s=3600, clock=clock.seconds)
+    for seq in range(1, 11):
+        record(store, f"m{seq}", seq)
+    assert len(store) == 3 and store.bytes <= store.max_bytes
+    assert [r.id for r in store.records] == ["m8", "m9", "m10"]
+
+
+def test_the_sweep_drops_records_past_max_age(clock):
+    store = JourneyStore(max_records=1000, max_bytes=10**8, max_age_s=60, clock=clock.seconds)
+    record(store, "old", 1, time=clock.now - 61)
+    record(store, "new", 2, time=clock.now - 10)
+    assert store.sweep() == 1
+    assert [r.id for r in store.records] == ["new"] and "old" not in store.by_root
+    assert store.bytes == sum(RECORD_OVERHEAD + 4 * len(r.id) for r in store.records)
+
+
+def test_a_message_id_finds_nothing_it_was_not_given():
+    store = JourneyStore(max_records=10, max_bytes=10**8, max_age_s=60, clock=lambda: 0.0)
+    assert store.steps_of(["nothing", "", "." * 1000]) == []
+
+
+# -- the configuration -------------------------------------------------------------------------
+
+
+def test_journeys_are_off_by_default():
+    assert load_config(None).journeys == JourneysConfig()
+    assert not JourneysConfig().enabled
+
+
+def test_every_key_parses(tmp_path: Path):
+    config = load(tmp_path, """
+        [journeys]
+        enabled = true
+        max_records = 500
+        max_bytes = "8MiB"
+        max_age_s = 120
+        """).journeys
+    assert config == JourneysConfig(enabled=True, max_records=500, max_bytes=8 * 1024 * 1024, max_age_s=120)
+
+
+def test_bad_values_name_their_key(tmp_path: Path):
+    assert error(tmp_path, "[journeys]\nenabled = \"yes\"\n").startswith("journeys.enabled:")
+    assert error(tmp_path, "[journeys]\nmax_records = 5\n").startswith("journeys.max_records:")
+    assert error(tmp_path, "[journeys]\nunknown = 1\n").startswith("journeys")
