@@ -8,7 +8,7 @@ import math
 import struct
 from itertools import chain, repeat
 
-from gateway.broker.message import Message
+from gateway.broker.message import Message, TracedMessage
 from mesh.wire import FrameType, LinkError, encode_body
 
 __all__ = ["LinkError", "LinkParser", "encode_control", "encode_frame", "encode_message", "decode_message"]
@@ -24,6 +24,9 @@ _PERSISTENT, _MAYBE_DELIVERED, _JSON_TEXT, _REDISTRIBUTED = 1, 2, 4, 8
 # A message of a vhost other than "/": its name is one more text field after target (link protocol 5; a
 # message of "/" is encoded exactly as before, so protocol 4 peers read it).
 _VHOST = 16
+# Its journey is recorded (gateway.broker.tracing): the next node traces it too. A node of an
+# older release ignores the bit (no record there) and leaves it out when it forwards.
+_TRACED = 32
 MAX_FRAME = 64 * 1024 * 1024
 _MESSAGE_FRAME = int(FrameType.MESSAGE)  # an enum member costs an attribute lookup per message
 
@@ -60,7 +63,8 @@ def encode_message(message: Message, origin: str, path: tuple[str, ...], target:
         text = "\0".join((message.id, origin, message.address, ",".join(path), target))
     # "May have been delivered already" makes the next node's delivery say redelivered:true.
     flags = (_PERSISTENT if message.persistent else 0) | (
-        _MAYBE_DELIVERED if message.deliveries or message.recovered else 0) | (_REDISTRIBUTED if redistributed else 0)
+        _MAYBE_DELIVERED if message.deliveries or message.recovered else 0) | (
+        _REDISTRIBUTED if redistributed else 0) | (_TRACED if message.traced else 0)
     if text.count("\0") != _FIELDS - 1 + 2 * len(headers):
         text = json.dumps([message.id, origin, message.address, list(path), target, headers])
         flags |= _JSON_TEXT
@@ -75,7 +79,8 @@ def _encode_in_vhost(message: Message, origin: str, path: tuple[str, ...], targe
     text = "\0".join((message.id, origin, message.address, ",".join(path), target, vhost,
                       *chain.from_iterable(headers.items())))
     flags = _VHOST | (_PERSISTENT if message.persistent else 0) | (
-        _MAYBE_DELIVERED if message.deliveries or message.recovered else 0) | (_REDISTRIBUTED if redistributed else 0)
+        _MAYBE_DELIVERED if message.deliveries or message.recovered else 0) | (
+        _REDISTRIBUTED if redistributed else 0) | (_TRACED if message.traced else 0)
     if text.count("\0") != _FIELDS + 2 * len(headers):
         text = json.dumps([message.id, origin, message.address, list(path), target, headers, vhost])
         flags |= _JSON_TEXT
@@ -119,6 +124,8 @@ def decode_message(payload: bytes) -> tuple[Message, str, str, bool, str]:
     except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
         raise LinkError(f"malformed message frame: {error}") from None
     message.recovered = bool(flags & _MAYBE_DELIVERED)
+    if flags & _TRACED:
+        message.__class__ = TracedMessage
     message.path = path
     message.created = created
     return message, origin, target, bool(flags & _REDISTRIBUTED), vhost

@@ -150,7 +150,10 @@ class Forwarding:
             # custody and tries again later, when the demand that sent it here has gone.
             link.send_control(FrameType.BUSY, [entry])
             return
-        if self.custody.take(link.peer_id, message, f"{origin}/{entry}"):
+        taken = self.custody.take(link.peer_id, message, f"{origin}/{entry}")
+        if message.traced and broker.tracer is not None:
+            broker.tracer.link_received(message, link.peer_id, redistributed, duplicate=not taken)
+        if taken:
             peer.forwarded_in += 1
             if not target or not broker.links.put_in_subscription(target, message):
                 broker.route(message)
@@ -241,6 +244,8 @@ class Forwarding:
                 origin = message.path[0] if message.path else self.node_id
                 released.append(f"{origin}/{entry}")
             queue = sub.queue
+            if message.traced and queue.broker.tracer is not None:
+                queue.broker.tracer.peer_stored(queue, message, link.peer_id)
             if redistributing and entry in redistributing:
                 redistributing.discard(entry)
                 queue.mesh.redistributed_out += 1

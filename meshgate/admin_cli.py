@@ -26,6 +26,7 @@ import msgspec
 from management import format as fmt
 from management.client import ManagementClient, ManagementClientError, RequestFailed
 from management.doctor import format_diagnosis
+from management.journey_view import format_journey
 from meshgate.node_login import add_node_arguments, node_client
 from meshgate.vhost_permissions_cli import BadArguments, permission_options, permissions_request
 from model.definitions import QueueSettings, VhostSpec
@@ -43,6 +44,7 @@ from model.requests import (
     Diagnosis,
     Events,
     Forget,
+    JourneySteps,
     Links,
     Move,
     Nodes,
@@ -276,6 +278,16 @@ COMMANDS["doctor"] = (
     "find stuck messages over the whole mesh, say why and how to fix it (docs/doctor.md)", VIEW, _doctor_args,
     lambda a: Diagnosis(older_than_s=a.older_than, waiting_s=a.waiting, in_doubt_s=a.in_doubt, unacked_s=a.unacked),
     lambda r, names, a: format_diagnosis(r))
+def _trace_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("message_id", metavar="MESSAGE_ID",
+                        help="the message's id (its message-id header; ID.N: that copy alone)")
+
+
+COMMANDS["trace"] = (
+    "a traced message's journey across the mesh, step by step (docs/journeys.md; needs admin)", VIEW, _trace_args,
+    lambda a: JourneySteps(ids=[a.message_id], node=a.node or "*"),
+    lambda r, names, a: format_journey(a.message_id, r))
+
 # Commands whose answer can be alarming: exit status 4 when it is (a critical finding).
 ALARMING: dict[str, Callable[[Any], bool]] = {
     "doctor": lambda report: any(finding.severity == "critical" for finding in report.findings),

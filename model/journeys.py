@@ -15,8 +15,8 @@ import msgspec
 
 from model.names import DEFAULT_VHOST
 
-# Every step a journey may hold. Those of one node are recorded today; the steps between
-# nodes (forwarded … doubt_settled) are named here so that records keep one schema.
+# Every step a journey may hold (in_doubt and doubt_settled: named for one schema, not
+# recorded yet).
 Step = Literal[
     "received",  # a producer's message became a Message here (STOMP SEND, AMQP publish, a dead-letter)
     "queued",  # put in a queue (or a topic subscription's queue) in memory
@@ -28,11 +28,11 @@ Step = Literal[
     "expired",  # its time to live ran out in a queue
     "dropped",  # gone for good: purged, its queue deleted, refused without a dead-letter exchange
     "moved",  # moved to another queue by an administrator (same id)
-    "forwarded",
-    "link_received",
-    "duplicate_dropped",
+    "forwarded",  # sent over a link to ``peer`` (``reason``: demand, redistribution, topics, durable, handed over)
+    "link_received",  # taken from ``peer``'s link, before it is queued here
+    "duplicate_dropped",  # taken from a link, but this node had that copy already (a resend)
     "peer_busy",
-    "peer_stored",
+    "peer_stored",  # ``peer`` has it: the sender's copy is done
     "in_doubt",
     "doubt_settled",
 ]
@@ -83,7 +83,7 @@ class JourneyStep(msgspec.Struct, kw_only=True, omit_defaults=True):
     next_id: str | None = None  # dead_lettered: the id of the copy it became
     from_id: str | None = None  # received: the message this one was dead-lettered from
     latency_ms: float | None = None  # acked: since the message was received
-    peer: str | None = None  # steps between nodes (not recorded yet)
+    peer: str | None = None  # steps between nodes: the node it went to or came from
     entry: str | None = None
     visit: int = 0
     detail: str = ""

@@ -99,8 +99,14 @@ class Tracer:
 
     def delivered(self, sub: Subscription, message: Message, auto_ack: bool) -> None:
         """Given to a client's consumer; in auto-ack, acked as it goes out. A mesh link's
-        subscription forwards, it does not deliver (recorded between nodes, not here)."""
-        if sub.link is not None:
+        subscription forwards it to the next node instead."""
+        link = sub.link
+        if link is not None:
+            # Why it goes: as mesh.forwarding.Forwarder decides, which runs right after this.
+            redistribution = not link.durable and sub.queue.mesh.backlog and sub.prefetch
+            self.sink.add(self._step("forwarded", message, queue=short(sub.queue.name), peer=link.peer,
+                                     reason="redistribution" if redistribution else link.role.value,
+                                     visit=len(message.path) + 1))
             return
         self.sink.add(self._delivery(sub.session, sub.id, sub.ack_mode, sub.queue, message))
         if auto_ack:
@@ -133,6 +139,19 @@ class Tracer:
     def dropped(self, queue: Queue | None, message: Message, reason: str) -> None:
         self.sink.add(self._step("dropped", message, queue=None if queue is None else short(queue.name),
                                  reason=short(reason)))
+
+    # -- between nodes (mesh.forwarding) ---------------------------------------------------
+
+    def link_received(self, message: Message, peer: str, redistributed: bool, duplicate: bool) -> None:
+        """Taken from ``peer``'s link (before it is queued here), or dropped as a copy this
+        node already has."""
+        self.sink.add(self._step("duplicate_dropped" if duplicate else "link_received", message, peer=peer,
+                                 reason="redistribution" if redistributed else None, visit=len(message.path),
+                                 persistent=message.persistent))
+
+    def peer_stored(self, queue: Queue, message: Message, peer: str) -> None:
+        """``peer`` has it (durably, when persistent): this node's copy is done."""
+        self.sink.add(self._step("peer_stored", message, queue=short(queue.name), peer=peer))
 
     def moved(self, queue: Queue, message: Message, target: str) -> None:
         self.sink.add(self._step("moved", message, queue=short(queue.name), destination=short(target)))

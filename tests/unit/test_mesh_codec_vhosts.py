@@ -1,11 +1,12 @@
 """A MESSAGE of a vhost other than "/" names it (link protocol 5); one of "/" is the
-very bytes protocol 4 wrote, so a node of the previous release reads it."""
+very bytes protocol 4 wrote, so a node of the previous release reads it. A traced message
+(docs/journeys.md) carries one more flag bit, which such a node ignores."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.broker.message import Message
+from gateway.broker.message import Message, TracedMessage
 from mesh.codec import LinkParser, decode_message, encode_message
 from mesh.wire import LinkError
 
@@ -66,3 +67,25 @@ def test_the_vhost_flag_with_an_empty_or_missing_name_is_refused():
     fixed[5:9] = (int.from_bytes(fixed[5:9], "big") - 1).to_bytes(4, "big")
     with pytest.raises(LinkError, match="empty vhost"):
         decoded(bytes(fixed))
+
+
+def traced(make):
+    message = make()
+    message.__class__ = TracedMessage
+    return message
+
+
+@pytest.mark.parametrize("make", [plain, with_nul])
+@pytest.mark.parametrize("vhost", ["", "team-a"])
+def test_a_traced_message_arrives_traced_and_an_untraced_one_untraced(make, vhost):
+    for message, expected in ((traced(make), True), (make(), False)):
+        back = decoded(encode_message(message, "n1", ("n1",), "", False, vhost))[0]
+        assert back.traced is expected and type(back) is (TracedMessage if expected else type(make()))
+        assert (back.headers, back.body, back.id) == (make().headers, make().body, make().id)
+
+
+def test_the_bit_is_the_only_difference_and_untraced_frames_are_unchanged():
+    assert encode_message(plain(), "n1", ("n1",)) == V4_PLAIN
+    marked = encode_message(traced(plain), "n1", ("n1",))
+    differing = [i for i, (x, y) in enumerate(zip(marked, V4_PLAIN, strict=True)) if x != y]
+    assert len(differing) == 1 and marked[differing[0]] ^ V4_PLAIN[differing[0]] == 32

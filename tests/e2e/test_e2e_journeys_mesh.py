@@ -1,0 +1,82 @@
+"""Message journeys across a real mesh (docs/journeys.md): a message traced on one node
+is traced on every node it reaches (the link frame's traced bit), and each node records
+what it did with it: forwarded (and why), taken from the link, stored by the peer,
+delivered, returned, redistributed, acked."""
+
+from __future__ import annotations
+
+from e2e_support import manage_result, run_meshgate, unique
+from mesh_support import mesh_fixture, wait_until  # noqa: F401
+
+from model.requests import JourneySteps
+
+JOURNEYS_ON = "journeys.enabled=true"
+
+
+def journey(node, message_id: str) -> list:
+    """Every node's records of the message, as ``journey_steps`` asked at ``node`` gathers them."""
+    return manage_result(node.stomp, JourneySteps(ids=[message_id], node="*"))
+
+
+def steps_on(steps: list, node) -> list[str]:
+    return [s.step for s in sorted(steps, key=lambda s: s.seq) if s.node_name == node.name]
+
+
+def test_a_traced_message_is_traced_on_every_node_it_crosses(mesh):
+    """Sent on A to a consumer on B, which leaves without acking; B redistributes it to C's
+    consumer, which gets it redelivered and acks."""
+    a, b, c = mesh(3, extra="redistribution_delay_ms = 0", sets=[JOURNEYS_ON])
+    queue = "/queue/" + unique("journey")
+    first = b.client()
+    first.subscribe(queue, ack="client-individual", headers={"activemq.prefetchSize": "1"})
+    producer = a.client()
+    producer.send(queue, "traced", headers={"trace": "true", "persistent": "true"}, receipt=True)
+    producer.send(queue, "plain", headers={"persistent": "true"}, receipt=True)
+    taken = first.listener.wait_for(1)[0]
+    message_id = taken.headers["message-id"]
+    first.drop()  # gone without acking: B puts it back
+    second = c.client()
+    second.subscribe(queue, ack="client-individual")
+    got = {m.body: m for m in second.listener.wait_for(2, timeout=30)}
+    again = got["traced"]
+    assert again.headers["message-id"] == message_id and again.headers.get("redelivered") == "true"
+    for message in got.values():
+        second.ack(message, receipt=True)
+    wait_until(lambda: "acked" in steps_on(journey(a, message_id), c), "C's ack recorded")
+
+    steps = journey(b, message_id)  # any node gathers every node's records
+    assert steps_on(steps, a) == ["received", "stored", "forwarded", "peer_stored"]
+    assert steps_on(steps, b) == ["link_received", "stored", "delivered", "requeued", "forwarded", "peer_stored"]
+    assert steps_on(steps, c) == ["link_received", "stored", "delivered", "acked"]
+    by = {(s.node_name, s.step, s.seq): s for s in steps}
+    [to_b] = [s for (name, step, _), s in by.items() if (name, step) == ("A", "forwarded")]
+    [from_a] = [s for (name, step, _), s in by.items() if (name, step) == ("B", "link_received")]
+    [to_c] = [s for (name, step, _), s in by.items() if (name, step) == ("B", "forwarded")]
+    [requeued] = [s for (name, step, _), s in by.items() if (name, step) == ("B", "requeued")]
+    [delivered] = [s for (name, step, _), s in by.items() if (name, step) == ("C", "delivered")]
+    assert (to_b.reason, to_b.peer, from_a.peer) == ("demand", from_a.node, to_b.node)
+    assert (to_c.reason, to_c.peer, requeued.reason) == ("redistribution", delivered.node, "consumer gone")
+    assert delivered.redelivered and delivered.protocol == "stomp"
+    plain_id = got["plain"].headers["message-id"]
+    assert journey(a, plain_id) == []  # untraced: no node recorded anything
+
+    # The CLI, asked at C, prints the whole journey in causal order.
+    printed = run_meshgate(["trace", message_id, "--stomp", f"127.0.0.1:{c.stomp}"])
+    assert printed.returncode == 0, printed.stderr
+    lines = printed.stdout.splitlines()
+    assert lines[0].startswith(f"message {message_id}: 14 steps on 3 nodes")
+    timeline = [line.split()[2:4] for line in lines[1:]]
+    assert len(timeline) == 14 and _causal(timeline), printed.stdout
+    assert "to B (demand)" in printed.stdout and "to C (redistribution)" in printed.stdout
+
+
+def _causal(timeline: list[list[str]]) -> bool:
+    """Steps whose order wall time decides may come either way; what must hold: each node's
+    own order, and a node takes a message from its link after the other sent it."""
+    where = {tuple(step): i for i, step in enumerate(timeline)}
+    per_node = {node: [step for n, step in timeline if n == node] for node in "ABC"}
+    return (per_node["A"] == ["received", "stored", "forwarded", "peer_stored"]
+            and per_node["B"] == ["link_received", "stored", "delivered", "requeued", "forwarded", "peer_stored"]
+            and per_node["C"] == ["link_received", "stored", "delivered", "acked"]
+            and where["A", "forwarded"] < where["B", "link_received"]
+            and where["B", "forwarded"] < where["C", "link_received"])
