@@ -6,12 +6,13 @@ from __future__ import annotations
 import msgspec
 
 from console.mesh import shapes
-from model import definitions, diagnosis, events, requests, rollups
+from model import definitions, diagnosis, events, journeys, requests, rollups
 from model import mesh as model_mesh
 
 _TYPES = [shapes.Overview, shapes.NodeRow, shapes.QueueRow, shapes.QueueDetail, shapes.LinkRow, model_mesh.Snapshot,
           model_mesh.Connection, model_mesh.TopicSubscription, requests.Done, requests.BrowsePage, events.AnyEvent,
-          rollups.PipelineStatus, definitions.Definition, diagnosis.DiagnosisReport]
+          rollups.PipelineStatus, definitions.Definition, diagnosis.DiagnosisReport,
+          journeys.JourneyStep]
 _REF = "#/components/schemas/{name}"
 
 

@@ -31,7 +31,8 @@ class Mesh:
         self.factory = factory
         self.redis = redis_server
         self.nodes = factory(3, sets=[f"metrics.redis_url={redis_server.url}",
-                                      f"metrics.interval_ms={SNAPSHOT_INTERVAL_MS}", AMQP_ON])
+                                      f"metrics.interval_ms={SNAPSHOT_INTERVAL_MS}", AMQP_ON,
+                                      "journeys.enabled=true"])
         self.a, self.b, self.c = self.nodes
 
     def client(self, node):
