@@ -84,6 +84,26 @@ class LocalActions(PermissionActions):
     def purge(self, name: str, vhost: str = DEFAULT_VHOST) -> Done:
         return self._done("purge", "/queue/" + name, self.broker_of(vhost).purge(self._queue(name, vhost)))
 
+    def trace_next(self, destination: str, every: int, count: int | None, seconds: float,
+                   vhost: str = DEFAULT_VHOST) -> Done:
+        """Trace what producers send to ``destination`` here (docs/journeys.md): the vhost's
+        tracer is armed; ``count`` 0 stops it."""
+        kind, _, name = destination.removeprefix("/").partition("/")
+        problem = name_problem(name) if destination.startswith("/") and kind in ("queue", "topic") else \
+            "it is not /queue/NAME or /topic/NAME"
+        if problem:
+            raise ManagementError("bad_request", f"cannot trace {quoted(destination[:80])}: {problem}", self.node_id)
+        tracer = self.broker_of(vhost).tracer
+        if tracer is None:
+            raise ManagementError("conflict", "this node records no journeys ([journeys] enabled = false)",
+                                  self.node_id)
+        tracer.arm(destination, every, count, seconds)
+        if count == 0:
+            return self._done("trace_next", destination, 0, "tracing stopped")
+        which = "every message" if every == 1 else f"one message in {every}"
+        return self._done("trace_next", destination, count or 0,
+                          f"tracing {which}" + (f", {count} at most" if count else "") + f", for {seconds:g} s")
+
     def delete_queue(self, name: str, vhost: str = DEFAULT_VHOST, cancel_consumers: bool = False) -> Done:
         """This node's part of the queue goes, with what waits in it (Broker.drop_queue);
         its definition stays (``delete_definition`` deletes a queue's settings mesh-wide).

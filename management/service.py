@@ -114,6 +114,7 @@ class ManagementService:
             "vhost_permissions_list": lambda r: actions.vhost_permissions_list(r.vhost),
             "node_facts": lambda r: self.doctor.collect(),
             "journey_steps": lambda r: self._journey_steps(r.ids),
+            "trace_next": lambda r: actions.trace_next(r.destination, r.every, r.count, r.for_s, r.vhost),
         }
         broker.register_service(ADDRESS, self.handle)
         if mesh is not None:

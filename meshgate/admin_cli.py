@@ -56,6 +56,7 @@ from model.requests import (
     Send,
     Subscriptions,
     TlsReload,
+    TraceNext,
     VhostAdd,
     VhostDelete,
     VhostList,
@@ -239,7 +240,8 @@ COMMANDS.update({
               lambda r, names, a: _format_vhost(r, names, a)),
 })
 # Commands about one vhost's queues or definitions: --vhost NAME (default /).
-IN_A_VHOST = ("stat", "queues", "browse", "purge", "delete", "move", "send", "definitions", "define-queue", "undefine")
+IN_A_VHOST = ("stat", "queues", "browse", "purge", "delete", "move", "send", "definitions", "define-queue", "undefine",
+              "trace-next")
 COMMANDS["topology"] = ("the same as nodes",) + COMMANDS["nodes"][1:]
 COMMANDS["reload-tls"] = (
     "re-read the node's certificate, key and CA files, as SIGHUP does (needs admin)", ACTION, _no_args,
@@ -287,6 +289,22 @@ COMMANDS["trace"] = (
     "a traced message's journey across the mesh, step by step (docs/journeys.md; needs admin)", VIEW, _trace_args,
     lambda a: JourneySteps(ids=[a.message_id], node=a.node or "*"),
     lambda r, names, a: format_journey(a.message_id, r))
+
+def _trace_next_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("destination", metavar="DESTINATION", help="/queue/NAME or /topic/NAME")
+    parser.add_argument("--count", type=int, metavar="N", help="trace N messages at most on each node (0: stop)")
+    parser.add_argument("--every", type=int, default=1, metavar="K",
+                        help="one message in K (default 1: each; 100 is a 1%% sample)")
+    parser.add_argument("--for", dest="for_s", type=_duration, default=600.0, metavar="DURATION",
+                        help="for this long at most (default 10m, at most 7d)")
+
+
+COMMANDS["trace-next"] = (
+    "trace what producers send to a destination from now on, on every node (docs/journeys.md; needs admin)",
+    ACTION, _trace_next_args,
+    lambda a: TraceNext(node=a.node or ALL, destination=a.destination, count=a.count, every=a.every,
+                        for_s=a.for_s, vhost=a.vhost),
+    lambda r, names, a: fmt.format_done(r, names))
 
 # Commands whose answer can be alarming: exit status 4 when it is (a critical finding).
 ALARMING: dict[str, Callable[[Any], bool]] = {

@@ -306,16 +306,29 @@ class JourneySteps(Request, kw_only=True, tag="journey_steps"):
                    msgspec.Meta(min_length=1, max_length=MAX_JOURNEY_IDS)]
 
 
+class TraceNext(Request, kw_only=True, tag="trace_next"):
+    """Trace what producers send to ``destination`` (``/queue/NAME`` or ``/topic/NAME``) from
+    now on, on the node asked (``node: "*"``: every node): every ``every``-th message (1:
+    each; 100: a 1 % sample), at most ``count`` of them on each node (None: no limit), for
+    ``for_s`` seconds at most. ``count`` 0 stops it. Admin."""
+
+    destination: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_FIELD)]
+    count: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] | None = None
+    every: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1
+    for_s: Annotated[float, msgspec.Meta(gt=0, le=7 * 24 * 3600)] = 600.0
+    vhost: str = DEFAULT_VHOST
+
+
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
               | Pull | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue
               | DeleteDefinition | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList
               | VhostPermissionsSet | VhostPermissionsClear | VhostPermissionsList
-              | NodeFacts | Diagnosis | JourneySteps)
+              | NodeFacts | Diagnosis | JourneySteps | TraceNext)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
                            "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
                            "vhost_permissions_clear",
-                           "journey_steps"})
+                           "journey_steps", "trace_next"})
 # Actions whose answer is one value, not a list gathered over nodes.
 SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
@@ -443,6 +456,7 @@ RESULT_TYPES: dict[str, Any] = {
     "node_facts": list[NodeFactSheet],
     "diagnosis": DiagnosisReport,
     "journey_steps": list[JourneyStep],
+    "trace_next": list[Done],
 }
 
 # Why a request failed: the REST API maps these to HTTP statuses.

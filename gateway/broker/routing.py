@@ -47,7 +47,7 @@ class RoutingMixin:
         message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
         message.created = (session.received_at if session is not None else 0.0) or self.seconds()
         tracer = self.tracer
-        if tracer is not None and (from_id is not None or "trace" in headers):  # the decision, once (tracing)
+        if tracer is not None and (from_id is not None or "trace" in headers or tracer.armed):  # the decision, once
             tracer.sent(message, session, from_id)
         return message if self.route(message, session) else None
 
@@ -69,7 +69,7 @@ class RoutingMixin:
             message = Message(self.next_message_id(), TOPIC, routing_key, headers, body, persistent, priority, expires)
             message.created = created
             tracer = self.tracer
-            if tracer is not None and (from_id is not None or "x-trace" in headers):  # the decision (tracing)
+            if tracer is not None and (from_id is not None or "x-trace" in headers or tracer.armed):  # the decision
                 tracer.published(message, session, from_id, exchange, routing_key)
             takers = len(self.topic_cache.get(routing_key) or _match_bindings(self, routing_key))
             takers += len(self.exchanges.queues_for(TOPIC_EXCHANGE, routing_key, match or {}))
@@ -87,7 +87,7 @@ class RoutingMixin:
         if encoded is not None:
             message.encoded = encoded
         tracer = self.tracer
-        if tracer is not None and (from_id is not None or "x-trace" in headers):  # the decision (tracing)
+        if tracer is not None and (from_id is not None or "x-trace" in headers or tracer.armed):  # the decision
             tracer.published(message, session, from_id, exchange, routing_key)
         _into_queues(self, message, names)
         return len(names)

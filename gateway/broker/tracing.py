@@ -40,11 +40,23 @@ class JourneySink(Protocol):
         """Keep one record."""
 
 
+class Arm:
+    """Tracing asked for a destination (management ``trace_next``): every ``every``-th
+    message sent to it, ``left`` more at most (None: no limit), until ``until``."""
+
+    __slots__ = ("every", "left", "until", "seen")
+
+    def __init__(self, every: int, left: int | None, until: float) -> None:
+        self.every, self.left, self.until, self.seen = every, left, until, 0
+
+
 class Tracer:
     """What a broker holds when journeys are on: one per vhost (``for_vhost``), all of a
-    node's sharing its sink and its sequence, so ``seq`` orders every step on the node."""
+    node's sharing its sink and its sequence, so ``seq`` orders every step on the node.
+    ``armed``: the destinations traced without a header (``arm``); empty, it costs the
+    receive path one truth test."""
 
-    __slots__ = ("sink", "node", "node_name", "vhost", "seconds", "_seq")
+    __slots__ = ("sink", "node", "node_name", "vhost", "seconds", "_seq", "armed")
 
     def __init__(self, sink: JourneySink, node: str, node_name: str, seconds: Callable[[], float],
                  vhost: str = DEFAULT_VHOST, seq: Iterator[int] | None = None) -> None:
@@ -54,6 +66,7 @@ class Tracer:
         self.seconds = seconds
         self.vhost = vhost
         self._seq = seq if seq is not None else itertools.count(1)
+        self.armed: dict[str, Arm] = {}
 
     def for_vhost(self, vhost: str) -> Tracer:
         """The tracer of vhost ``vhost``'s broker: its records name the vhost."""
@@ -61,21 +74,49 @@ class Tracer:
 
     # -- the decision, at receive ----------------------------------------------------------
 
+    def arm(self, destination: str, every: int, count: int | None, seconds: float) -> None:
+        """Trace every ``every``-th message sent to ``destination`` from now, ``count`` at most,
+        for ``seconds``; a ``count`` of 0 stops it."""
+        if count == 0:
+            self.armed.pop(destination, None)
+        else:
+            self.armed[destination] = Arm(every, count, self.seconds() + seconds)
+
+    def _asked_for(self, destination: str) -> bool:
+        """Whether the arm of ``destination`` (if any) takes this message, counting it."""
+        arm = self.armed.get(destination)
+        if arm is None:
+            return False
+        if self.seconds() > arm.until:
+            del self.armed[destination]
+            return False
+        arm.seen += 1
+        if arm.seen % arm.every:
+            return False
+        if arm.left is not None:
+            arm.left -= 1
+            if arm.left <= 0:
+                del self.armed[destination]
+        return True
+
     def sent(self, message: Message, session: Session | None, from_id: str | None) -> None:
         """A STOMP SEND (or a management send, or a dead-letter) became ``message``:
-        traced if its ``trace`` header asks, or if it is made from a traced message
-        (``from_id``)."""
-        if from_id is None and not asks_trace(message.headers.get(STOMP_HEADER)):
+        traced if its ``trace`` header asks, if it is made from a traced message
+        (``from_id``), or if its destination is armed."""
+        destination = f"/{message.kind}/{message.address}"
+        if from_id is None and not asks_trace(message.headers.get(STOMP_HEADER)) and not (
+                self.armed and self._asked_for(destination)):
             return
-        self._received(message, session, from_id, f"/{message.kind}/{message.address}", None, None)
+        self._received(message, session, from_id, destination, None, None)
 
     def published(self, message: Message, session: Session | None, from_id: str | None, exchange: str,
                   routing_key: str) -> None:
         """An AMQP publish (or a dead-letter through an exchange) became ``message``, before
         it is copied into its queues (the copies keep its class)."""
-        if from_id is None and not asks_trace(message.headers.get(AMQP_HEADER)):
-            return
         destination = f"/exchange/{exchange}/{routing_key}" if exchange else f"/queue/{routing_key}"
+        if from_id is None and not asks_trace(message.headers.get(AMQP_HEADER)) and not (
+                self.armed and self._asked_for(destination if exchange != "amq.topic" else f"/topic/{routing_key}")):
+            return
         self._received(message, session, from_id, destination, exchange, routing_key)
 
     def _received(self, message: Message, session: Session | None, from_id: str | None, destination: str,

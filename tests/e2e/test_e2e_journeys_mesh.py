@@ -13,9 +13,9 @@ from model.requests import JourneySteps
 JOURNEYS_ON = "journeys.enabled=true"
 
 
-def journey(node, message_id: str) -> list:
-    """Every node's records of the message, as ``journey_steps`` asked at ``node`` gathers them."""
-    return manage_result(node.stomp, JourneySteps(ids=[message_id], node="*"))
+def journey(node, *message_ids: str) -> list:
+    """Every node's records of the messages, as ``journey_steps`` asked at ``node`` gathers them."""
+    return manage_result(node.stomp, JourneySteps(ids=list(message_ids), node="*"))
 
 
 def steps_on(steps: list, node) -> list[str]:
@@ -80,3 +80,39 @@ def _causal(timeline: list[list[str]]) -> bool:
             and per_node["C"] == ["link_received", "stored", "delivered", "acked"]
             and where["A", "forwarded"] < where["B", "link_received"]
             and where["B", "forwarded"] < where["C", "link_received"])
+
+
+def traced_ids(node, ids: list[str]) -> set[str]:
+    return {s.id for s in journey(node, *ids)} if ids else set()
+
+
+def test_trace_next_traces_the_next_messages_or_a_sample_without_a_header(mesh):
+    a, b = mesh(2, sets=[JOURNEYS_ON])
+    queue = unique("next")
+    consumer = b.client()
+    consumer.subscribe(f"/queue/{queue}")
+    armed = run_meshgate(["trace-next", f"/queue/{queue}", "--count", "2", "--stomp", f"127.0.0.1:{a.stomp}"])
+    assert armed.returncode == 0 and armed.stdout.count("tracing every message, 2 at most") == 2, armed
+    producer = a.client()
+    for i in range(5):
+        producer.send(f"/queue/{queue}", f"n{i}", receipt=True)
+    ids = [m.headers["message-id"] for m in consumer.listener.wait_for(5)]
+    assert traced_ids(b, ids) == set(ids[:2])  # on A, the first two it was sent; B traces them too
+    assert {s.node_name for s in journey(b, ids[0])} == {"A", "B"}
+
+    sample = run_meshgate(["trace-next", f"/queue/{queue}", "--every", "3", "--for", "1m",
+                           "--stomp", f"127.0.0.1:{b.stomp}"])
+    assert sample.returncode == 0, sample
+    for i in range(9):
+        producer.send(f"/queue/{queue}", f"s{i}", receipt=True)
+    sampled = [m.headers["message-id"] for m in consumer.listener.wait_for(14)[5:]]
+    assert traced_ids(a, sampled) == {sampled[2], sampled[5], sampled[8]}  # one in three
+
+    stopped = run_meshgate(["trace-next", f"/queue/{queue}", "--count", "0", "--stomp", f"127.0.0.1:{a.stomp}"])
+    assert stopped.returncode == 0 and "tracing stopped" in stopped.stdout, stopped
+    producer.send(f"/queue/{queue}", "after", receipt=True)
+    after = consumer.listener.wait_for(15)[14].headers["message-id"]
+    assert traced_ids(a, [after]) == set()
+
+    refused = run_meshgate(["trace-next", "/queue/", "--stomp", f"127.0.0.1:{a.stomp}"])
+    assert refused.returncode != 0 and "cannot trace" in refused.stderr + refused.stdout, refused

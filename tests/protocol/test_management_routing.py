@@ -34,6 +34,7 @@ from model.requests import (
     ReloadTls,
     ScaleDownNode,
     Send,
+    TraceNext,
     VhostAdd,
     VhostDelete,
     VhostPermissionsClear,
@@ -416,6 +417,7 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
                                                       read=".*")),
         VhostPermissionsClear(vhost="/", user="bob"),
         JourneySteps(node="c", ids=["m-1"]),
+        TraceNext(node="c", destination="/queue/orders"),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)
