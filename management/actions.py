@@ -21,15 +21,10 @@ from management.permission_actions import PermissionActions
 from model.definitions import PERMISSION, QUEUE_SETTINGS, VHOST, Definition, DefinitionKind, QueueSettings, VhostSpec
 from model.names import DEFAULT_VHOST, InvalidName, check_vhost_name, name_problem, quoted
 from model.requests import (
-    BrowsedMessage,
-    BrowsePage,
-    Done,
-    ListenerReload,
     ManagementError,
-    TlsReload,
-    VhostRow,
     VhostSetLimits,
 )
+from model.results import BrowsedMessage, BrowsePage, Done, ListenerReload, TlsReload, VhostRow
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker

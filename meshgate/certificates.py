@@ -20,7 +20,7 @@ from management.events import EventLog
 from meshgate.config import NodeConfig
 from model.events import CertificateExpiring
 from model.mesh import ListenerCertificate
-from model.requests import ListenerReload
+from model.results import ListenerReload
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ from metrics.publisher import StreamPublisher
 from metrics.reporter import MetricsReporter
 from model.events import ProducersBlocked, ProducersResumed
 from model.mesh import Addresses, MetricsStatus, address_text
-from model.requests import ListenerReload
+from model.results import ListenerReload
 
 if TYPE_CHECKING:
     from gateway.amqp.protocol import AmqpFactory

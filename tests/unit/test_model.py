@@ -20,6 +20,7 @@ from model import (
     RemoteDemand,
     Snapshot,
     TopicSubscription,
+    results,
 )
 from model import events as ev
 from model import requests as rq
@@ -391,10 +392,10 @@ def test_decode_reply_types_the_result_by_action():
     ("forget", rq.Done(node="n-1", action="forget", target="n-9"), lambda r: type(r) is rq.Done and r.target == "n-9"),
     ("purge", [rq.Done(node="n-1", action="purge", target="/queue/q", count=5)],
      lambda r: type(r[0]) is rq.Done and r[0].count == 5),
-    ("browse", [rq.BrowsePage(node="n-1", queue="q", total=1, offset=0, messages=[rq.BrowsedMessage(
+    ("browse", [rq.BrowsePage(node="n-1", queue="q", total=1, offset=0, messages=[results.BrowsedMessage(
         id="m-1", destination="/queue/q", headers={}, size=3, body="abc", truncated=False, persistent=True,
         priority=4, redelivered=False, age_ms=12)])],
-     lambda r: type(r[0].messages[0]) is rq.BrowsedMessage and r[0].messages[0].age_ms == 12),
+     lambda r: type(r[0].messages[0]) is results.BrowsedMessage and r[0].messages[0].age_ms == 12),
 ])
 def test_decode_reply_per_result_type(action, result, check):
     decoded = rq.decode_reply(msgspec.json.encode(rq.Reply(action=action, result=result)))
