@@ -42,6 +42,7 @@ class JourneyStore:
         self.bytes = 0
         self.recorded = 0  # records ever added (those evicted included)
         self.evicted = 0
+        self.sinks: list[Callable[[JourneyStep], None]] = []  # where each record goes too ([metrics]: Redis)
 
     def __len__(self) -> int:
         return len(self.records)
@@ -54,6 +55,8 @@ class JourneyStore:
         steps.append(step)
         self.bytes += record_size(step)
         self.recorded += 1
+        for sink in self.sinks:
+            sink(step)
         while len(self.records) > self.max_records or self.bytes > self.max_bytes:
             self._evict_oldest()
 

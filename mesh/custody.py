@@ -303,6 +303,8 @@ class Custody:
             message.recovered = True
             queue.mesh.in_doubt += 1
             self._doubt[entry_of(queue, message)] = _InDoubt(queue, message, set(peers))
+            if message.traced and queue.broker.tracer is not None:
+                queue.broker.tracer.in_doubt(queue, message, ",".join(sorted(peers)))
         timeout = self.in_doubt_timeout_ms / 1000.0
         for peer_id in peers:
             if peer_id not in self._doubt_timers:
@@ -323,6 +325,8 @@ class Custody:
             entry = self._doubt.pop(name, None)
             if entry is not None:
                 entry.queue.mesh.in_doubt -= 1
+                if entry.message.traced and entry.queue.broker.tracer is not None:
+                    entry.queue.broker.tracer.doubt_settled(entry.queue, entry.message, peer_id, "peer has it")
                 entry.queue.broker.consumed(entry.queue, entry.message)
                 forgotten.append(name)
         released: dict[Queue, list[Message]] = {}
@@ -332,8 +336,10 @@ class Custody:
                 del self._doubt[message_id]
                 entry.queue.mesh.in_doubt -= 1
                 released.setdefault(entry.queue, []).append(entry.message)
+                if entry.message.traced and entry.queue.broker.tracer is not None:
+                    entry.queue.broker.tracer.doubt_settled(entry.queue, entry.message, peer_id, "requeued")
         for queue, messages in released.items():
-            queue.broker.requeue(queue, messages)
+            queue.broker.requeue(queue, messages, "in doubt released")
         return forgotten
 
     def vhost_removed(self, name: str, broker: Broker) -> None:

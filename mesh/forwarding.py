@@ -203,6 +203,8 @@ class Forwarding:
             if entry in peer.redistributing:
                 peer.redistributing.discard(entry)
                 sub.queue.mesh.backlog += 1  # it waits again, as a backlog
+            if message.traced and sub.queue.broker.tracer is not None:
+                sub.queue.broker.tracer.peer_busy(sub.queue, message, link.peer_id)
             back.setdefault(sub, []).append(message)
         for sub, messages in back.items():
             sub.queue.put_back(messages)

@@ -272,9 +272,12 @@ class Node:
         metrics = self.metrics = MetricsReporter(publisher, state.snapshot, config.interval_ms / 1000.0, self.reactor,
                                                  config.snapshot_retention_s, roll_window=state.roll_depth_window)
         events.sinks.append(metrics.publish_event)
+        if self.journeys is not None:
+            self.journeys.sinks.append(metrics.publish_journey_step)
         metrics.start()
-        log.info("metrics: writing snapshots every %d ms and events to %s (streams %s:snapshots, %s:events)",
-                 config.interval_ms, redis_url, config.stream_prefix, config.stream_prefix)
+        log.info("metrics: writing snapshots every %d ms and events to %s (streams %s:snapshots, %s:events%s)",
+                 config.interval_ms, redis_url, config.stream_prefix, config.stream_prefix,
+                 f", {config.stream_prefix}:journeys" if self.journeys is not None else "")
 
     def metrics_status(self) -> MetricsStatus:
         return self.metrics.publisher.status() if self.metrics is not None else MetricsStatus()

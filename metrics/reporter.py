@@ -20,10 +20,14 @@ import msgspec
 
 from metrics.publisher import StreamPublisher
 from model.events import Event
+from model.journeys import JourneyStep
 from model.mesh import SCHEMA_VERSION, WINDOW_S, Snapshot
 
 SNAPSHOTS = "snapshots"
 EVENTS = "events"
+# Journey records (docs/journeys.md) have a stream of their own: traced at 100 %, a queue
+# makes several per message, which in the events stream would push every event out.
+JOURNEYS = "journeys"
 MAX_SHARE = 0.02  # of the reactor's time spent taking snapshots
 
 
@@ -76,6 +80,12 @@ class MetricsReporter:
         self.publisher.offer(EVENTS, {
             "node": event.node, "kind": event.__struct_config__.tag, "schema": SCHEMA_VERSION,
             "data": self._encode(event),
+        })
+
+    def publish_journey_step(self, step: JourneyStep) -> None:
+        self.publisher.offer(JOURNEYS, {
+            "node": step.node, "root": step.root, "step": step.step, "schema": SCHEMA_VERSION,
+            "data": self._encode(step),
         })
 
     def stop(self) -> None:

@@ -15,8 +15,7 @@ import msgspec
 
 from model.names import DEFAULT_VHOST
 
-# Every step a journey may hold (in_doubt and doubt_settled: named for one schema, not
-# recorded yet).
+# Every step a journey may hold.
 Step = Literal[
     "received",  # a producer's message became a Message here (STOMP SEND, AMQP publish, a dead-letter)
     "queued",  # put in a queue (or a topic subscription's queue) in memory
@@ -31,10 +30,10 @@ Step = Literal[
     "forwarded",  # sent over a link to ``peer`` (``reason``: demand, redistribution, topics, durable, handed over)
     "link_received",  # taken from ``peer``'s link, before it is queued here
     "duplicate_dropped",  # taken from a link, but this node had that copy already (a resend)
-    "peer_busy",
+    "peer_busy",  # ``peer`` had no room to store it: back in its queue here, tried again later
     "peer_stored",  # ``peer`` has it: the sender's copy is done
-    "in_doubt",
-    "doubt_settled",
+    "in_doubt",  # in flight to ``peer`` (several: comma-separated) when the link went: held until it answers
+    "doubt_settled",  # ``peer`` answered: ``reason`` "peer has it" (done here) or "requeued" (delivered again)
 ]
 
 # Longest text kept in a record field: destinations, users, connection ids and reasons

@@ -194,6 +194,20 @@ class Tracer:
         """``peer`` has it (durably, when persistent): this node's copy is done."""
         self.sink.add(self._step("peer_stored", message, queue=short(queue.name), peer=peer))
 
+    def peer_busy(self, queue: Queue, message: Message, peer: str) -> None:
+        """``peer`` had no room to store it: back at the head of its queue here, tried again later."""
+        self.sink.add(self._step("peer_busy", message, queue=short(queue.name), peer=peer))
+
+    def in_doubt(self, queue: Queue, message: Message, peers: str) -> None:
+        """Held: it was in flight to ``peers`` when the link went (or this node restarted), and
+        it waits until they say whether they have it."""
+        self.sink.add(self._step("in_doubt", message, queue=short(queue.name), peer=short(peers)))
+
+    def doubt_settled(self, queue: Queue, message: Message, peer: str, outcome: str) -> None:
+        """``peer`` answered (or was waited for long enough): ``outcome`` is ``peer has it``
+        (done here) or ``requeued`` (delivered again from here, marked redelivered)."""
+        self.sink.add(self._step("doubt_settled", message, queue=short(queue.name), peer=peer, reason=outcome))
+
     def moved(self, queue: Queue, message: Message, target: str) -> None:
         self.sink.add(self._step("moved", message, queue=short(queue.name), destination=short(target)))
 

@@ -116,3 +116,27 @@ def test_trace_next_traces_the_next_messages_or_a_sample_without_a_header(mesh):
 
     refused = run_meshgate(["trace-next", "/queue/", "--stomp", f"127.0.0.1:{a.stomp}"])
     assert refused.returncode != 0 and "cannot trace" in refused.stderr + refused.stdout, refused
+
+
+def test_with_metrics_on_the_records_also_go_to_their_own_redis_stream(mesh, redis_server):
+    import msgspec
+    import redis
+
+    from model.journeys import JourneyStep
+
+    (a,) = mesh(1, topology="none", sets=[JOURNEYS_ON, f"metrics.redis_url={redis_server.url}"])
+    client = a.client()
+    queue = f"/queue/{unique('stream')}"
+    client.subscribe(queue)
+    client.send(queue, "traced", headers={"trace": "true"}, receipt=True)
+    client.send(queue, "plain", receipt=True)
+    traced = next(m for m in client.listener.wait_for(2) if m.body == "traced").headers["message-id"]
+    r = redis.Redis.from_url(redis_server.url)
+    wait_until(lambda: len(r.xrange("meshgate:journeys")) >= 4, "the journey's records in Redis")
+    entries = [fields for _, fields in r.xrange("meshgate:journeys")]
+    assert {e[b"root"].decode() for e in entries} == {traced}  # the untraced message wrote nothing
+    steps = [msgspec.json.decode(e[b"data"], type=JourneyStep) for e in entries]
+    assert [s.step for s in steps] == ["received", "queued", "delivered", "acked"]
+    assert [e[b"step"].decode() for e in entries] == [s.step for s in steps]
+    assert all(s.node == e[b"node"].decode() for s, e in zip(steps, entries, strict=True))
+    assert not any(b"journey" in fields.get(b"kind", b"") for _, fields in r.xrange("meshgate:events"))

@@ -175,3 +175,39 @@ def test_a_node_that_scaled_down_is_not_waited_for_after_a_restart():
     mesh.settle()  # b answers at once; c is not waited for
     assert sorted(at_b.bodies) == [b"from a", b"from c"]
     assert a.broker.queues["orders"].mesh.in_doubt == 0 and a.stored == []
+
+
+def traced_on(*nodes) -> list:
+    """Each node's broker records journeys into one list (gateway.broker.tracing)."""
+    from gateway.broker.tracing import Tracer
+
+    records: list = []
+
+    class Sink:
+        def add(self, step) -> None:
+            records.append(step)
+
+    for node in nodes:
+        node.broker.tracer = Tracer(Sink(), node.mesh.node_id, node.name, lambda: 0.0)
+    return records
+
+
+def test_a_traced_message_held_in_doubt_records_the_doubt_and_how_it_ended():
+    mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
+    a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
+    records = traced_on(a, b, c)
+    to_b = mesh.link(a, b)
+    mesh.link(a, c)
+    _, at_b = b.consumer("orders")
+    mesh.settle()
+    a.send("orders", b"held", trace="true")
+    mesh.clock.advance(0)  # on the link, still in a's buffer: b never gets it
+    lose(mesh, to_b, a, b)
+    mesh.link(a, b)  # b answers: it has none of a's messages
+    mesh.settle()
+    on_a = [(r.step, r.peer, r.reason) for r in records if r.node == a.mesh.node_id]
+    b_id = b.mesh.node_id
+    assert ("in_doubt", b_id, None) in on_a, on_a
+    assert on_a.index(("in_doubt", b_id, None)) < on_a.index(("doubt_settled", b_id, "requeued")), on_a
+    assert ("requeued", None, "in doubt released") in on_a, on_a
+    assert at_b.bodies == [b"held"]  # then delivered, marked redelivered
