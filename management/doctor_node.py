@@ -15,6 +15,7 @@ import msgspec
 from twisted.internet import defer, task
 
 from gateway.auth import destination_matcher
+from gateway.broker.producer_pauses import MAX_DISK_USAGE, MEMORY_LIMIT, STORE_LIMIT
 from management.doctor import Thresholds, diagnose
 from model.diagnosis import (
     ConsumerFacts,
@@ -22,6 +23,7 @@ from model.diagnosis import (
     MeshSettingsFacts,
     NodeFactSheet,
     PeerFacts,
+    ProducerFacts,
     QueueFacts,
     RedistributionRule,
     UnansweredNode,
@@ -113,7 +115,7 @@ class DoctorFacts:
         self.sampler.sample()  # an ask sees the heads as they are now, ages as the sampler kept them
         return NodeFactSheet(node=state.node_id, name=state.name, taken_at=now, mesh=self._settings(),
                              queues=self._queues(), peers=self._peers(now), consumers=self._consumers(now),
-                             sample_s=self.sampler.period)
+                             sample_s=self.sampler.period, producers=self._producers(now))
 
     def _settings(self) -> MeshSettingsFacts | None:
         mesh = self.state.mesh
@@ -185,6 +187,25 @@ class DoctorFacts:
         return facts
 
 
+    def _producers(self, now: float) -> list[ProducerFacts]:
+        """The connections flow control pauses now, with how full their limit is."""
+        state = self.state
+        broker = state.broker  # the memory and the store are every vhost's
+        memory = f"the memory holds {broker.memory_used} of {broker.memory_limit} bytes"
+        blocked = broker.store.blocked
+        facts = []
+        for vhost, vhost_broker in self._brokers().items():
+            for pause in list(vhost_broker.paused_producers.values()):
+                key = pause.limit_key
+                limit_state = (memory if key == MEMORY_LIMIT else blocked or "" if key in (STORE_LIMIT, MAX_DISK_USAGE)
+                               else pause.limit_state() if pause.limit_state is not None else "")
+                facts.append(ProducerFacts(
+                    connection=pause.connection_name() or "(connecting)", protocol=pause.protocol,
+                    vhost=pause.vhost or vhost, limit_key=key, limit_state=limit_state,
+                    paused_for_s=max(0.0, now - pause.since)))
+        return facts
+
+
 def _redistribution_delay(config: Any, destination: str) -> tuple[int, str]:
     """The delay in force for ``destination`` and the key that sets it (as
     MeshConfig.redistribution_delay_for, naming the rule)."""
@@ -199,7 +220,7 @@ def _redistribution_delay(config: Any, destination: str) -> tuple[int, str]:
 def thresholds_of(request: Diagnosis) -> Thresholds:
     if request.older_than_s is not None:
         age = request.older_than_s
-        return Thresholds(waiting_s=age, in_doubt_s=age, unacked_s=age)
+        return Thresholds(waiting_s=age, in_doubt_s=age, unacked_s=age, paused_s=age, durable_gone_s=age)
     return Thresholds(waiting_s=request.waiting_s, in_doubt_s=request.in_doubt_s, unacked_s=request.unacked_s)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
 
 from e2e_support import HOST, manage_result, run_meshgate, unique
 from mesh_support import mesh_fixture, send_many, wait_until  # noqa: F401  (the fixture)
@@ -94,3 +95,29 @@ def test_messages_in_doubt_for_a_crashed_node_are_found_and_released_by_forget(m
     assert forgot.returncode == 0, forgot.stderr
     wait_until(lambda: manage_result(a.stomp, Queues(name=queue))[0].depth == 5, "the doubts to be released")
     assert findings(a, "in_doubt_waiting", in_doubt_s=0) == []
+
+
+def test_a_producer_paused_by_the_store_limit_is_found_with_the_key_to_raise(mesh):
+    """store.limit is tiny: a producer of persistent messages nobody consumes is no longer
+    read. The doctor names its connection, store.limit and the queue to drain; a consumer
+    makes room and the finding goes."""
+    (a,) = mesh(1, sets=["store.journal_file_size=128KiB", "store.limit=1MiB"])
+    queue = unique("paused")
+    producer = a.client()
+    body = "x" * 32 * 1024
+
+    def send() -> None:  # past the limit the node stops reading: sendall waits, so in a thread of its own
+        for i in range(80):  # 2.5 MiB for a 1 MiB store
+            producer.send("/queue/" + queue, body, receipt=f"p{i}", wait=False, persistent="true")
+
+    threading.Thread(target=send, daemon=True).start()
+    wait_until(lambda: findings(a, "producers_paused", older_than_s=0), "the doctor to see the paused producer",
+               timeout=30)
+    (finding,) = findings(a, "producers_paused", older_than_s=0)
+    assert finding.config_keys == ["store.limit"] and "raise store.limit" in finding.explanation, finding
+    assert "the journal reached store.limit" in finding.evidence and f"/queue/{queue} (" in finding.evidence
+    assert finding.remedy is None
+    assert findings(a, "producers_paused") == []  # younger than the default minute
+
+    a.subscriber("/queue/" + queue)  # drains: the store shrinks, the producer is read again
+    wait_until(lambda: not findings(a, "producers_paused", older_than_s=0), "the pause to end", timeout=30)

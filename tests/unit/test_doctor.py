@@ -14,6 +14,7 @@ from model.diagnosis import (
     MeshSettingsFacts,
     NodeFactSheet,
     PeerFacts,
+    ProducerFacts,
     QueueFacts,
     RedistributionRule,
     UnansweredNode,
@@ -207,6 +208,29 @@ def test_a_consumer_holding_unacked_deliveries():
         "/queue/") == 2
 
 
+# -- producers paused by flow control ------------------------------------------------------
+
+
+def test_producers_paused_name_the_limit_and_the_deepest_queues_without_a_remedy():
+    paused = [ProducerFacts(connection="A-9", protocol="stomp", limit_key="store.limit", paused_for_s=300.0,
+                            limit_state="the journal reached store.limit (1000 of 1000 bytes)"),
+              ProducerFacts(connection="A-amqp-2", protocol="amqp", limit_key="broker.memory_limit",
+                            paused_for_s=5.0)]
+    queues = [backlog(name="small", depth=3), backlog(name="big", depth=900), backlog(name="mid", depth=50),
+              backlog(name="tiny", depth=1)]
+    a = sheet(A, [], queues)
+    a.producers = paused
+    finding = only(diagnose([a]), "producers_paused")  # the 5 s pause is flow control at work: no finding
+    assert finding.subject == "A-9" and finding.severity == "warning" and finding.remedy is None
+    assert finding.config_keys == ["store.limit"] and "raise store.limit" in finding.explanation
+    assert "store.limit (1000 of 1000 bytes)" in finding.evidence and "5 min" in finding.evidence
+    assert "deepest queues: /queue/big (900), /queue/mid (50), /queue/small (3)" in finding.evidence
+    assert finding.id == f"producers_paused/{A[:8]}///A-9"
+    assert len([f for f in diagnose([a], Thresholds(paused_s=1)) if f.kind == "producers_paused"]) == 2
+    a.producers = [ProducerFacts(connection="x", limit_key="some.future_limit", paused_for_s=1e9)]
+    assert only(diagnose([a]), "producers_paused").config_keys == ["some.future_limit"]  # an unknown key is named
+
+
 # -- unanswered; order; thresholds -----------------------------------------------------------
 
 
@@ -219,7 +243,7 @@ def test_unanswered_nodes_are_a_finding_and_critical_comes_first():
 
 
 def test_thresholds_of_the_request():
-    assert thresholds_of(Diagnosis(older_than_s=5)) == Thresholds(5, 5, 5)
+    assert thresholds_of(Diagnosis(older_than_s=5)) == Thresholds(5, 5, 5, paused_s=5, durable_gone_s=5)
     assert thresholds_of(Diagnosis(unacked_s=7)) == Thresholds(60, 60, 7)
 
 
