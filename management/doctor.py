@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from management.doctor_common import age, as_json, duration, new_finding, quoted
 from management.doctor_producers import producers_paused
+from management.doctor_queues import dead_letter_findings, durable_findings
 from model.diagnosis import (
     SEVERITIES,
     DiagnosisReport,
@@ -53,6 +54,8 @@ def diagnose(sheets: Sequence[NodeFactSheet], thresholds: Thresholds = Threshold
         findings.extend(_peer_findings(sheet, thresholds))
         findings.extend(_unacked(sheet, thresholds))
         findings.extend(producers_paused(sheet, thresholds.paused_s))
+        findings.extend(dead_letter_findings(sheet))
+        findings.extend(durable_findings(sheet, thresholds.durable_gone_s))
     rank = {severity: i for i, severity in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (rank[f.severity], f.node_name, f.kind, f.subject))
     return findings

@@ -17,6 +17,7 @@ from twisted.internet import defer, task
 from gateway.auth import destination_matcher
 from gateway.broker.producer_pauses import MAX_DISK_USAGE, MEMORY_LIMIT, STORE_LIMIT
 from management.doctor import Thresholds, diagnose
+from management.doctor_history import DeadLetterWindow, DetachedDurables
 from model.diagnosis import (
     ConsumerFacts,
     DiagnosisReport,
@@ -55,6 +56,9 @@ class UnackedSampler:
         self._clock = clock
         self._heads: dict[_SubscriptionKey, tuple[str, float]] = {}
         self._loop: task.LoopingCall | None = None
+        # The other histories the doctor keeps, sampled on the same tick (doctor_history.py).
+        self.dead_letters = DeadLetterWindow()
+        self.durables = DetachedDurables()
 
     def start(self, period: float = SAMPLE_S) -> None:
         loop = self._loop = task.LoopingCall(self._sample_and_go_on)
@@ -74,8 +78,11 @@ class UnackedSampler:
         # sample, not every later one.
         try:
             self.sample()
+            now, brokers = self._clock.seconds(), self._brokers()
+            self.dead_letters.sample(now, brokers)
+            self.durables.sample(now, brokers)
         except Exception:
-            log.exception("doctor: sampling unacked deliveries failed")
+            log.exception("doctor: sampling failed")
 
     def sample(self) -> None:
         now = self._clock.seconds()
@@ -112,10 +119,19 @@ class DoctorFacts:
     def collect(self) -> NodeFactSheet:
         state = self.state
         now = state.clock.seconds()
-        self.sampler.sample()  # an ask sees the heads as they are now, ages as the sampler kept them
+        sampler, brokers = self.sampler, self._brokers()
+        # An ask sees the heads and the detached durables as they are now, ages as the sampler kept them.
+        sampler.sample()
+        sampler.durables.sample(now, brokers)
         return NodeFactSheet(node=state.node_id, name=state.name, taken_at=now, mesh=self._settings(),
                              queues=self._queues(), peers=self._peers(now), consumers=self._consumers(now),
-                             sample_s=self.sampler.period, producers=self._producers(now))
+                             sample_s=sampler.period, producers=self._producers(now),
+                             dead_letters=sampler.dead_letters.facts(now, brokers),
+                             durables=sampler.durables.facts(now, brokers, self._subscribed_elsewhere))
+
+    def _subscribed_elsewhere(self, vhost: str, name: str) -> bool:
+        mesh = self.state.mesh
+        return mesh is not None and mesh.demand.durable_subscriber_at(name, vhost) is not None
 
     def _settings(self) -> MeshSettingsFacts | None:
         mesh = self.state.mesh

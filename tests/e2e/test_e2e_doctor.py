@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 import threading
+import time
 
 from e2e_support import HOST, manage_result, run_meshgate, unique
 from mesh_support import mesh_fixture, send_many, wait_until  # noqa: F401  (the fixture)
@@ -121,3 +122,45 @@ def test_a_producer_paused_by_the_store_limit_is_found_with_the_key_to_raise(mes
 
     a.subscriber("/queue/" + queue)  # drains: the store shrinks, the producer is read again
     wait_until(lambda: not findings(a, "producers_paused", older_than_s=0), "the pause to end", timeout=30)
+
+
+def test_expiring_messages_and_the_growing_expiry_queue_are_found(mesh):
+    """Messages nobody takes expire (the sweep runs every 5 s) into broker.expiry_queue:
+    the doctor reports the queue they expire from and the expiry queue that grows, and
+    offers to browse it."""
+    expiry = unique("expired")
+    (a,) = mesh(1, sets=[f"broker.expiry_queue={expiry}"])
+    queue = unique("expiring")
+    expires = str(int(time.time() * 1000) + 200)
+    send_many(a.client(), "/queue/" + queue, [f"e{i}" for i in range(4)], headers={"expires": expires})
+    wait_until(lambda: findings(a, "dlq_growing"), "the expiry queue to grow", timeout=20)
+    (growing,) = findings(a, "dlq_growing")
+    assert growing.subject == expiry and f"/queue/{queue} (4 expired)" in growing.evidence, growing
+    assert growing.remedy is not None and growing.remedy.command == f"meshgate browse {expiry} --node A"
+    browsed = cli(a, *shlex.split(growing.remedy.command)[1:])
+    assert browsed.returncode == 0 and "e0" in browsed.stdout, browsed.stdout
+    (expiring,) = findings(a, "expiring")
+    assert expiring.subject == queue and expiring.severity == "info" and "4 message(s)" in expiring.evidence
+
+
+def test_an_abandoned_durable_subscription_is_found_and_deleted_by_the_remedy(mesh):
+    """A durable subscriber goes away and its topic goes on: the doctor (with no grace
+    period here) reports what is kept for it, and its remedy deletes the subscription."""
+    (a,) = mesh(1)
+    topic = "/topic/" + unique("audit")
+    client_id = unique("app")
+    subscriber = a.client(headers={"client-id": client_id})
+    subscriber.subscribe(topic, id="d", headers={"activemq.subscriptionName": "s"})
+    producer = a.client()
+    send_many(producer, topic, ["while here"])
+    subscriber.listener.wait_for(1)
+    subscriber.disconnect()
+    send_many(producer, topic, [f"away-{i}" for i in range(3)])
+    assert findings(a, "durable_abandoned") == []  # gone for less than the default hour
+
+    (finding,) = findings(a, "durable_abandoned", older_than_s=0)
+    assert client_id in finding.subject and "keeps 3 message(s)" in finding.evidence, finding
+    assert finding.remedy is not None and finding.remedy.confirm
+    deleted = cli(a, *shlex.split(finding.remedy.command)[1:])
+    assert deleted.returncode == 0, deleted.stderr
+    assert findings(a, "durable_abandoned", older_than_s=0) == []

@@ -6,11 +6,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from twisted.internet import task
 
+from gateway.broker.broker import Broker
+from gateway.broker.message import Message
+from gateway.store.memory import MemoryStore
 from management.doctor import Thresholds, diagnose
+from management.doctor_history import DeadLetterWindow, DetachedDurables
 from management.doctor_node import thresholds_of
 from model.diagnosis import (
     ConsumerFacts,
+    DeadLetterFacts,
+    DurableFacts,
     MeshSettingsFacts,
     NodeFactSheet,
     PeerFacts,
@@ -20,7 +27,7 @@ from model.diagnosis import (
     UnansweredNode,
 )
 from model.mesh import RemoteDemand
-from model.requests import Diagnosis, ManagementError, Move, decode_request
+from model.requests import DeleteDefinition, Diagnosis, ManagementError, Move, decode_request
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
 NAMES = {A: "A", B: "B", C: "C"}
@@ -229,6 +236,86 @@ def test_producers_paused_name_the_limit_and_the_deepest_queues_without_a_remedy
     assert len([f for f in diagnose([a], Thresholds(paused_s=1)) if f.kind == "producers_paused"]) == 2
     a.producers = [ProducerFacts(connection="x", limit_key="some.future_limit", paused_for_s=1e9)]
     assert only(diagnose([a]), "producers_paused").config_keys == ["some.future_limit"]  # an unknown key is named
+
+
+# -- dead letters, expiry, abandoned durable subscriptions ------------------------------------
+
+
+def test_a_growing_dead_letter_queue_names_its_sources_and_offers_browse():
+    a = sheet(A)
+    a.dead_letters = [
+        DeadLetterFacts(name="DLQ", over_s=300.0, depth=12, depth_growth=9, is_target=True),
+        DeadLetterFacts(name="orders", over_s=300.0, depth=4, dead_lettered=9, dead_letter_queue="DLQ",
+                        max_delivery_attempts=3, max_delivery_attempts_key="broker.max_delivery_attempts"),
+        DeadLetterFacts(name="other", over_s=300.0, dead_lettered=2, dead_letter_queue="other.DLQ"),
+    ]
+    finding = only(diagnose([a]), "dlq_growing")
+    assert finding.subject == "DLQ" and finding.severity == "warning"
+    assert "holds 12 message(s), 9 more than 5 min ago" in finding.evidence
+    assert "/queue/orders (9 dead-lettered after 3 delivery attempts)" in finding.evidence
+    assert "/queue/other" not in finding.evidence  # its dead letters go elsewhere
+    assert finding.config_keys == ["broker.max_delivery_attempts"]
+    assert finding.remedy is not None and finding.remedy.command == "meshgate browse DLQ --node A"
+    assert finding.remedy.request == {"action": "browse", "node": A, "queue": "DLQ", "offset": 0, "limit": 50,
+                                      "preview": 256, "vhost": "/"}
+    assert "meshgate purge DLQ --node A" in finding.explanation
+    a.dead_letters[0].depth_growth = -3  # drained meanwhile: not growing
+    assert [f.kind for f in diagnose([a])] == []
+
+
+def test_expiring_messages_lost_are_a_warning_kept_ones_info():
+    a = sheet(A)
+    a.dead_letters = [DeadLetterFacts(vhost="shop", name="quotes", over_s=60.0, expired=25, depth=2,
+                                      message_ttl_ms=5000)]
+    finding = only(diagnose([a]), "expiring")
+    assert finding.severity == "warning" and finding.remedy is None and finding.vhost == "shop"
+    assert finding.config_keys == ["message_ttl_ms of queue quotes (meshgate define-queue)", "broker.expiry_queue"]
+    assert "25 message(s) of /queue/quotes on A expired in the last 60 s; they were dropped" in finding.evidence
+    a.dead_letters[0].expiry_queue = "expired"
+    finding = only(diagnose([a]), "expiring")
+    assert finding.severity == "info" and finding.remedy is not None
+    assert finding.remedy.command == "meshgate browse expired --node A --vhost shop"
+
+
+def test_a_durable_subscription_abandoned_with_a_backlog_offers_undefine():
+    a = sheet(A)
+    a.durables = [DurableFacts(name="app.audit", topic="audit.>", depth=500, detached_for_s=7200.0),
+                  DurableFacts(name="app.empty", topic="x", depth=0, detached_for_s=7200.0),
+                  DurableFacts(name="app.roaming", topic="x", depth=5, detached_for_s=7200.0,
+                               subscribed_elsewhere=True),
+                  DurableFacts(name="app.recent", topic="x", depth=5, detached_for_s=60.0)]
+    finding = only(diagnose([a]), "durable_abandoned")
+    assert finding.subject == "app.audit" and "keeps 500 message(s)" in finding.evidence
+    assert finding.remedy is not None and finding.remedy.confirm
+    assert finding.remedy.command == "meshgate undefine durable app.audit"
+    assert decode_request(json.dumps(finding.remedy.request)) == DeleteDefinition(kind="durable", name="app.audit")
+    assert len([f for f in diagnose([a], Thresholds(durable_gone_s=30)) if f.kind == "durable_abandoned"]) == 2
+
+
+def test_the_dead_letter_window_and_detached_durables_on_a_broker():
+    broker = Broker(MemoryStore(), clock=task.Clock())
+    window, durables = DeadLetterWindow(window_s=100), DetachedDurables()
+    orders = broker.create_queue("orders")
+    window.sample(0.0, {"/": broker})
+    orders.dead_lettered = 4  # as gateway/broker/dead_letters.py counts them
+    broker.create_queue("DLQ")
+    for i in range(4):
+        broker.enqueue(broker.queues["DLQ"], Message(f"m{i}", "queue", "DLQ", {}, b""))
+    (dlq, source) = window.facts(50.0, {"/": broker})
+    assert (dlq.name, dlq.is_target, dlq.depth_growth, dlq.over_s) == ("DLQ", True, 4, 50.0)
+    assert (source.name, source.dead_lettered, source.dead_letter_queue) == ("orders", 4, "DLQ")
+    for t in (60.0, 120.0, 170.0, 230.0):
+        window.sample(t, {"/": broker})
+    assert window.facts(230.0, {"/": broker}) == []  # the growth is older than the window (100 s)
+
+    binding = broker.bind_topic("app.audit", "audit", None, durable=True)
+    durables.sample(10.0, {"/": broker})
+    durables.sample(70.0, {"/": broker})
+    (fact,) = durables.facts(100.0, {"/": broker})
+    assert (fact.name, fact.topic, fact.detached_for_s) == ("app.audit", "audit", 90.0)
+    binding.active = object()  # a subscriber came back
+    durables.sample(110.0, {"/": broker})
+    assert durables.facts(120.0, {"/": broker}) == []
 
 
 # -- unanswered; order; thresholds -----------------------------------------------------------
