@@ -354,7 +354,8 @@ def format_diagnosis(report: DiagnosisReport) -> str:
     lines = [f"{len(report.findings)} finding(s) over {checked} node(s)"
              + (f"; {len(report.unanswered)} did not answer" if report.unanswered else "")]
     if not report.findings:
-        lines.append("nothing stuck: no backlog stranded, no old doubt, no old unacked delivery")
+        lines.append("nothing stuck: no backlog stranded, no old doubt, no old unacked delivery, no producer paused, "
+                     "no dead letters piling up, no durable subscription abandoned")
     for severity in SEVERITIES:
         findings = [finding for finding in report.findings if finding.severity == severity]
         if not findings:
