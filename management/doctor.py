@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from management.doctor_common import age, as_json, duration, new_finding, quoted
+from management.doctor_consumers import stalled_findings
 from management.doctor_producers import producers_paused
 from management.doctor_queues import dead_letter_findings, durable_findings
 from model.diagnosis import (
@@ -40,6 +41,7 @@ class Thresholds:
     unacked_s: float = 300.0  # a consumer's oldest unacked delivery
     paused_s: float = 60.0  # a producer's connection not read (flow control)
     durable_gone_s: float = 3600.0  # a durable subscription's subscriber gone, with messages kept for it
+    stalled_s: float = 60.0  # a backlog whose consumers all take no more (prefetch full, socket backed up)
 
 
 def diagnose(sheets: Sequence[NodeFactSheet], thresholds: Thresholds = Thresholds(),
@@ -56,6 +58,7 @@ def diagnose(sheets: Sequence[NodeFactSheet], thresholds: Thresholds = Threshold
         findings.extend(producers_paused(sheet, thresholds.paused_s))
         findings.extend(dead_letter_findings(sheet))
         findings.extend(durable_findings(sheet, thresholds.durable_gone_s))
+        findings.extend(stalled_findings(sheet, thresholds.stalled_s))
     rank = {severity: i for i, severity in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (rank[f.severity], f.node_name, f.kind, f.subject))
     return findings
@@ -355,7 +358,7 @@ def format_diagnosis(report: DiagnosisReport) -> str:
              + (f"; {len(report.unanswered)} did not answer" if report.unanswered else "")]
     if not report.findings:
         lines.append("nothing stuck: no backlog stranded, no old doubt, no old unacked delivery, no producer paused, "
-                     "no dead letters piling up, no durable subscription abandoned")
+                     "no consumers stalled, no dead letters piling up, no durable subscription abandoned")
     for severity in SEVERITIES:
         findings = [finding for finding in report.findings if finding.severity == severity]
         if not findings:

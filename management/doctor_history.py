@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from model.diagnosis import DeadLetterFacts, DurableFacts
+from gateway.broker.queue import AUTO, Subscription
+from model.diagnosis import DeadLetterFacts, DurableFacts, StalledFacts
 
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
@@ -120,3 +121,55 @@ class DetachedDurables:
                                       detached_for_s=max(0.0, now - since),
                                       subscribed_elsewhere=subscribed_elsewhere(vhost, name)))
         return facts
+
+
+class StalledConsumers:
+    """Since when each queue with waiting messages has had every local consumer take no
+    more: the first sample that saw it so. Only queues with both waiting messages and
+    consumers are looked at, O(consumers) each."""
+
+    def __init__(self) -> None:
+        self._since: dict[tuple[str, str, str], float] = {}
+
+    def sample(self, now: float, brokers: dict[str, Broker]) -> None:
+        since = {}
+        for vhost, broker in brokers.items():
+            for name, queue in broker.queues.items():
+                if not queue.consumers or not len(queue):
+                    continue
+                cause = _stall(queue.consumers)
+                if cause is not None:
+                    key = (vhost, name, cause)
+                    since[key] = self._since.get(key, now)
+        self._since = since  # queues that drained, or whose consumers took again, drop out
+
+    def facts(self, now: float, brokers: dict[str, Broker]) -> list[StalledFacts]:
+        facts = []
+        for (vhost, name, cause), since in sorted(self._since.items()):
+            broker = brokers.get(vhost)
+            queue = broker.queues.get(name) if broker is not None else None
+            if queue is None or not queue.consumers:
+                continue
+            consumers = queue.consumers
+            connections = sorted({_connection(sub) for sub in consumers})
+            facts.append(StalledFacts(vhost=vhost, name=name, cause=cause,  # type: ignore[arg-type]
+                                      for_s=max(0.0, now - since), depth=len(queue), consumers=len(consumers),
+                                      unacked=sum(len(sub.inflight) for sub in consumers),
+                                      prefetch=max(sub.prefetch for sub in consumers), connections=connections))
+        return facts
+
+
+def _stall(consumers: list[Subscription]) -> str | None:
+    """Why none of ``consumers`` takes more now (None: one of them does)."""
+    if all(not sub.session.writable for sub in consumers):
+        return "unwritable"
+    if any(sub.ready() for sub in consumers):
+        return None
+    # None ready, and not all for a backed-up socket: the windows (prefetch) hold them.
+    full = [sub for sub in consumers if sub.ack_mode != AUTO and len(sub.inflight) >= sub.prefetch]
+    return "prefetch" if full else None
+
+
+def _connection(sub: Subscription) -> str:
+    info = sub.session.connection
+    return (info.name if info is not None else None) or sub.session.name

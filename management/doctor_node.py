@@ -17,7 +17,7 @@ from twisted.internet import defer, task
 from gateway.auth import destination_matcher
 from gateway.broker.producer_pauses import MAX_DISK_USAGE, MEMORY_LIMIT, STORE_LIMIT
 from management.doctor import Thresholds, diagnose
-from management.doctor_history import DeadLetterWindow, DetachedDurables
+from management.doctor_history import DeadLetterWindow, DetachedDurables, StalledConsumers
 from model.diagnosis import (
     ConsumerFacts,
     DiagnosisReport,
@@ -59,6 +59,7 @@ class UnackedSampler:
         # The other histories the doctor keeps, sampled on the same tick (doctor_history.py).
         self.dead_letters = DeadLetterWindow()
         self.durables = DetachedDurables()
+        self.stalls = StalledConsumers()
 
     def start(self, period: float = SAMPLE_S) -> None:
         loop = self._loop = task.LoopingCall(self._sample_and_go_on)
@@ -81,6 +82,7 @@ class UnackedSampler:
             now, brokers = self._clock.seconds(), self._brokers()
             self.dead_letters.sample(now, brokers)
             self.durables.sample(now, brokers)
+            self.stalls.sample(now, brokers)
         except Exception:
             log.exception("doctor: sampling failed")
 
@@ -120,14 +122,17 @@ class DoctorFacts:
         state = self.state
         now = state.clock.seconds()
         sampler, brokers = self.sampler, self._brokers()
-        # An ask sees the heads and the detached durables as they are now, ages as the sampler kept them.
+        # An ask sees the heads, the detached durables and the stalls as they are now, ages as the
+        # sampler kept them.
         sampler.sample()
         sampler.durables.sample(now, brokers)
+        sampler.stalls.sample(now, brokers)
         return NodeFactSheet(node=state.node_id, name=state.name, taken_at=now, mesh=self._settings(),
                              queues=self._queues(), peers=self._peers(now), consumers=self._consumers(now),
                              sample_s=sampler.period, producers=self._producers(now),
                              dead_letters=sampler.dead_letters.facts(now, brokers),
-                             durables=sampler.durables.facts(now, brokers, self._subscribed_elsewhere))
+                             durables=sampler.durables.facts(now, brokers, self._subscribed_elsewhere),
+                             stalled=sampler.stalls.facts(now, brokers))
 
     def _subscribed_elsewhere(self, vhost: str, name: str) -> bool:
         mesh = self.state.mesh
@@ -236,7 +241,8 @@ def _redistribution_delay(config: Any, destination: str) -> tuple[int, str]:
 def thresholds_of(request: Diagnosis) -> Thresholds:
     if request.older_than_s is not None:
         age = request.older_than_s
-        return Thresholds(waiting_s=age, in_doubt_s=age, unacked_s=age, paused_s=age, durable_gone_s=age)
+        return Thresholds(waiting_s=age, in_doubt_s=age, unacked_s=age, paused_s=age, durable_gone_s=age,
+                          stalled_s=age)
     return Thresholds(waiting_s=request.waiting_s, in_doubt_s=request.in_doubt_s, unacked_s=request.unacked_s)
 
 

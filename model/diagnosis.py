@@ -134,6 +134,22 @@ class DurableFacts(_Facts, kw_only=True):
     subscribed_elsewhere: bool = False  # its subscriber is connected to another node
 
 
+class StalledFacts(_Facts, kw_only=True):
+    """A queue with waiting messages whose local consumers all take no more, in every
+    sample for ``for_s``: each holds its prefetch unacked (``prefetch``), or each one's
+    socket is backed up (``unwritable``: the client reads slower than the node sends)."""
+
+    vhost: str = "/"
+    name: str
+    cause: Literal["prefetch", "unwritable"]
+    for_s: float  # since the first sample that saw it so (a lower bound)
+    depth: int
+    consumers: int
+    unacked: int = 0  # what they hold between them
+    prefetch: int = 0  # the largest window among them
+    connections: list[str] = []
+
+
 class NodeFactSheet(_Facts, kw_only=True):
     """What one node reports to the doctor (the ``node_facts`` answer)."""
 
@@ -148,6 +164,7 @@ class NodeFactSheet(_Facts, kw_only=True):
     producers: list[ProducerFacts] = []  # connections paused by flow control
     dead_letters: list[DeadLetterFacts] = []  # queues dead-lettering or expiring, and their targets
     durables: list[DurableFacts] = []  # durable subscriptions without a subscriber here
+    stalled: list[StalledFacts] = []  # queues whose consumers take no more
 
 
 class Remedy(_Facts, kw_only=True):

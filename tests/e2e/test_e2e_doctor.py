@@ -164,3 +164,18 @@ def test_an_abandoned_durable_subscription_is_found_and_deleted_by_the_remedy(me
     deleted = cli(a, *shlex.split(finding.remedy.command)[1:])
     assert deleted.returncode == 0, deleted.stderr
     assert findings(a, "durable_abandoned", older_than_s=0) == []
+
+
+def test_a_backlog_behind_a_full_prefetch_is_found(mesh):
+    """A client-ack consumer with a prefetch of 2 that does not ack: the rest of the
+    queue waits, and the doctor says the consumers' prefetch holds it."""
+    (a,) = mesh(1)
+    queue = unique("bound")
+    holder = a.client()
+    holder.subscribe("/queue/" + queue, ack="client-individual", headers={"activemq.prefetchSize": "2"})
+    send_many(a.client(), "/queue/" + queue, [f"b{i}" for i in range(10)])
+    holder.listener.wait_for(2)
+    assert findings(a, "prefetch_bound") == []  # not for a minute yet
+    (finding,) = findings(a, "prefetch_bound", older_than_s=0)
+    assert finding.subject == queue and "holds 8 waiting message(s)" in finding.evidence, finding
+    assert "hold 2 unacked deliveries" in finding.evidence and finding.config_keys == ["broker.default_prefetch"]

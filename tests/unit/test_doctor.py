@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from twisted.internet import task
@@ -12,7 +13,7 @@ from gateway.broker.broker import Broker
 from gateway.broker.message import Message
 from gateway.store.memory import MemoryStore
 from management.doctor import Thresholds, diagnose
-from management.doctor_history import DeadLetterWindow, DetachedDurables
+from management.doctor_history import DeadLetterWindow, DetachedDurables, StalledConsumers
 from management.doctor_node import thresholds_of
 from model.diagnosis import (
     ConsumerFacts,
@@ -24,6 +25,7 @@ from model.diagnosis import (
     ProducerFacts,
     QueueFacts,
     RedistributionRule,
+    StalledFacts,
     UnansweredNode,
 )
 from model.mesh import RemoteDemand
@@ -318,6 +320,54 @@ def test_the_dead_letter_window_and_detached_durables_on_a_broker():
     assert durables.facts(120.0, {"/": broker}) == []
 
 
+# -- consumers that take no more ---------------------------------------------------------------
+
+
+def test_prefetch_bound_and_slow_consumers():
+    a = sheet(A)
+    a.stalled = [StalledFacts(name="orders", cause="prefetch", for_s=120.0, depth=300, consumers=2, unacked=20,
+                              prefetch=10, connections=["A-1", "A-2"]),
+                 StalledFacts(name="feed", cause="unwritable", for_s=90.0, depth=50, consumers=1,
+                              connections=[f"A-{i}" for i in range(7)]),
+                 StalledFacts(name="young", cause="prefetch", for_s=10.0, depth=5, consumers=1)]
+    findings = diagnose([a])
+    bound = only(findings, "prefetch_bound")
+    assert bound.subject == "orders" and bound.config_keys == ["broker.default_prefetch"] and bound.remedy is None
+    assert "hold 20 unacked deliveries" in bound.evidence and "(up to 10)" in bound.evidence
+    assert "activemq.prefetchSize" in bound.explanation and "basic.qos" in bound.explanation
+    slow = only(findings, "slow_consumers")
+    assert slow.subject == "feed" and "A-0, A-1, A-2, A-3, A-4 and 2 more" in slow.evidence
+    assert len([f for f in diagnose([a], Thresholds(stalled_s=0)) if f.kind == "prefetch_bound"]) == 2
+
+
+def test_stalled_consumers_are_sampled_since_first_seen():
+    def consumer(writable=True, inflight=0, prefetch=2, ack_mode="client"):
+        session = SimpleNamespace(writable=writable, connection=None, name="A-1")
+        sub = SimpleNamespace(session=session, inflight=dict.fromkeys(range(inflight)), prefetch=prefetch,
+                              ack_mode=ack_mode)
+        sub.ready = lambda: session.writable and (sub.ack_mode == "auto" or len(sub.inflight) < sub.prefetch)
+        return sub
+
+    class FakeQueue(SimpleNamespace):
+        def __len__(self):
+            return self.depth
+
+    full = FakeQueue(consumers=[consumer(inflight=2)], depth=9)
+    backed_up = FakeQueue(consumers=[consumer(writable=False, ack_mode="auto")], depth=3)
+    taking = FakeQueue(consumers=[consumer(inflight=2), consumer(inflight=1)], depth=3)
+    brokers: dict = {"/": SimpleNamespace(queues={"full": full, "slow": backed_up, "taking": taking})}
+    stalls = StalledConsumers()
+    stalls.sample(10.0, brokers)
+    stalls.sample(20.0, brokers)
+    facts = {fact.name: fact for fact in stalls.facts(25.0, brokers)}
+    assert sorted(facts) == ["full", "slow"]
+    assert (facts["full"].cause, facts["full"].for_s, facts["full"].unacked) == ("prefetch", 15.0, 2)
+    assert facts["slow"].cause == "unwritable" and facts["slow"].connections == ["A-1"]
+    full.consumers[0].inflight = {}  # it acknowledged: it takes again
+    stalls.sample(30.0, brokers)
+    assert [fact.name for fact in stalls.facts(30.0, brokers)] == ["slow"]
+
+
 # -- unanswered; order; thresholds -----------------------------------------------------------
 
 
@@ -330,7 +380,7 @@ def test_unanswered_nodes_are_a_finding_and_critical_comes_first():
 
 
 def test_thresholds_of_the_request():
-    assert thresholds_of(Diagnosis(older_than_s=5)) == Thresholds(5, 5, 5, paused_s=5, durable_gone_s=5)
+    assert thresholds_of(Diagnosis(older_than_s=5)) == Thresholds(5, 5, 5, paused_s=5, durable_gone_s=5, stalled_s=5)
     assert thresholds_of(Diagnosis(unacked_s=7)) == Thresholds(60, 60, 7)
 
 
