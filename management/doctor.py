@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from management.doctor_common import age, as_json, duration, new_finding, quoted
+from management.doctor_common import age, as_json, duration, new_finding, quoted, vhost_option
 from management.doctor_consumers import stalled_findings
 from management.doctor_producers import producers_paused
 from management.doctor_queues import dead_letter_findings, durable_findings
@@ -29,7 +29,7 @@ from model.diagnosis import (
     UnansweredNode,
 )
 from model.names import DEFAULT_VHOST
-from model.requests import CloseConnection, Forget, Move
+from model.requests import CloseConnection, Forget, Move, Redistribute
 
 
 @dataclass(frozen=True)
@@ -207,14 +207,18 @@ def _stranded(sheet: NodeFactSheet, queue: QueueFacts, elsewhere: dict[str, int]
         key = queue.redistribution_key
         mode_text = (' with mesh.message_load_balancing = "OFF_WITH_REDISTRIBUTION" (a backlog moves only by '
                      "redistribution)") if mode == "OFF_WITH_REDISTRIBUTION" else ""
+        # Ending the hold lets the backlog follow the consumers by the mesh's own means.
+        release = _redistribute_remedy(sheet, queue)
         if delay < 0:
             return finding(f"{key} = -1 for {destination} on {sheet.name}{mode_text}: once its last local consumer "
-                           "left, its backlog is kept here for good, never redistributed.",
-                           [key, "mesh.message_load_balancing"] if mode_text else [key], move, "critical")
+                           "left, its backlog is kept here for good, never redistributed. Redistributing releases "
+                           "it now.", [key, "mesh.message_load_balancing"] if mode_text else [key], release,
+                           "critical")
         state = "is running" if queue.hold_pending else "has not released it"
         return finding(f"{key} = {delay} for {destination} on {sheet.name}{mode_text}: its last local consumer "
-                       f"left and the redistribution delay {state}; the backlog waits here until then.",
-                       [key, "mesh.message_load_balancing"] if mode_text else [key], move)
+                       f"left and the redistribution delay {state}; the backlog waits here until then, or until "
+                       "it is redistributed now.", [key, "mesh.message_load_balancing"] if mode_text else [key],
+                       release)
     return finding(f"{sheet.name} hears of the consumers and may forward to them, yet the backlog stays: the "
                    "consumers' selectors may match none of it, the link's window may be full, or the messages "
                    f"crossed {mesh.name(next_hop)} already (docs/doctor.md). A move hands it over.", [], move, "info")
@@ -240,6 +244,12 @@ def _move_remedy(sheet: NodeFactSheet, queue: QueueFacts, to_node: str, mesh: _M
     return Remedy(label=f"move the backlog to {mesh.name(to_node)}",
                   command=f"meshgate move {queue.name} --node {sheet.name} --to-node {mesh.name(to_node)}{vhost}",
                   request=as_json(request))
+
+
+def _redistribute_remedy(sheet: NodeFactSheet, queue: QueueFacts) -> Remedy:
+    return Remedy(label="end the redistribution delay: the backlog follows the consumers now",
+                  command=f"meshgate redistribute {queue.name} --node {sheet.name}{vhost_option(queue.vhost)}",
+                  request=as_json(Redistribute(node=sheet.node, queue=queue.name, vhost=queue.vhost)))
 
 
 def _carries(addresses: list[str], destination: str) -> bool:

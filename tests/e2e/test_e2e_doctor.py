@@ -179,3 +179,26 @@ def test_a_backlog_behind_a_full_prefetch_is_found(mesh):
     (finding,) = findings(a, "prefetch_bound", older_than_s=0)
     assert finding.subject == queue and "holds 8 waiting message(s)" in finding.evidence, finding
     assert "hold 2 unacked deliveries" in finding.evidence and finding.config_keys == ["broker.default_prefetch"]
+
+
+def test_a_backlog_held_by_a_redistribution_delay_is_released_by_the_remedy(mesh):
+    """OFF_WITH_REDISTRIBUTION with a 10-minute delay: what is sent on A waits there while
+    B has a consumer. The doctor names the delay's key and offers redistribute, which
+    sends the backlog to B at once; asked again, it is refused, saying why."""
+    a, b = mesh(2, load_balancing="OFF_WITH_REDISTRIBUTION", extra="redistribution_delay_ms = 600000")
+    queue = unique("held")
+    consumer = b.subscriber("/queue/" + queue)
+    b.fence("/queue/" + queue, consumer, "fenceB")
+    time.sleep(0.5)  # B's demand reaches A in milliseconds
+    sent = send_many(a.client(), "/queue/" + queue, [f"h{i}" for i in range(10)])
+    wait_until(lambda: findings(a, "stranded_backlog", older_than_s=0), "the doctor to see the held backlog")
+    (finding,) = findings(a, "stranded_backlog", older_than_s=0)
+    assert finding.config_keys == ["mesh.redistribution_delay_ms", "mesh.message_load_balancing"], finding
+    assert finding.remedy is not None and finding.remedy.command == f"meshgate redistribute {queue} --node A"
+
+    released = cli(b, *shlex.split(finding.remedy.command)[1:])
+    assert released.returncode == 0 and f"released 10 message(s) of /queue/{queue}" in released.stdout, released
+    got = [message.body for message in consumer.listener.wait_for(len(sent) + 1, timeout=20)]
+    assert sorted(body for body in got if body in sent) == sorted(sent)
+    again = cli(a, *shlex.split(finding.remedy.command)[1:])
+    assert again.returncode != 0 and "is not held" in again.stdout + again.stderr, again

@@ -29,7 +29,7 @@ from model.diagnosis import (
     UnansweredNode,
 )
 from model.mesh import RemoteDemand
-from model.requests import DeleteDefinition, Diagnosis, ManagementError, Move, decode_request
+from model.requests import DeleteDefinition, Diagnosis, ManagementError, Move, Redistribute, decode_request
 
 A, B, C = "a" * 32, "b" * 32, "c" * 32
 NAMES = {A: "A", B: "B", C: "C"}
@@ -150,6 +150,8 @@ def test_redistribution_delay_pending_and_never():
     finding = only(diagnose(sheets), "stranded_backlog")
     assert finding.config_keys == ["mesh.redistribution_delay_ms"] and "= 600000" in finding.explanation
     assert finding.severity == "warning" and "is running" in finding.explanation
+    assert finding.remedy is not None and finding.remedy.command == "meshgate redistribute orders --node A"
+    assert decode_request(json.dumps(finding.remedy.request)) == Redistribute(node=A, queue="orders")
 
     never = backlog(remote_demand=demand, remote_dispatch=False, redistribution_delay_ms=-1,
                     redistribution_key="mesh.redistribution[0].delay_ms (/queue/orders)")
@@ -158,6 +160,8 @@ def test_redistribution_delay_pending_and_never():
     sheets[0].mesh.message_load_balancing = "OFF_WITH_REDISTRIBUTION"
     finding = only(diagnose(sheets), "stranded_backlog")
     assert finding.severity == "critical" and "never redistributed" in finding.explanation
+    assert finding.remedy is not None and finding.remedy.request == {"action": "redistribute", "node": A,
+                                                                     "queue": "orders", "vhost": "/"}
     assert finding.config_keys == ["mesh.redistribution[0].delay_ms (/queue/orders)", "mesh.message_load_balancing"]
 
 
