@@ -14,8 +14,9 @@ CONNECTIONS_SHOWN = 5
 
 
 def stalled_findings(sheet: NodeFactSheet, stalled_s: float) -> list[Finding]:
-    return [_prefetch_bound(sheet, stall) if stall.cause == "prefetch" else _slow(sheet, stall)
-            for stall in sheet.stalled if stall.for_s >= stalled_s and stall.depth]
+    kinds = {"prefetch": _prefetch_bound, "unwritable": _slow}
+    return [kinds[stall.cause](sheet, stall) for stall in sheet.stalled
+            if stall.cause in kinds and stall.for_s >= stalled_s and stall.depth]  # a cause unknown here: left out
 
 
 def _evidence(sheet: NodeFactSheet, stall: StalledFacts, what: str) -> str:

@@ -152,7 +152,7 @@ class StalledConsumers:
                 continue
             consumers = queue.consumers
             connections = sorted({_connection(sub) for sub in consumers})
-            facts.append(StalledFacts(vhost=vhost, name=name, cause=cause,  # type: ignore[arg-type]
+            facts.append(StalledFacts(vhost=vhost, name=name, cause=cause,
                                       for_s=max(0.0, now - since), depth=len(queue), consumers=len(consumers),
                                       unacked=sum(len(sub.inflight) for sub in consumers),
                                       prefetch=max(sub.prefetch for sub in consumers), connections=connections))

@@ -141,7 +141,7 @@ class StalledFacts(_Facts, kw_only=True):
 
     vhost: str = "/"
     name: str
-    cause: Literal["prefetch", "unwritable"]
+    cause: str  # "prefetch" or "unwritable" (a str: a newer node may tell of another cause)
     for_s: float  # since the first sample that saw it so (a lower bound)
     depth: int
     consumers: int

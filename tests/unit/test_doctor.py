@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
+import msgspec
 import pytest
 from twisted.internet import task
 
@@ -333,7 +334,8 @@ def test_prefetch_bound_and_slow_consumers():
                               prefetch=10, connections=["A-1", "A-2"]),
                  StalledFacts(name="feed", cause="unwritable", for_s=90.0, depth=50, consumers=1,
                               connections=[f"A-{i}" for i in range(7)]),
-                 StalledFacts(name="young", cause="prefetch", for_s=10.0, depth=5, consumers=1)]
+                 StalledFacts(name="young", cause="prefetch", for_s=10.0, depth=5, consumers=1),
+                 StalledFacts(name="later", cause="a newer node's cause", for_s=900.0, depth=5, consumers=1)]
     findings = diagnose([a])
     bound = only(findings, "prefetch_bound")
     assert bound.subject == "orders" and bound.config_keys == ["broker.default_prefetch"] and bound.remedy is None
@@ -397,3 +399,11 @@ def test_hostile_thresholds_are_a_bad_request(body):
     with pytest.raises(ManagementError) as caught:
         decode_request(body)
     assert caught.value.code == "bad_request"
+
+
+def test_a_newer_nodes_facts_decode_and_what_is_unknown_here_is_left_out():
+    body = {"node": A, "name": "A", "taken_at": 1.0, "some_new_list": [1],
+            "stalled": [{"name": "q", "cause": "a newer cause", "for_s": 999.0, "depth": 3, "consumers": 1}],
+            "producers": [{"connection": "c", "limit_key": "store.limit", "paused_for_s": 999.0, "new": True}]}
+    decoded = msgspec.convert(body, NodeFactSheet)
+    assert [f.kind for f in diagnose([decoded])] == ["producers_paused"]
