@@ -212,14 +212,14 @@ class DoctorFacts:
         """The connections flow control pauses now, with how full their limit is."""
         state = self.state
         broker = state.broker  # the memory and the store are every vhost's
-        memory = f"the memory holds {broker.memory_used} of {broker.memory_limit} bytes"
-        blocked = broker.store.blocked
+        # The node's own limits, read now; a vhost's max_messages only its connections know.
+        node_limits = {MEMORY_LIMIT: f"the memory holds {broker.memory_used} of {broker.memory_limit} bytes",
+                       STORE_LIMIT: broker.store.blocked or "", MAX_DISK_USAGE: broker.store.blocked or ""}
         facts = []
         for vhost, vhost_broker in self._brokers().items():
             for pause in list(vhost_broker.paused_producers.values()):
                 key = pause.limit_key
-                limit_state = (memory if key == MEMORY_LIMIT else blocked or "" if key in (STORE_LIMIT, MAX_DISK_USAGE)
-                               else pause.limit_state() if pause.limit_state is not None else "")
+                limit_state = node_limits.get(key) or (pause.limit_state() if pause.limit_state is not None else "")
                 facts.append(ProducerFacts(
                     connection=pause.connection_name() or "(connecting)", protocol=pause.protocol,
                     vhost=pause.vhost or vhost, limit_key=key, limit_state=limit_state,
