@@ -190,6 +190,18 @@ class LocalActions(PermissionActions):
             broker.route(copy)
         return self._done("move", "/queue/" + name, len(moved), f"to /queue/{to_queue}")
 
+    def redistribute(self, name: str, vhost: str = DEFAULT_VHOST) -> Done:
+        """End the redistribution delay holding the queue's backlog here (mesh.demand)."""
+        mesh = self.mesh
+        if mesh is None:
+            raise ManagementError("conflict", "this node is not in a mesh", self.node_id)
+        queue = self._queue(name, vhost)
+        backlog = len(queue)
+        refusal = mesh.demand.redistribute_now(vhost, name)
+        if refusal is not None:
+            raise ManagementError("conflict", refusal, self.node_id)
+        return self._done("redistribute", "/queue/" + name, backlog, "released to follow consumers elsewhere")
+
     def pull(self, name: str, to_node: str, count: int, vhost: str = DEFAULT_VHOST) -> Done:
         """Half of what waits at most (this node's own consumers and gets keep the rest),
         to a linked node only: hand_over goes over one link."""

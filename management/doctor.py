@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-import msgspec
-
+from management.doctor_common import age, as_json, duration, new_finding, quoted, vhost_option
+from management.doctor_consumers import stalled_findings
+from management.doctor_producers import producers_paused
+from management.doctor_queues import dead_letter_findings, durable_findings
 from model.diagnosis import (
     SEVERITIES,
     DiagnosisReport,
@@ -28,7 +29,7 @@ from model.diagnosis import (
     UnansweredNode,
 )
 from model.names import DEFAULT_VHOST
-from model.requests import CloseConnection, Forget, Move, Request
+from model.requests import CloseConnection, Forget, Move, Redistribute
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class Thresholds:
     waiting_s: float = 60.0  # a backlog with no local consumer, while consumers wait elsewhere
     in_doubt_s: float = 60.0  # messages held for an absent peer
     unacked_s: float = 300.0  # a consumer's oldest unacked delivery
+    paused_s: float = 60.0  # a producer's connection not read (flow control)
+    durable_gone_s: float = 3600.0  # a durable subscription's subscriber gone, with messages kept for it
+    stalled_s: float = 60.0  # a backlog whose consumers all take no more (prefetch full, socket backed up)
 
 
 def diagnose(sheets: Sequence[NodeFactSheet], thresholds: Thresholds = Thresholds(),
@@ -51,6 +55,10 @@ def diagnose(sheets: Sequence[NodeFactSheet], thresholds: Thresholds = Threshold
         findings.extend(_stranded_backlogs(sheet, mesh, thresholds))
         findings.extend(_peer_findings(sheet, thresholds))
         findings.extend(_unacked(sheet, thresholds))
+        findings.extend(producers_paused(sheet, thresholds.paused_s))
+        findings.extend(dead_letter_findings(sheet))
+        findings.extend(durable_findings(sheet, thresholds.durable_gone_s))
+        findings.extend(stalled_findings(sheet, thresholds.stalled_s))
     rank = {severity: i for i, severity in enumerate(SEVERITIES)}
     findings.sort(key=lambda f: (rank[f.severity], f.node_name, f.kind, f.subject))
     return findings
@@ -130,7 +138,7 @@ def _stranded(sheet: NodeFactSheet, queue: QueueFacts, elsewhere: dict[str, int]
     path = paths[target]
     next_hop = path[1] if path is not None and len(path) > 1 else None
     where = ", ".join(f"{mesh.name(node)} ({count})" for node, count in sorted(elsewhere.items()))
-    evidence = (f"{queue.depth} message(s) wait on {sheet.name}, the oldest for {_age(queue.oldest_age_ms)}, "
+    evidence = (f"{queue.depth} message(s) wait on {sheet.name}, the oldest for {age(queue.oldest_age_ms)}, "
                 f"with no consumer there; consumers on {where}")
     if path is not None:
         evidence += f"; shortest path {' → '.join(mesh.name(node) for node in path)}"
@@ -140,7 +148,7 @@ def _stranded(sheet: NodeFactSheet, queue: QueueFacts, elsewhere: dict[str, int]
 
     def finding(explanation: str, keys: list[str], remedy: Remedy | None,
                 severity: Severity = "warning") -> Finding:
-        return _finding("stranded_backlog", severity, sheet, queue.vhost, queue.name,
+        return new_finding("stranded_backlog", severity, sheet, queue.vhost, queue.name,
                         f"{destination}: {queue.depth} message(s) stranded on {sheet.name} while "
                         f"{mesh.name(target)} has consumers", evidence, explanation, keys, remedy)
 
@@ -151,7 +159,7 @@ def _stranded(sheet: NodeFactSheet, queue: QueueFacts, elsewhere: dict[str, int]
         if other is not None and other.mesh is not None and not _carries(other.mesh.addresses, destination):
             # No move helps: the node that filters it neither forwards it nor passes the demand on.
             return finding(
-                f"mesh.addresses on {mesh.name(node)} ({_list(other.mesh.addresses)}) excludes {destination}: "
+                f"mesh.addresses on {mesh.name(node)} ({quoted(other.mesh.addresses)}) excludes {destination}: "
                 + ("this node never forwards it" if node == here else
                    f"{mesh.name(node)} neither passes it on nor tells of the consumers beyond")
                 + ". Change the filter there if the mesh is to carry it.", ["mesh.addresses"], None)
@@ -166,7 +174,7 @@ def _stranded(sheet: NodeFactSheet, queue: QueueFacts, elsewhere: dict[str, int]
                        "elsewhere.", ["mesh.message_load_balancing"], move)
     if path is None:
         down = [peer for peer in sheet.peers if peer.state == "down"]
-        links = "; ".join(f"the link with {peer.peer_name} is down for {_seconds(peer.for_s)}" for peer in down)
+        links = "; ".join(f"the link with {peer.peer_name} is down for {duration(peer.for_s)}" for peer in down)
         gave_up = settings.reconnect_attempts >= 0
         return finding(
             f"No path of links up leads from {sheet.name} to {mesh.name(target)}"
@@ -191,7 +199,7 @@ def _stranded(sheet: NodeFactSheet, queue: QueueFacts, elsewhere: dict[str, int]
                 f"backlog to {mesh.name(next_hop)} (which forwards it on), and raise mesh.max_hops to {hops} or "
                 "more there.", ["mesh.max_hops"], move)
     if link is not None and link.busy_for_s is not None:
-        return finding(f"{mesh.name(next_hop)} said its store is full {_seconds(link.busy_for_s)} ago: nothing is "
+        return finding(f"{mesh.name(next_hop)} said its store is full {duration(link.busy_for_s)} ago: nothing is "
                        "forwarded to it until it has room (its store.limit or store.max_disk_usage).",
                        ["store.limit", "store.max_disk_usage"], None)
     if heard and not queue.remote_dispatch:
@@ -199,14 +207,18 @@ def _stranded(sheet: NodeFactSheet, queue: QueueFacts, elsewhere: dict[str, int]
         key = queue.redistribution_key
         mode_text = (' with mesh.message_load_balancing = "OFF_WITH_REDISTRIBUTION" (a backlog moves only by '
                      "redistribution)") if mode == "OFF_WITH_REDISTRIBUTION" else ""
+        # Ending the hold lets the backlog follow the consumers by the mesh's own means.
+        release = _redistribute_remedy(sheet, queue)
         if delay < 0:
             return finding(f"{key} = -1 for {destination} on {sheet.name}{mode_text}: once its last local consumer "
-                           "left, its backlog is kept here for good, never redistributed.",
-                           [key, "mesh.message_load_balancing"] if mode_text else [key], move, "critical")
+                           "left, its backlog is kept here for good, never redistributed. Redistributing releases "
+                           "it now.", [key, "mesh.message_load_balancing"] if mode_text else [key], release,
+                           "critical")
         state = "is running" if queue.hold_pending else "has not released it"
         return finding(f"{key} = {delay} for {destination} on {sheet.name}{mode_text}: its last local consumer "
-                       f"left and the redistribution delay {state}; the backlog waits here until then.",
-                       [key, "mesh.message_load_balancing"] if mode_text else [key], move)
+                       f"left and the redistribution delay {state}; the backlog waits here until then, or until "
+                       "it is redistributed now.", [key, "mesh.message_load_balancing"] if mode_text else [key],
+                       release)
     return finding(f"{sheet.name} hears of the consumers and may forward to them, yet the backlog stays: the "
                    "consumers' selectors may match none of it, the link's window may be full, or the messages "
                    f"crossed {mesh.name(next_hop)} already (docs/doctor.md). A move hands it over.", [], move, "info")
@@ -231,7 +243,13 @@ def _move_remedy(sheet: NodeFactSheet, queue: QueueFacts, to_node: str, mesh: _M
     vhost = "" if queue.vhost == DEFAULT_VHOST else f" --vhost {queue.vhost}"
     return Remedy(label=f"move the backlog to {mesh.name(to_node)}",
                   command=f"meshgate move {queue.name} --node {sheet.name} --to-node {mesh.name(to_node)}{vhost}",
-                  request=_json(request))
+                  request=as_json(request))
+
+
+def _redistribute_remedy(sheet: NodeFactSheet, queue: QueueFacts) -> Remedy:
+    return Remedy(label="end the redistribution delay: the backlog follows the consumers now",
+                  command=f"meshgate redistribute {queue.name} --node {sheet.name}{vhost_option(queue.vhost)}",
+                  request=as_json(Redistribute(node=sheet.node, queue=queue.name, vhost=queue.vhost)))
 
 
 def _carries(addresses: list[str], destination: str) -> bool:
@@ -258,18 +276,18 @@ def _peer_findings(sheet: NodeFactSheet, thresholds: Thresholds) -> list[Finding
         if peer.in_doubt and peer.in_doubt_for_s is not None and peer.in_doubt_for_s >= thresholds.in_doubt_s:
             released_in = timeout_ms / 1000.0 - peer.in_doubt_for_s
             evidence = (f"{sheet.name} holds {peer.in_doubt} message(s) out of its queues for "
-                        f"{_seconds(peer.in_doubt_for_s)}, until {peer.peer_name} says whether it has them; "
+                        f"{duration(peer.in_doubt_for_s)}, until {peer.peer_name} says whether it has them; "
                         f"the link is {peer.state}"
-                        + (f" for {_seconds(peer.for_s)}" if peer.state == "down" else ""))
+                        + (f" for {duration(peer.for_s)}" if peer.state == "down" else ""))
             explanation = (f"They went to {peer.peer_name} as its link went: it may have them, so they wait for its "
                            f"answer or for mesh.in_doubt_timeout_ms = {timeout_ms}"
-                           + (f" (released in about {_seconds(released_in)})." if released_in > 0 else ".")
+                           + (f" (released in about {duration(released_in)})." if released_in > 0 else ".")
                            + (f" {peer.peer_name} is not heard of: if it is gone for good, forgetting it releases "
                               "them now." if forget else
                               " Bring the node back, or wait."))
-            findings.append(_finding("in_doubt_waiting", "warning", sheet, DEFAULT_VHOST, peer.peer,
+            findings.append(new_finding("in_doubt_waiting", "warning", sheet, DEFAULT_VHOST, peer.peer,
                                      f"{peer.in_doubt} message(s) held for {peer.peer_name} for "
-                                     f"{_seconds(peer.in_doubt_for_s)}", evidence, explanation,
+                                     f"{duration(peer.in_doubt_for_s)}", evidence, explanation,
                                      ["mesh.in_doubt_timeout_ms"], forget))
         kept = peer.backlog or peer.markers
         if peer.state == "down" and kept and (peer.departed or peer.for_s >= thresholds.in_doubt_s):
@@ -277,7 +295,7 @@ def _peer_findings(sheet: NodeFactSheet, thresholds: Thresholds) -> list[Finding
                                                f"{peer.markers} duplicate marker(s)" if peer.markers else "") if part)
             heard = not forgettable
             evidence = (f"{sheet.name} keeps {what} for {peer.peer_name}, whose link is down for "
-                        f"{_seconds(peer.for_s)}" + (f"; the mesh heard of it {_seconds(peer.heard_ago_s or 0)} ago"
+                        f"{duration(peer.for_s)}" + (f"; the mesh heard of it {duration(peer.heard_ago_s or 0)} ago"
                                                       if heard else "; the mesh no longer hears of it"))
             retention = ("mesh.peer_retention_s = 0: only meshgate forget lets it go" if retention_s == 0 else
                          f"mesh.peer_retention_s = {retention_s}: kept until it has not been heard of that long")
@@ -285,8 +303,8 @@ def _peer_findings(sheet: NodeFactSheet, thresholds: Thresholds) -> list[Finding
                            + ("It is still heard of through other nodes, so forget would be refused: bring its "
                               "link back." if heard else
                               "If it is gone for good, forget it: what was kept for it is dropped."))
-            findings.append(_finding("kept_for_departed", "info" if heard else "warning", sheet, DEFAULT_VHOST,
-                                     peer.peer, f"{what} kept for {peer.peer_name}, away for {_seconds(peer.for_s)}",
+            findings.append(new_finding("kept_for_departed", "info" if heard else "warning", sheet, DEFAULT_VHOST,
+                                     peer.peer, f"{what} kept for {peer.peer_name}, away for {duration(peer.for_s)}",
                                      evidence, explanation, ["mesh.peer_retention_s"],
                                      forget))
     return findings
@@ -294,7 +312,7 @@ def _peer_findings(sheet: NodeFactSheet, thresholds: Thresholds) -> list[Finding
 
 def _forget_remedy(peer: PeerFacts) -> Remedy:
     return Remedy(label=f"forget {peer.peer_name} (it is gone for good)", command=f"meshgate forget {peer.peer}",
-                  request=_json(Forget(forget=peer.peer)), confirm=True)
+                  request=as_json(Forget(forget=peer.peer)), confirm=True)
 
 
 # -- C. consumers holding unacked deliveries --------------------------------------------------
@@ -311,19 +329,19 @@ def _unacked(sheet: NodeFactSheet, thresholds: Thresholds) -> list[Finding]:
         count = sum(consumer.unacked for consumer in consumers)
         queues = sorted({consumer.queue for consumer in consumers})
         vhost = consumers[0].vhost
-        sampled = f" (sampled every {_seconds(sheet.sample_s)})" if sheet.sample_s else ""
+        sampled = f" (sampled every {duration(sheet.sample_s)})" if sheet.sample_s else ""
         evidence = (f"connection {connection} on {sheet.name} holds {count} unacked deliveries of "
-                    f"{', '.join('/queue/' + q for q in queues)}; the oldest unacked for {_seconds(oldest)} at least"
+                    f"{', '.join('/queue/' + q for q in queues)}; the oldest unacked for {duration(oldest)} at least"
                     + sampled)
         explanation = ("The client took these messages and neither acknowledged nor returned them: no other "
                        "consumer may have them while it holds them. Its prefetch (STOMP activemq.prefetchSize, AMQP "
                        "basic.qos) lets it hold this many. Closing the connection returns them, redelivered.")
         remedy = Remedy(label=f"close connection {connection}", command=f"meshgate close {connection} --node "
-                        f"{sheet.name}", request=_json(CloseConnection(node=sheet.node, connection=connection,
+                        f"{sheet.name}", request=as_json(CloseConnection(node=sheet.node, connection=connection,
                                                                        reason="closed by the doctor's remedy")),
                         confirm=True)
-        findings.append(_finding("unacked_old", "warning", sheet, vhost, connection,
-                                 f"connection {connection} holds {count} unacked deliveries for {_seconds(oldest)}",
+        findings.append(new_finding("unacked_old", "warning", sheet, vhost, connection,
+                                 f"connection {connection} holds {count} unacked deliveries for {duration(oldest)}",
                                  evidence, explanation, [], remedy))
     return findings
 
@@ -340,39 +358,6 @@ def _unanswered(missing: UnansweredNode) -> Finding:
                                "and what others wait for from it, is unknown to this diagnosis.")
 
 
-# -- helpers ---------------------------------------------------------------------------------
-
-
-def _finding(kind: str, severity: Severity, sheet: NodeFactSheet, vhost: str, subject: str, summary: str,
-             evidence: str, explanation: str, keys: list[str], remedy: Remedy | None) -> Finding:
-    return Finding(id=f"{kind}/{sheet.node[:8]}/{vhost}/{subject}", kind=kind, severity=severity, node=sheet.node,
-                   node_name=sheet.name, vhost=vhost, subject=subject, summary=summary, evidence=evidence,
-                   explanation=explanation, config_keys=keys, remedy=remedy)
-
-
-def _json(request: Request) -> dict[str, Any]:
-    encoded = msgspec.to_builtins(request)
-    return {key: value for key, value in encoded.items() if value is not None}
-
-
-def _list(values: list[str]) -> str:
-    return "[" + ", ".join(f'"{value}"' for value in values) + "]"
-
-
-def _age(milliseconds: int | None) -> str:
-    return _seconds((milliseconds or 0) / 1000.0)
-
-
-def _seconds(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
-
-
 # -- printing (meshgate doctor) ----------------------------------------------------------------
 
 
@@ -382,7 +367,8 @@ def format_diagnosis(report: DiagnosisReport) -> str:
     lines = [f"{len(report.findings)} finding(s) over {checked} node(s)"
              + (f"; {len(report.unanswered)} did not answer" if report.unanswered else "")]
     if not report.findings:
-        lines.append("nothing stuck: no backlog stranded, no old doubt, no old unacked delivery")
+        lines.append("nothing stuck: no backlog stranded, no old doubt, no old unacked delivery, no producer paused, "
+                     "no consumers stalled, no dead letters piling up, no durable subscription abandoned")
     for severity in SEVERITIES:
         findings = [finding for finding in report.findings if finding.severity == severity]
         if not findings:

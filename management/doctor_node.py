@@ -15,13 +15,16 @@ import msgspec
 from twisted.internet import defer, task
 
 from gateway.auth import destination_matcher
+from gateway.broker.producer_pauses import MAX_DISK_USAGE, MEMORY_LIMIT, STORE_LIMIT
 from management.doctor import Thresholds, diagnose
+from management.doctor_history import DeadLetterWindow, DetachedDurables, StalledConsumers
 from model.diagnosis import (
     ConsumerFacts,
     DiagnosisReport,
     MeshSettingsFacts,
     NodeFactSheet,
     PeerFacts,
+    ProducerFacts,
     QueueFacts,
     RedistributionRule,
     UnansweredNode,
@@ -53,6 +56,10 @@ class UnackedSampler:
         self._clock = clock
         self._heads: dict[_SubscriptionKey, tuple[str, float]] = {}
         self._loop: task.LoopingCall | None = None
+        # The other histories the doctor keeps, sampled on the same tick (doctor_history.py).
+        self.dead_letters = DeadLetterWindow()
+        self.durables = DetachedDurables()
+        self.stalls = StalledConsumers()
 
     def start(self, period: float = SAMPLE_S) -> None:
         loop = self._loop = task.LoopingCall(self._sample_and_go_on)
@@ -72,8 +79,12 @@ class UnackedSampler:
         # sample, not every later one.
         try:
             self.sample()
+            now, brokers = self._clock.seconds(), self._brokers()
+            self.dead_letters.sample(now, brokers)
+            self.durables.sample(now, brokers)
+            self.stalls.sample(now, brokers)
         except Exception:
-            log.exception("doctor: sampling unacked deliveries failed")
+            log.exception("doctor: sampling failed")
 
     def sample(self) -> None:
         now = self._clock.seconds()
@@ -110,10 +121,22 @@ class DoctorFacts:
     def collect(self) -> NodeFactSheet:
         state = self.state
         now = state.clock.seconds()
-        self.sampler.sample()  # an ask sees the heads as they are now, ages as the sampler kept them
+        sampler, brokers = self.sampler, self._brokers()
+        # An ask sees the heads, the detached durables and the stalls as they are now, ages as the
+        # sampler kept them.
+        sampler.sample()
+        sampler.durables.sample(now, brokers)
+        sampler.stalls.sample(now, brokers)
         return NodeFactSheet(node=state.node_id, name=state.name, taken_at=now, mesh=self._settings(),
                              queues=self._queues(), peers=self._peers(now), consumers=self._consumers(now),
-                             sample_s=self.sampler.period)
+                             sample_s=sampler.period, producers=self._producers(now),
+                             dead_letters=sampler.dead_letters.facts(now, brokers),
+                             durables=sampler.durables.facts(now, brokers, self._subscribed_elsewhere),
+                             stalled=sampler.stalls.facts(now, brokers))
+
+    def _subscribed_elsewhere(self, vhost: str, name: str) -> bool:
+        mesh = self.state.mesh
+        return mesh is not None and mesh.demand.durable_subscriber_at(name, vhost) is not None
 
     def _settings(self) -> MeshSettingsFacts | None:
         mesh = self.state.mesh
@@ -185,6 +208,25 @@ class DoctorFacts:
         return facts
 
 
+    def _producers(self, now: float) -> list[ProducerFacts]:
+        """The connections flow control pauses now, with how full their limit is."""
+        state = self.state
+        broker = state.broker  # the memory and the store are every vhost's
+        # The node's own limits, read now; a vhost's max_messages only its connections know.
+        node_limits = {MEMORY_LIMIT: f"the memory holds {broker.memory_used} of {broker.memory_limit} bytes",
+                       STORE_LIMIT: broker.store.blocked or "", MAX_DISK_USAGE: broker.store.blocked or ""}
+        facts = []
+        for vhost, vhost_broker in self._brokers().items():
+            for pause in list(vhost_broker.paused_producers.values()):
+                key = pause.limit_key
+                limit_state = node_limits.get(key) or (pause.limit_state() if pause.limit_state is not None else "")
+                facts.append(ProducerFacts(
+                    connection=pause.connection_name() or "(connecting)", protocol=pause.protocol,
+                    vhost=pause.vhost or vhost, limit_key=key, limit_state=limit_state,
+                    paused_for_s=max(0.0, now - pause.since)))
+        return facts
+
+
 def _redistribution_delay(config: Any, destination: str) -> tuple[int, str]:
     """The delay in force for ``destination`` and the key that sets it (as
     MeshConfig.redistribution_delay_for, naming the rule)."""
@@ -199,7 +241,8 @@ def _redistribution_delay(config: Any, destination: str) -> tuple[int, str]:
 def thresholds_of(request: Diagnosis) -> Thresholds:
     if request.older_than_s is not None:
         age = request.older_than_s
-        return Thresholds(waiting_s=age, in_doubt_s=age, unacked_s=age)
+        return Thresholds(waiting_s=age, in_doubt_s=age, unacked_s=age, paused_s=age, durable_gone_s=age,
+                          stalled_s=age)
     return Thresholds(waiting_s=request.waiting_s, in_doubt_s=request.in_doubt_s, unacked_s=request.unacked_s)
 
 

@@ -260,13 +260,14 @@ def format_browse(pages: list[BrowsePage], names: dict[str, str]) -> str:
 
 
 def format_done(done: list[Done], names: dict[str, str]) -> str:
-    verbs = {"purge": "purged", "delete_queue": "deleted", "move": "moved", "send": "sent",
+    verbs = {"purge": "purged", "delete_queue": "deleted", "move": "moved", "redistribute": "released", "send": "sent",
              "close_connection": "closed", "scale_down": "scaling down", "forget": "forgot",
              "define_queue": "defined", "delete_definition": "deleted the definition of"}
     lines = []
     for item in done:
         what = verbs.get(item.action, item.action)
-        count = f" {item.count} message(s) of" if item.action in ("purge", "delete_queue", "move") else ""
+        counted = item.action in ("purge", "delete_queue", "move", "redistribute")
+        count = f" {item.count} message(s) of" if counted else ""
         detail = f" {item.detail}" if item.detail else ""
         lines.append(f"{names.get(item.node, item.node[:8])}: {what}{count} {item.target}{detail}")
     return "\n".join(lines)

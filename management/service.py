@@ -67,7 +67,7 @@ REQUEST_TIMEOUT = 5.0  # seconds a node waits for another node's answer
 # The asked node does it (and tells the mesh).
 _ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition", "vhost_add", "vhost_limits",
                     "vhost_permissions_set", "vhost_permissions_clear")
-_COUNTED = ("purge", "delete_queue", "move", "send")
+_COUNTED = ("purge", "delete_queue", "move", "redistribute", "send")
 
 
 class ManagementService:
@@ -97,6 +97,7 @@ class ManagementService:
             "delete_queue": lambda r: actions.delete_queue(r.queue, r.vhost, r.cancel_consumers),
             "move": lambda r: actions.move(r.queue, r.to_queue, r.to_node, r.count, r.vhost),
             "pull": lambda r: actions.pull(r.queue, r.to_node, r.count, r.vhost),
+            "redistribute": lambda r: actions.redistribute(r.queue, r.vhost),
             "send": lambda r: actions.send(r.destination, r.body, r.headers, r.persistent, r.vhost),
             "close_connection": lambda r: actions.close_connection(r.connection, r.reason),
             "forget": lambda r: actions.forget(r.forget),

@@ -388,6 +388,31 @@ class Demand:
         queue.mesh.backlog = len(queue)
         queue.dispatch()
 
+    def redistribute_now(self, vhost: str, name: str) -> str | None:
+        """End the hold on a queue's backlog at once, as its delay running out would (the
+        ``redistribute`` request). Returns why it cannot be (None: done)."""
+        broker = self.vhosts.get(vhost)
+        queue = None if broker is None else broker.queues.get(name)
+        key = (vhost, name)
+        if queue is None:
+            return f"no queue {name!r} on this node"
+        if queue.consumers:
+            return (f"queue {name!r} has {len(queue.consumers)} consumer(s) on this node: they take its backlog, "
+                    "it is not held for redistribution")
+        mode = self.config.message_load_balancing
+        if mode in ("OFF", "STRICT"):
+            return (f'mesh.message_load_balancing = "{mode}" on this node: a backlog never follows consumers '
+                    "elsewhere; move it instead")
+        if not any(record.kind == QUEUE and record.address == name and record.vhost == vhost
+                   for peer in self.linked.values() for record in peer.demand):
+            return f"no other node is heard of with consumers of queue {name!r}: there is nowhere to send it"
+        if queue.mesh.remote_dispatch and key not in self._holds:
+            return f"queue {name!r} is not held: its backlog may follow consumers elsewhere already"
+        self._cancel_hold(key)
+        self._released.add(key)
+        self._redistribute(queue)
+        return None
+
     def hold_pending(self, vhost: str, name: str) -> bool:
         """Whether a redistribution delay is running for the queue (the doctor asks)."""
         return (vhost, name) in self._holds

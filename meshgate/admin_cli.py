@@ -50,6 +50,7 @@ from model.requests import (
     Nodes,
     Purge,
     Queues,
+    Redistribute,
     ReloadTls,
     Request,
     ScaleDownNode,
@@ -189,6 +190,10 @@ COMMANDS: dict[str, Command] = {
              lambda a: Move(node=a.node, queue=a.queue, to_queue=a.to_queue, to_node=a.to_node, count=a.count,
                             vhost=a.vhost),
              lambda r, names, a: fmt.format_done(r, names)),
+    "redistribute": ("end the redistribution delay holding a queue's backlog on a node: it follows consumers "
+                     "elsewhere now (needs admin)", ACTION, _queue_arg,
+                     lambda a: Redistribute(node=a.node, queue=a.queue, vhost=a.vhost),
+                     lambda r, names, a: fmt.format_done(r, names)),
     "send": ("send a test message (needs admin)", ACTION,
              lambda p: (p.add_argument("destination", type=_destination, help="/queue/NAME or /topic/NAME"),
                         p.add_argument("body"),
@@ -240,8 +245,8 @@ COMMANDS.update({
               lambda r, names, a: _format_vhost(r, names, a)),
 })
 # Commands about one vhost's queues or definitions: --vhost NAME (default /).
-IN_A_VHOST = ("stat", "queues", "browse", "purge", "delete", "move", "send", "definitions", "define-queue", "undefine",
-              "trace-next")
+IN_A_VHOST = ("stat", "queues", "browse", "purge", "delete", "move", "redistribute", "send", "definitions",
+              "define-queue", "undefine", "trace-next")
 COMMANDS["topology"] = ("the same as nodes",) + COMMANDS["nodes"][1:]
 COMMANDS["reload-tls"] = (
     "re-read the node's certificate, key and CA files, as SIGHUP does (needs admin)", ACTION, _no_args,

@@ -93,6 +93,63 @@ class ConsumerFacts(_Facts, kw_only=True):
     unacked_for_s: float | None = None
 
 
+class ProducerFacts(_Facts, kw_only=True):
+    """A client connection not read now because a limit is reached (flow control)."""
+
+    connection: str  # its id (meshgate connections)
+    protocol: str = ""
+    vhost: str = "/"
+    limit_key: str  # broker.memory_limit, store.limit, store.max_disk_usage or max_messages (the vhost's)
+    limit_state: str = ""  # how full that limit is now, in words
+    paused_for_s: float = 0.0  # how long it has not been read
+
+
+class DeadLetterFacts(_Facts, kw_only=True):
+    """A queue's dead-lettered and expired messages, and its depth, over the sampler's
+    window: where a dead-letter or expiry queue grows, and from which queues."""
+
+    vhost: str = "/"
+    name: str
+    over_s: float  # how long the window is (since the oldest sample kept)
+    depth: int = 0
+    depth_growth: int = 0  # messages more now than at the window's start (negative: fewer)
+    dead_lettered: int = 0  # of this queue's messages, sent to a dead-letter queue within the window
+    expired: int = 0  # of this queue's messages, expired within the window
+    dead_letter_queue: str = ""  # where this queue's dead letters go
+    expiry_queue: str = ""  # where its expired messages go ("": discarded)
+    max_delivery_attempts: int = 0
+    max_delivery_attempts_key: str = "broker.max_delivery_attempts"
+    message_ttl_ms: int | None = None  # the queue's own expiry for messages sent without one
+    is_target: bool = False  # it is a dead-letter or expiry queue (of the broker or of a queue)
+
+
+class DurableFacts(_Facts, kw_only=True):
+    """A durable topic subscription with no subscriber on this node."""
+
+    vhost: str = "/"
+    name: str  # client-id.subscription-name (meshgate undefine durable NAME)
+    topic: str
+    depth: int  # messages kept for it here
+    detached_for_s: float | None = None  # how long it has had no subscriber (None: unknown)
+    subscribed_elsewhere: bool = False  # its subscriber is connected to another node
+
+
+class StalledFacts(_Facts, kw_only=True):
+    """A queue with waiting messages whose local consumers all take no more, in every
+    sample for ``for_s``: each holds its prefetch unacked (``prefetch``), or each one's
+    socket is backed up (``unwritable``: the client reads slower than the node sends)."""
+
+    vhost: str = "/"
+    name: str
+    cause: str  # "prefetch" or "unwritable" (a str: a newer node may tell of another cause)
+    for_s: float  # since the first sample that saw it so (a lower bound)
+    depth: int
+    consumers: int
+    unacked: int = 0  # what they hold between them
+    prefetch: int = 0  # the largest window among them
+    connections: list[str] = []
+
+
 class NodeFactSheet(_Facts, kw_only=True):
     """What one node reports to the doctor (the ``node_facts`` answer)."""
 
@@ -104,6 +161,10 @@ class NodeFactSheet(_Facts, kw_only=True):
     peers: list[PeerFacts] = []
     consumers: list[ConsumerFacts] = []
     sample_s: float = 0.0  # how often unacked deliveries are sampled (0: only when asked)
+    producers: list[ProducerFacts] = []  # connections paused by flow control
+    dead_letters: list[DeadLetterFacts] = []  # queues dead-lettering or expiring, and their targets
+    durables: list[DurableFacts] = []  # durable subscriptions without a subscriber here
+    stalled: list[StalledFacts] = []  # queues whose consumers take no more
 
 
 class Remedy(_Facts, kw_only=True):

@@ -134,6 +134,16 @@ class Move(Request, kw_only=True, tag="move"):
     vhost: str = DEFAULT_VHOST  # to_queue is of the same vhost
 
 
+class Redistribute(Request, kw_only=True, tag="redistribute"):
+    """End the redistribution delay (mesh.redistribution_delay_ms, or ``-1``: never)
+    that holds the queue's backlog on this node: it follows the consumers on other
+    nodes now. Refused (``conflict``, saying why) while the queue has consumers here,
+    when no other node has consumers of it, or when nothing holds it."""
+
+    queue: str
+    vhost: str = DEFAULT_VHOST
+
+
 class Send(Request, kw_only=True, tag="send"):
     """Send a test message, as a client connected to the node would."""
 
@@ -321,12 +331,12 @@ class TraceNext(Request, kw_only=True, tag="trace_next"):
 
 
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
-              | Pull | Move | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue
+              | Pull | Move | Redistribute | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue
               | DeleteDefinition | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList
               | VhostPermissionsSet | VhostPermissionsClear | VhostPermissionsList
               | NodeFacts | Diagnosis | JourneySteps | TraceNext)
-ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "send", "close_connection", "forget",
-                           "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
+ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "redistribute", "send", "close_connection",
+                           "forget", "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
                            "vhost_permissions_clear",
                            "journey_steps", "trace_next"})
@@ -349,6 +359,7 @@ RESULT_TYPES: dict[str, Any] = {
     "delete_queue": list[Done],
     "pull": list[Done],
     "move": list[Done],
+    "redistribute": list[Done],
     "send": list[Done],
     "close_connection": list[Done],
     "forget": Done,

@@ -25,6 +25,7 @@ from gateway.auth import ANONYMOUS
 from gateway.broker.errors import BrokerError
 from gateway.broker.exchanges import TOPIC_EXCHANGE
 from gateway.broker.message import MESSAGE_OVERHEAD, Message
+from gateway.broker.producer_pauses import MAX_MESSAGES, MEMORY_LIMIT, max_messages_state, store_limit_key
 from gateway.broker.queue import Queue, Subscription, dispatch_held
 from gateway.permissions import amqp_needs
 from model.mesh import ChannelSummary
@@ -77,7 +78,7 @@ class Channel:
         if waiting is not None:  # a method's answer comes from other nodes: later methods wait behind it
             waiting.append(command)
             if len(waiting) >= WAITING_LIMIT:  # a client that goes on sending is not read until the answer
-                self.connection.pause_reading(self._when_answered, blocked=False)
+                self.connection.pause_reading(self._when_answered)  # ahead of its answers: no limit reached
             return
         if self.closing:
             # After our channel.close only its close_ok counts.
@@ -322,11 +323,14 @@ class Channel:
         if confirms is not None:
             confirms.published(store.position != before)
         connection = self.connection
-        if broker.memory_full or (publish.persistent and store.blocked is not None):
-            connection.pause_reading(store.when_room if store.blocked is not None and not broker.memory_full
-                                     else broker.when_memory_available)
+        if broker.memory_full:
+            connection.pause_reading(broker.when_memory_available, MEMORY_LIMIT)
+        elif publish.persistent and store.blocked is not None:
+            connection.pause_reading(store.when_room, store_limit_key(store.blocked))
         elif self._stored is not None and self._stored.full:
-            connection.pause_reading(self._stored.when_below)  # its vhost holds max_messages: until one goes
+            # Its vhost holds max_messages: until one goes.
+            connection.pause_reading(self._stored.when_below, MAX_MESSAGES,
+                                     max_messages_state(connection.vhost, self._stored))
 
     def method_confirm_select(self, args, command: Command) -> None:
         if self.transactional:
@@ -375,7 +379,7 @@ class Channel:
         self._tx_bytes += size
         broker.reserve_memory(size)
         if broker.memory_full and not broker.memory.held_mostly_by(self._tx_bytes):
-            self.connection.pause_reading(broker.when_memory_available)
+            self.connection.pause_reading(broker.when_memory_available, MEMORY_LIMIT)
 
     def _release_tx(self) -> None:
         if self._tx_bytes:

@@ -11,6 +11,7 @@ bounded, and rate-limited per peer address."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from twisted.internet import interfaces
 from twisted.internet.protocol import Protocol
@@ -26,6 +27,7 @@ from gateway.amqp.reader import Command, ContentRefused, FrameReader, Heartbeat,
 from gateway.amqp.spec import AmqpError
 from gateway.auth import Principal
 from gateway.broker.broker import Broker
+from gateway.broker.producer_pauses import ProducerPause
 from gateway.broker.session import ConnectionInfo, Session
 from gateway.hostile_log import quote
 from gateway.transport import Transport
@@ -111,6 +113,8 @@ class AmqpProtocol(Protocol):
         for channel in list(self.channels.values()):
             channel.closed()
         self.channels.clear()
+        if self._reading_paused:  # only channels pause it, so it has chosen its vhost's broker
+            self.broker.paused_producers.pop(self, None)
         if self.session is not None:  # connection.open chose its vhost
             self.session.close()
             self.lifetimes.connection_gone(self)
@@ -346,20 +350,27 @@ class AmqpProtocol(Protocol):
             self._sent = True
             self.transport.write(b"".join(held))
 
-    def pause_reading(self, until, blocked: bool = True) -> None:
+    def pause_reading(self, until, limit_key: str | None = None,
+                      limit_state: Callable[[], str] | None = None) -> None:
         """Stop reading the client (a producer the broker cannot take from now) until
-        ``until`` calls back; it hears connection.blocked meanwhile, unless not
-        ``blocked`` (no resource is short: it is sending ahead of its answers)."""
+        ``until`` calls back. ``limit_key`` is the limit that is reached
+        (gateway/broker/producer_pauses.py): the client hears connection.blocked, and the
+        doctor is told. None: no resource is short, it is sending ahead of its answers."""
         if not self._reading_paused:
             self._reading_paused = True
             self.transport.pauseProducing()
-            if blocked:
+            if limit_key is not None:
+                broker = self.broker
+                broker.paused_producers[self] = ProducerPause(
+                    limit_key=limit_key, since=self.clock.seconds(), protocol="amqp",
+                    vhost=self.vhost, connection_name=lambda: self.name, limit_state=limit_state)
                 self.set_blocked(True)
             until(self._resume_reading)
 
     def _resume_reading(self) -> None:
         if self._reading_paused and self.state != "closed":
             self._reading_paused = False
+            self.broker.paused_producers.pop(self, None)
             self.set_blocked(False)
             self.transport.resumeProducing()
 

@@ -18,6 +18,7 @@ from gateway.broker.links import BrokerLinks
 from gateway.broker.memory import MemoryBudget
 from gateway.broker.message import Message
 from gateway.broker.names import check_name
+from gateway.broker.producer_pauses import ProducerPause
 from gateway.broker.queue import Queue, TopicBinding
 from gateway.broker.recovery import RecoveringMixin
 from gateway.broker.routing import TEMP, RoutingMixin
@@ -96,6 +97,9 @@ class Broker(RoutingMixin, RecoveringMixin, DefiningMixin):
         # handler gets the request and the sender's session (None if it came over a link).
         self.services: dict[str, Callable[[Message, Session | None], None]] = {}
         self.sessions: dict[str, Session] = {}  # open sessions by name (clients and mesh links)
+        # Producers' connections not read now, by connection object, with the limit that
+        # paused them (set and cleared by the protocol adapters at pause and resume only).
+        self.paused_producers: dict[object, ProducerPause] = {}
         # Store records under keys the core does not own (the mesh's duplicate
         # markers), handed over at recovery: key prefix -> handler.
         self.foreign_records: dict[str, Callable[[str, Message], None]] = {}

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shlex
+import threading
+import time
 
 from e2e_support import HOST, manage_result, run_meshgate, unique
 from mesh_support import mesh_fixture, send_many, wait_until  # noqa: F401  (the fixture)
@@ -94,3 +96,109 @@ def test_messages_in_doubt_for_a_crashed_node_are_found_and_released_by_forget(m
     assert forgot.returncode == 0, forgot.stderr
     wait_until(lambda: manage_result(a.stomp, Queues(name=queue))[0].depth == 5, "the doubts to be released")
     assert findings(a, "in_doubt_waiting", in_doubt_s=0) == []
+
+
+def test_a_producer_paused_by_the_store_limit_is_found_with_the_key_to_raise(mesh):
+    """store.limit is tiny: a producer of persistent messages nobody consumes is no longer
+    read. The doctor names its connection, store.limit and the queue to drain; a consumer
+    makes room and the finding goes."""
+    (a,) = mesh(1, sets=["store.journal_file_size=128KiB", "store.limit=1MiB"])
+    queue = unique("paused")
+    producer = a.client()
+    body = "x" * 32 * 1024
+
+    def send() -> None:  # past the limit the node stops reading: sendall waits, so in a thread of its own
+        for i in range(80):  # 2.5 MiB for a 1 MiB store
+            producer.send("/queue/" + queue, body, receipt=f"p{i}", wait=False, persistent="true")
+
+    threading.Thread(target=send, daemon=True).start()
+    wait_until(lambda: findings(a, "producers_paused", older_than_s=0), "the doctor to see the paused producer",
+               timeout=30)
+    (finding,) = findings(a, "producers_paused", older_than_s=0)
+    assert finding.config_keys == ["store.limit"] and "raise store.limit" in finding.explanation, finding
+    assert "the journal reached store.limit" in finding.evidence and f"/queue/{queue} (" in finding.evidence
+    assert finding.remedy is None
+    assert findings(a, "producers_paused") == []  # younger than the default minute
+
+    a.subscriber("/queue/" + queue)  # drains: the store shrinks, the producer is read again
+    wait_until(lambda: not findings(a, "producers_paused", older_than_s=0), "the pause to end", timeout=30)
+
+
+def test_expiring_messages_and_the_growing_expiry_queue_are_found(mesh):
+    """Messages nobody takes expire (the sweep runs every 5 s) into broker.expiry_queue:
+    the doctor reports the queue they expire from and the expiry queue that grows, and
+    offers to browse it."""
+    expiry = unique("expired")
+    (a,) = mesh(1, sets=[f"broker.expiry_queue={expiry}"])
+    queue = unique("expiring")
+    expires = str(int(time.time() * 1000) + 200)
+    send_many(a.client(), "/queue/" + queue, [f"e{i}" for i in range(4)], headers={"expires": expires})
+    wait_until(lambda: findings(a, "dlq_growing"), "the expiry queue to grow", timeout=20)
+    (growing,) = findings(a, "dlq_growing")
+    assert growing.subject == expiry and f"/queue/{queue} (4 expired)" in growing.evidence, growing
+    assert growing.remedy is not None and growing.remedy.command == f"meshgate browse {expiry} --node A"
+    browsed = cli(a, *shlex.split(growing.remedy.command)[1:])
+    assert browsed.returncode == 0 and "e0" in browsed.stdout, browsed.stdout
+    (expiring,) = findings(a, "expiring")
+    assert expiring.subject == queue and expiring.severity == "info" and "4 message(s)" in expiring.evidence
+
+
+def test_an_abandoned_durable_subscription_is_found_and_deleted_by_the_remedy(mesh):
+    """A durable subscriber goes away and its topic goes on: the doctor (with no grace
+    period here) reports what is kept for it, and its remedy deletes the subscription."""
+    (a,) = mesh(1)
+    topic = "/topic/" + unique("audit")
+    client_id = unique("app")
+    subscriber = a.client(headers={"client-id": client_id})
+    subscriber.subscribe(topic, id="d", headers={"activemq.subscriptionName": "s"})
+    producer = a.client()
+    send_many(producer, topic, ["while here"])
+    subscriber.listener.wait_for(1)
+    subscriber.disconnect()
+    send_many(producer, topic, [f"away-{i}" for i in range(3)])
+    assert findings(a, "durable_abandoned") == []  # gone for less than the default hour
+
+    (finding,) = findings(a, "durable_abandoned", older_than_s=0)
+    assert client_id in finding.subject and "keeps 3 message(s)" in finding.evidence, finding
+    assert finding.remedy is not None and finding.remedy.confirm
+    deleted = cli(a, *shlex.split(finding.remedy.command)[1:])
+    assert deleted.returncode == 0, deleted.stderr
+    assert findings(a, "durable_abandoned", older_than_s=0) == []
+
+
+def test_a_backlog_behind_a_full_prefetch_is_found(mesh):
+    """A client-ack consumer with a prefetch of 2 that does not ack: the rest of the
+    queue waits, and the doctor says the consumers' prefetch holds it."""
+    (a,) = mesh(1)
+    queue = unique("bound")
+    holder = a.client()
+    holder.subscribe("/queue/" + queue, ack="client-individual", headers={"activemq.prefetchSize": "2"})
+    send_many(a.client(), "/queue/" + queue, [f"b{i}" for i in range(10)])
+    holder.listener.wait_for(2)
+    assert findings(a, "prefetch_bound") == []  # not for a minute yet
+    (finding,) = findings(a, "prefetch_bound", older_than_s=0)
+    assert finding.subject == queue and "holds 8 waiting message(s)" in finding.evidence, finding
+    assert "hold 2 unacked deliveries" in finding.evidence and finding.config_keys == ["broker.default_prefetch"]
+
+
+def test_a_backlog_held_by_a_redistribution_delay_is_released_by_the_remedy(mesh):
+    """OFF_WITH_REDISTRIBUTION with a 10-minute delay: what is sent on A waits there while
+    B has a consumer. The doctor names the delay's key and offers redistribute, which
+    sends the backlog to B at once; asked again, it is refused, saying why."""
+    a, b = mesh(2, load_balancing="OFF_WITH_REDISTRIBUTION", extra="redistribution_delay_ms = 600000")
+    queue = unique("held")
+    consumer = b.subscriber("/queue/" + queue)
+    b.fence("/queue/" + queue, consumer, "fenceB")
+    time.sleep(0.5)  # B's demand reaches A in milliseconds
+    sent = send_many(a.client(), "/queue/" + queue, [f"h{i}" for i in range(10)])
+    wait_until(lambda: findings(a, "stranded_backlog", older_than_s=0), "the doctor to see the held backlog")
+    (finding,) = findings(a, "stranded_backlog", older_than_s=0)
+    assert finding.config_keys == ["mesh.redistribution_delay_ms", "mesh.message_load_balancing"], finding
+    assert finding.remedy is not None and finding.remedy.command == f"meshgate redistribute {queue} --node A"
+
+    released = cli(b, *shlex.split(finding.remedy.command)[1:])
+    assert released.returncode == 0 and f"released 10 message(s) of /queue/{queue}" in released.stdout, released
+    got = [message.body for message in consumer.listener.wait_for(len(sent) + 1, timeout=20)]
+    assert sorted(body for body in got if body in sent) == sorted(sent)
+    again = cli(a, *shlex.split(finding.remedy.command)[1:])
+    assert again.returncode != 0 and "is not held" in again.stdout + again.stderr, again
