@@ -92,7 +92,7 @@ class LocalActions(PermissionActions):
         if tracer is None:
             raise ManagementError("conflict", "this node records no journeys ([journeys] enabled = false)",
                                   self.node_id)
-        tracer.arm(destination, every, count, seconds)
+        tracer.arm(kind, name, every, count, seconds)
         if count == 0:
             return self._done("trace_next", destination, 0, "tracing stopped")
         which = "every message" if every == 1 else f"one message in {every}"

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gateway.broker.queue import Queue, Subscription
     from gateway.broker.session import Session
 
+_ARMABLE = {"": "queue", "amq.topic": "topic"}  # the exchanges an arm's destination names, and as what
 STOMP_HEADER = "trace"  # a STOMP SEND's header asking for its journey
 AMQP_HEADER = "x-trace"  # an AMQP publish's headers-table entry asking for it
 
@@ -66,7 +67,7 @@ class Tracer:
         self.seconds = seconds
         self.vhost = vhost
         self._seq = seq if seq is not None else itertools.count(1)
-        self.armed: dict[str, Arm] = {}
+        self.armed: dict[str, dict[str, Arm]] = {}  # kind -> address -> arm; empty when none
 
     def for_vhost(self, vhost: str) -> Tracer:
         """The tracer of vhost ``vhost``'s broker: its records name the vhost."""
@@ -74,49 +75,60 @@ class Tracer:
 
     # -- the decision, at receive ----------------------------------------------------------
 
-    def arm(self, destination: str, every: int, count: int | None, seconds: float) -> None:
-        """Trace every ``every``-th message sent to ``destination`` from now, ``count`` at most,
-        for ``seconds``; a ``count`` of 0 stops it."""
-        if count == 0:
-            self.armed.pop(destination, None)
+    def arm(self, kind: str, address: str, every: int, count: int | None, seconds: float) -> None:
+        """Trace every ``every``-th message of ``kind`` ("queue", "topic") sent to ``address``
+        from now, ``count`` at most, for ``seconds``; a ``count`` of 0 stops it."""
+        if count:
+            self.armed.setdefault(kind, {})[address] = Arm(every, count, self.seconds() + seconds)
+        elif count is None:
+            self.armed.setdefault(kind, {})[address] = Arm(every, None, self.seconds() + seconds)
         else:
-            self.armed[destination] = Arm(every, count, self.seconds() + seconds)
+            self._disarm(kind, address)
 
-    def _asked_for(self, destination: str) -> bool:
-        """Whether the arm of ``destination`` (if any) takes this message, counting it."""
-        arm = self.armed.get(destination)
+    def _disarm(self, kind: str, address: str) -> None:
+        arms = self.armed.get(kind)
+        if arms is not None:
+            arms.pop(address, None)
+            if not arms:
+                del self.armed[kind]  # none left: the receive path's truth test is False again
+
+    def _asked_for(self, kind: str, address: str) -> bool:
+        """Whether the arm of the destination (if any) takes this message, counting it. The
+        messages it skips pay two dictionary lookups and a modulo: a 1 % sample stays cheap."""
+        arms = self.armed.get(kind)
+        arm = arms.get(address) if arms is not None else None
         if arm is None:
-            return False
-        if self.seconds() > arm.until:
-            del self.armed[destination]
             return False
         arm.seen += 1
         if arm.seen % arm.every:
             return False
+        if self.seconds() > arm.until:  # looked at only when it would trace: it may run past its end unseen
+            self._disarm(kind, address)
+            return False
         if arm.left is not None:
             arm.left -= 1
             if arm.left <= 0:
-                del self.armed[destination]
+                self._disarm(kind, address)
         return True
 
     def sent(self, message: Message, session: Session | None, from_id: str | None) -> None:
         """A STOMP SEND (or a management send, or a dead-letter) became ``message``:
         traced if its ``trace`` header asks, if it is made from a traced message
         (``from_id``), or if its destination is armed."""
-        destination = f"/{message.kind}/{message.address}"
         if from_id is None and not asks_trace(message.headers.get(STOMP_HEADER)) and not (
-                self.armed and self._asked_for(destination)):
+                self.armed and self._asked_for(message.kind, message.address)):
             return
-        self._received(message, session, from_id, destination, None, None)
+        self._received(message, session, from_id, f"/{message.kind}/{message.address}", None, None)
 
     def published(self, message: Message, session: Session | None, from_id: str | None, exchange: str,
                   routing_key: str) -> None:
         """An AMQP publish (or a dead-letter through an exchange) became ``message``, before
-        it is copied into its queues (the copies keep its class)."""
-        destination = f"/exchange/{exchange}/{routing_key}" if exchange else f"/queue/{routing_key}"
+        it is copied into its queues (the copies keep its class). An arm takes what goes
+        through the default exchange (to a queue) and amq.topic (to a topic)."""
         if from_id is None and not asks_trace(message.headers.get(AMQP_HEADER)) and not (
-                self.armed and self._asked_for(destination if exchange != "amq.topic" else f"/topic/{routing_key}")):
+                self.armed and exchange in _ARMABLE and self._asked_for(_ARMABLE[exchange], routing_key)):
             return
+        destination = f"/exchange/{exchange}/{routing_key}" if exchange else f"/queue/{routing_key}"
         self._received(message, session, from_id, destination, exchange, routing_key)
 
     def _received(self, message: Message, session: Session | None, from_id: str | None, destination: str,
