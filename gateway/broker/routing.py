@@ -47,8 +47,11 @@ class RoutingMixin:
         message = Message(self.next_message_id(), kind, address, headers, body, persistent, priority, expires)
         message.created = (session.received_at if session is not None else 0.0) or self.seconds()
         tracer = self.tracer
-        if tracer is not None and (from_id is not None or "trace" in headers or tracer.armed):  # the decision, once
-            tracer.sent(message, session, from_id)
+        if tracer is not None:  # the decision, once (gateway.broker.tracing)
+            if from_id is not None or "trace" in headers:
+                tracer.sent(message, session, from_id)
+            elif tracer.armed:
+                tracer.sample(message, session)
         return message if self.route(message, session) else None
 
     def publish(self: BrokerCore, exchange: str, routing_key: str, headers: dict[str, str], body: bytes,

@@ -43,12 +43,13 @@ class JourneySink(Protocol):
 
 class Arm:
     """Tracing asked for a destination (management ``trace_next``): every ``every``-th
-    message sent to it, ``left`` more at most (None: no limit), until ``until``."""
+    message sent to it (``countdown`` to the next), ``left`` more at most (None: no
+    limit), until ``until``."""
 
-    __slots__ = ("every", "left", "until", "seen")
+    __slots__ = ("every", "countdown", "left", "until")
 
     def __init__(self, every: int, left: int | None, until: float) -> None:
-        self.every, self.left, self.until, self.seen = every, left, until, 0
+        self.every, self.countdown, self.left, self.until = every, every, left, until
 
 
 class Tracer:
@@ -92,16 +93,9 @@ class Tracer:
             if not arms:
                 del self.armed[kind]  # none left: the receive path's truth test is False again
 
-    def _asked_for(self, kind: str, address: str) -> bool:
-        """Whether the arm of the destination (if any) takes this message, counting it. The
-        messages it skips pay two dictionary lookups and a modulo: a 1 % sample stays cheap."""
-        arms = self.armed.get(kind)
-        arm = arms.get(address) if arms is not None else None
-        if arm is None:
-            return False
-        arm.seen += 1
-        if arm.seen % arm.every:
-            return False
+    def _takes(self, arm: Arm, kind: str, address: str) -> bool:
+        """The arm's turn has come (its countdown reached 0): whether it still runs."""
+        arm.countdown = arm.every
         if self.seconds() > arm.until:  # looked at only when it would trace: it may run past its end unseen
             self._disarm(kind, address)
             return False
@@ -112,22 +106,44 @@ class Tracer:
         return True
 
     def sent(self, message: Message, session: Session | None, from_id: str | None) -> None:
-        """A STOMP SEND (or a management send, or a dead-letter) became ``message``:
-        traced if its ``trace`` header asks, if it is made from a traced message
-        (``from_id``), or if its destination is armed."""
-        if from_id is None and not asks_trace(message.headers.get(STOMP_HEADER)) and not (
-                self.armed and self._asked_for(message.kind, message.address)):
+        """A STOMP SEND (or a management send, or a dead-letter) with a ``trace`` header, or
+        made from a traced message (``from_id``), became ``message``: traced if the header
+        says true, or if it is made from a traced message."""
+        if from_id is not None or asks_trace(message.headers.get(STOMP_HEADER)):
+            self._received(message, session, from_id, f"/{message.kind}/{message.address}", None, None)
+
+    def sample(self, message: Message, session: Session | None) -> None:
+        """A STOMP SEND without the header while arms are set: traced when its destination's
+        arm says so. The messages an arm skips pay two dictionary lookups and a decrement."""
+        kind = message.kind
+        arms = self.armed.get(kind)
+        if arms is None:
             return
-        self._received(message, session, from_id, f"/{message.kind}/{message.address}", None, None)
+        address = message.address
+        arm = arms.get(address)
+        if arm is None:
+            return
+        arm.countdown -= 1
+        if not arm.countdown and self._takes(arm, kind, address):
+            self._received(message, session, None, f"/{kind}/{address}", None, None)
 
     def published(self, message: Message, session: Session | None, from_id: str | None, exchange: str,
                   routing_key: str) -> None:
         """An AMQP publish (or a dead-letter through an exchange) became ``message``, before
-        it is copied into its queues (the copies keep its class). An arm takes what goes
-        through the default exchange (to a queue) and amq.topic (to a topic)."""
-        if from_id is None and not asks_trace(message.headers.get(AMQP_HEADER)) and not (
-                self.armed and exchange in _ARMABLE and self._asked_for(_ARMABLE[exchange], routing_key)):
-            return
+        it is copied into its queues (the copies keep its class): traced if its ``x-trace``
+        entry says true, or if it is made from a traced message, or when the arm of its
+        destination says so (the default exchange's queue, amq.topic's topic)."""
+        if from_id is None and not asks_trace(message.headers.get(AMQP_HEADER)):
+            kind = _ARMABLE.get(exchange) if self.armed else None
+            if kind is None:
+                return
+            arms = self.armed.get(kind)
+            arm = arms.get(routing_key) if arms is not None else None
+            if arm is None:
+                return
+            arm.countdown -= 1
+            if arm.countdown or not self._takes(arm, kind, routing_key):
+                return
         destination = f"/exchange/{exchange}/{routing_key}" if exchange else f"/queue/{routing_key}"
         self._received(message, session, from_id, destination, exchange, routing_key)
 
