@@ -4,7 +4,8 @@ message sent on A goes to a consumer on B that leaves without acking; B redistri
 to a consumer on C, which acks it. The page lists its steps in the API's causal order,
 draws its two hops A → B → C on the mesh (numbered), marks A (received) and C (acked);
 an untraced id is explained; a viewer is told the page is for admins; the queue page's
-browse list links each message id to the page.
+browse list links each message id to the page (a queue named with HTML shows as
+text).
 The screenshot is docs/console/message.png (``MESHGATE_SCREENSHOTS=docs/console``)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tests.console import test_browser as browser_tests
 console, browser, page, shot = browser_tests.console, browser_tests.browser, browser_tests.page, browser_tests.shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+HOSTILE = "<img src=x onerror=window.pwned=1><b>bold</b>"
 
 
 def _demand_seen(page, mesh, on: str, queue: str) -> None:
@@ -100,7 +102,7 @@ def test_the_message_page_draws_a_redistributed_messages_path_and_lists_its_step
 
 
 def test_the_queue_pages_browse_list_links_to_a_messages_journey(page, console, mesh):
-    queue = unique("waiting")
+    queue = unique("waiting") + HOSTILE
     producer = mesh.b.client()
     try:
         producer.send(f"/queue/{queue}", "traced, waiting", headers={"trace": "true"}, receipt=True)
@@ -118,13 +120,16 @@ def test_the_queue_pages_browse_list_links_to_a_messages_journey(page, console, 
     assert listed == [("B", "received"), ("B", "queued")], listed
     assert page.locator("#graph").get_attribute("data-hops") == "0"
     assert "stayed on B" in page.locator("#path-summary").inner_text()
+    assert rows.first.locator("td").nth(4).inner_text().startswith(f"to /queue/{queue} · STOMP")  # as text
+    assert page.evaluate("window.pwned") is None and page.locator("#steps b").count() == 0
 
 
 def test_a_viewer_is_told_journeys_are_for_admins(browser, console):
     console.add_user("vera", "vera-secret-1")
     viewer = browser_tests.signed_in(browser, console, "vera", "vera-secret-1")
     try:
-        viewer.goto(console.url + "/messages/x-1-1/")
+        viewer.goto(console.url + "/messages/?id=x-1-1")  # the lookup form without script
+        viewer.wait_for_url(console.url + "/messages/x-1-1/")
         assert "admins only" in viewer.locator("#admins-only").inner_text()
         assert viewer.locator("#graph").count() == 0
         assert not viewer.errors, viewer.errors
