@@ -18,4 +18,6 @@ urlpatterns = [
     path("events/", views.page("events"), name="events"),
     path("vhosts/", views.page("vhosts"), name="vhosts"),
     path("doctor/", views.page("doctor"), name="doctor"),
+    path("messages/", views.message, name="messages"),
+    path("messages/<str:message_id>/", views.message, name="message"),
 ]

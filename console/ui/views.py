@@ -6,7 +6,8 @@ from __future__ import annotations
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import LoginView
 from django.http import JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.csrf import ensure_csrf_cookie
 
 from console.api.permissions import is_admin
@@ -15,7 +16,7 @@ from console.ui import throttle
 TITLES = {
     "overview": "Overview", "topology": "Topology", "queues": "Queues", "queue": "Queue", "definitions": "Definitions",
     "redistribution": "Redistribution", "connections": "Connections", "links": "Links", "events": "Events",
-    "vhosts": "Vhosts", "doctor": "Doctor",
+    "vhosts": "Vhosts", "doctor": "Doctor", "message": "Message",
 }
 
 
@@ -29,6 +30,18 @@ def page(name: str):
 
     view.__name__ = f"{name}_page"
     return view
+
+
+_message_page = page("message")
+
+
+def message(request, message_id: str = ""):
+    """A message's journey (admin; a viewer is told so by the page). ``?id=`` (the lookup
+    form without script) goes to the id's own address."""
+    asked = request.GET.get("id", "").strip()
+    if asked and request.user.is_authenticated:
+        return redirect(reverse("ui:message", args=[asked]))
+    return _message_page(request, message_id=message_id)
 
 
 class SignIn(LoginView):

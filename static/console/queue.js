@@ -319,6 +319,8 @@
       el("button", { class: "small", onclick: loadBrowse, title: "read again" }, "Refresh"));
     browseList.replaceChildren(MG.table([
       { label: "#", num: true, value: (m) => fmt.n(page.offset + page.messages.indexOf(m) + 1) },
+      { label: "Id", title: "its journey, if it was traced", value: (m) => el("a", { class: "mono message-link",
+        href: "/messages/" + encodeURIComponent(m.id) + "/", title: "where it went (if traced)" }, m.id) },
       { label: "Age", num: true, value: (m) => fmt.duration(m.age_ms) },
       { label: "Size", num: true, value: (m) => fmt.bytes(m.size) },
       { label: "Flags", value: (m) => el("span", { class: "note" }, [m.persistent ? "persistent" : "transient",

@@ -1,6 +1,7 @@
 // Topology: the nodes and links as a graph (cytoscape), updated in place from the "mesh"
 // updates; redistribution events flash the link they crossed. Clicking a node shows its
-// partial queues, links and subscriptions in the side panel (nodes/<id>).
+// partial queues, links and subscriptions in the side panel (nodes/<id>). The graph's
+// styles and layout are graph.js's, shared with the Message page.
 "use strict";
 
 (function () {
@@ -8,7 +9,6 @@
   const POSITIONS_KEY = "meshgate.topology.positions";
   const FLOW_LENGTH = 12;  // redistribution events listed under the graph
   const CERTIFICATE_WARNING_DAYS = 14;  // as the node's certificate_expiring event
-  const STATE_COLORS = { up: "#1f9d55", down: "#d63b3b", leaving: "#c98a06", silent: "#98a2b3" };
   const side = document.getElementById("side");
   const summary = document.getElementById("summary");
   const flow = document.getElementById("flow");
@@ -17,31 +17,12 @@
   let selected = new URLSearchParams(window.location.search).get("node");  // a node id or name
   let dashOffset = 0;
 
-  const cy = window.cytoscape({
-    container: document.getElementById("graph"),
-    minZoom: 0.3,
-    maxZoom: 2.5,
-    boxSelectionEnabled: false,
-    style: [
-      { selector: "node", style: {
-        label: "data(label)", "text-wrap": "wrap", "text-valign": "bottom", "text-margin-y": 6,
-        "font-size": 13, "font-weight": 600, color: "#1c2430", width: 46, height: 46,
-        "background-color": (node) => STATE_COLORS[node.data("state")] || STATE_COLORS.silent,
-        "border-width": 3, "border-color": "#ffffff", "text-background-color": "#fbfcfd",
-        "text-background-opacity": 0.85, "text-background-padding": 2,
-      } },
-      { selector: "node:selected", style: { "border-color": "#2f6fde", "border-width": 5 } },
-      { selector: "node.flash", style: { "border-color": "#e67e22", "border-width": 6 } },
-      { selector: "edge", style: {
-        width: "data(width)", "line-color": "#9aa9bf", "curve-style": "bezier", label: "data(label)",
-        "text-wrap": "wrap", "font-size": 11.5, color: "#344054", "text-background-color": "#ffffff",
-        "text-background-opacity": 0.9, "text-background-padding": 2,
-      } },
-      { selector: "edge[rate > 0]", style: { "line-color": "#2f6fde", "line-style": "dashed", "line-dash-pattern": [9, 5] } },
-      { selector: "edge[state = \"down\"]", style: { "line-color": "#d63b3b", "line-style": "dotted", color: "#b42318" } },
-      { selector: "edge.flash", style: { "line-color": "#e67e22", "transition-property": "line-color", "transition-duration": "0.4s" } },
-    ],
-  });
+  const cy = MG.graph.create(document.getElementById("graph"), [
+    { selector: "node.flash", style: { "border-color": "#e67e22", "border-width": 6 } },
+    { selector: "edge[rate > 0]", style: { "line-color": "#2f6fde", "line-style": "dashed", "line-dash-pattern": [9, 5] } },
+    { selector: "edge[state = \"down\"]", style: { "line-color": "#d63b3b", "line-style": "dotted", color: "#b42318" } },
+    { selector: "edge.flash", style: { "line-color": "#e67e22", "transition-property": "line-color", "transition-duration": "0.4s" } },
+  ]);
 
   function savedPositions() {
     try {
@@ -92,27 +73,10 @@
 
   // Place the new nodes with a force layout that leaves the others where they are.
   function layoutAround(newNodes, first) {
-    const keep = cy.nodes().not(newNodes);
-    keep.lock();
-    cy.layout({
-      name: "cose", randomize: first, animate: false, fit: false, idealEdgeLength: () => 220,
-      edgeElasticity: () => 100, nodeRepulsion: () => 4000000, gravity: 1,
-      stop: () => {
-        keep.unlock();
-        if (first) fitView();
-        savePositions();
-      },
-    }).run();
+    MG.graph.layoutAround(cy, newNodes, first, savePositions);
   }
 
-  // The whole mesh in view, not blown up when it is small.
-  function fitView() {
-    cy.fit(undefined, 70);
-    if (cy.zoom() > 1.2) {
-      cy.zoom(1.2);
-      cy.center();
-    }
-  }
+  const fitView = () => MG.graph.fit(cy);
 
   function draw(nodes, links) {
     const seen = new Set();
