@@ -37,9 +37,8 @@ ARGS = _arguments()
 if ARGS.checkout:
     sys.path.insert(0, ARGS.checkout)
 
-from twisted.internet.address import IPv4Address  # noqa: E402
+from inprocess_stomp import open_connection  # noqa: E402
 from twisted.internet.task import Clock  # noqa: E402
-from twisted.internet.testing import StringTransport  # noqa: E402
 
 from gateway.auth import Authenticator, Authorizer  # noqa: E402
 from gateway.broker.broker import Broker  # noqa: E402
@@ -52,18 +51,6 @@ BATCH = 100
 MODES = {"off": None, "on": 0, "sample-1%": 100, "all": 1}  # mode -> every (0: nothing armed)
 
 
-def _open(factory: StompFactory, *frames: bytes) -> tuple:
-    protocol = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 1))
-    transport = StringTransport()
-    protocol.makeConnection(transport)
-    protocol.dataReceived(b"CONNECT\naccept-version:1.2\nhost:bench\nheart-beat:0,0\n\n\0")
-    for frame in frames:
-        protocol.dataReceived(frame)
-    assert transport.value().startswith(b"CONNECTED"), transport.value()[:200]
-    transport.clear()
-    return protocol, transport
-
-
 def run(count: int, every: int | None) -> tuple[float, int, int]:
     """CPU seconds per message, the records made and the messages traced."""
     clock = Clock()
@@ -74,8 +61,8 @@ def run(count: int, every: int | None) -> tuple[float, int, int]:
         if every:
             broker.tracer.arm("queue", "q", every, None, 3600)
     factory = StompFactory(broker, StompSettings(), Authenticator({}), Authorizer((), enabled=False), clock)
-    _, consumer_out = _open(factory, b"SUBSCRIBE\nid:s\ndestination:/queue/q\nack:auto\n\n\0")
-    producer, producer_out = _open(factory)
+    _, consumer_out = open_connection(factory, "1.2", b"SUBSCRIBE\nid:s\ndestination:/queue/q\nack:auto\n\n\0")
+    producer, producer_out = open_connection(factory)
     body = b"x" * 256
     read = b"".join(f"SEND\ndestination:/queue/q\nbench-ts:{time.time_ns()}\ncontent-length:256\n\n".encode()
                     + body + b"\0" for _ in range(BATCH))

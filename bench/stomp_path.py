@@ -36,9 +36,8 @@ ARGS = _arguments()
 if ARGS.checkout:
     sys.path.insert(0, ARGS.checkout)
 
-from twisted.internet.address import IPv4Address  # noqa: E402
+from inprocess_stomp import open_connection  # noqa: E402
 from twisted.internet.task import Clock  # noqa: E402
-from twisted.internet.testing import StringTransport  # noqa: E402
 
 from gateway.auth import Authenticator, Authorizer  # noqa: E402
 from gateway.broker.broker import Broker  # noqa: E402
@@ -46,18 +45,6 @@ from gateway.stomp.protocol import StompFactory, StompSettings  # noqa: E402
 from gateway.store.memory import MemoryStore  # noqa: E402
 
 BATCH = 100  # SENDs per read
-
-
-def _open(factory: StompFactory, version: str, *frames: bytes) -> tuple:
-    protocol = factory.buildProtocol(IPv4Address("TCP", "127.0.0.1", 1))
-    transport = StringTransport()
-    protocol.makeConnection(transport)
-    protocol.dataReceived(f"CONNECT\naccept-version:{version}\nhost:bench\nheart-beat:0,0\n\n\0".encode())
-    for frame in frames:
-        protocol.dataReceived(frame)
-    assert transport.value().startswith(b"CONNECTED"), transport.value()[:200]
-    transport.clear()
-    return protocol, transport
 
 
 def _sends(count: int, extra: int) -> bytes:
@@ -73,8 +60,8 @@ def run(count: int, version: str, extra: int) -> float:
     clock = Clock()
     broker = Broker(MemoryStore())
     factory = StompFactory(broker, StompSettings(), Authenticator({}), Authorizer((), enabled=False), clock)
-    _, consumer_out = _open(factory, version, b"SUBSCRIBE\nid:s\ndestination:/queue/q\nack:auto\n\n\0")
-    producer, producer_out = _open(factory, "1.2")
+    _, consumer_out = open_connection(factory, version, b"SUBSCRIBE\nid:s\ndestination:/queue/q\nack:auto\n\n\0")
+    producer, producer_out = open_connection(factory, "1.2")
     read = _sends(BATCH, extra)
     delivered = 0
     spent = 0.0
