@@ -79,12 +79,10 @@ class Tracer:
     def arm(self, kind: str, address: str, every: int, count: int | None, seconds: float) -> None:
         """Trace every ``every``-th message of ``kind`` ("queue", "topic") sent to ``address``
         from now, ``count`` at most, for ``seconds``; a ``count`` of 0 stops it."""
-        if count:
-            self.armed.setdefault(kind, {})[address] = Arm(every, count, self.seconds() + seconds)
-        elif count is None:
-            self.armed.setdefault(kind, {})[address] = Arm(every, None, self.seconds() + seconds)
-        else:
+        if count == 0:
             self._disarm(kind, address)
+        else:
+            self.armed.setdefault(kind, {})[address] = Arm(every, count, self.seconds() + seconds)
 
     def _disarm(self, kind: str, address: str) -> None:
         arms = self.armed.get(kind)
