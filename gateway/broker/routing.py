@@ -50,8 +50,12 @@ class RoutingMixin:
         if tracer is not None:  # the decision, once (gateway.broker.tracing)
             if from_id is not None or "trace" in headers:
                 tracer.sent(message, session, from_id)
-            elif tracer.armed:
-                tracer.sample(message, session)
+            elif tracer.armed:  # an arm counts down here, not in a call: most messages skip it
+                arm = tracer.armed.get((kind, address))
+                if arm is not None:
+                    arm.countdown -= 1
+                    if not arm.countdown and tracer.take(arm, kind, address):
+                        tracer.sampled(message, session)
         return message if self.route(message, session) else None
 
     def publish(self: BrokerCore, exchange: str, routing_key: str, headers: dict[str, str], body: bytes,
@@ -72,8 +76,15 @@ class RoutingMixin:
             message = Message(self.next_message_id(), TOPIC, routing_key, headers, body, persistent, priority, expires)
             message.created = created
             tracer = self.tracer
-            if tracer is not None and (from_id is not None or "x-trace" in headers or tracer.armed):  # the decision
-                tracer.published(message, session, from_id, exchange, routing_key)
+            if tracer is not None:  # the decision, as in send
+                if from_id is not None or "x-trace" in headers:
+                    tracer.published(message, session, from_id, exchange, routing_key)
+                elif tracer.armed:
+                    arm = tracer.armed.get((TOPIC, routing_key))
+                    if arm is not None:
+                        arm.countdown -= 1
+                        if not arm.countdown and tracer.take(arm, TOPIC, routing_key):
+                            tracer.published(message, session, None, exchange, routing_key, sampled=True)
             takers = len(self.topic_cache.get(routing_key) or _match_bindings(self, routing_key))
             takers += len(self.exchanges.queues_for(TOPIC_EXCHANGE, routing_key, match or {}))
             self.route(message, session)  # which puts it in amq.topic's queues too
@@ -90,8 +101,15 @@ class RoutingMixin:
         if encoded is not None:
             message.encoded = encoded
         tracer = self.tracer
-        if tracer is not None and (from_id is not None or "x-trace" in headers or tracer.armed):  # the decision
-            tracer.published(message, session, from_id, exchange, routing_key)
+        if tracer is not None:  # the decision, as in send; an arm names a queue: the default exchange's
+            if from_id is not None or "x-trace" in headers:
+                tracer.published(message, session, from_id, exchange, routing_key)
+            elif tracer.armed and not exchange:
+                arm = tracer.armed.get((QUEUE, routing_key))
+                if arm is not None:
+                    arm.countdown -= 1
+                    if not arm.countdown and tracer.take(arm, QUEUE, routing_key):
+                        tracer.published(message, session, None, exchange, routing_key, sampled=True)
         _into_queues(self, message, names)
         return len(names)
 

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from gateway.broker.queue import Queue, Subscription
     from gateway.broker.session import Session
 
-_ARMABLE = {"": "queue", "amq.topic": "topic"}  # the exchanges an arm's destination names, and as what
 STOMP_HEADER = "trace"  # a STOMP SEND's header asking for its journey
 AMQP_HEADER = "x-trace"  # an AMQP publish's headers-table entry asking for it
 
@@ -55,8 +54,11 @@ class Arm:
 class Tracer:
     """What a broker holds when journeys are on: one per vhost (``for_vhost``), all of a
     node's sharing its sink and its sequence, so ``seq`` orders every step on the node.
-    ``armed``: the destinations traced without a header (``arm``); empty, it costs the
-    receive path one truth test."""
+    ``armed``: the destinations traced without a header (``arm``), by (kind, address);
+    empty, it costs the receive path one truth test. Armed, the receive path
+    (gateway.broker.routing) counts each arm down itself and calls ``take`` only when the
+    count reaches 0: the messages an arm skips pay one dictionary lookup and a decrement,
+    not a call."""
 
     __slots__ = ("sink", "node", "node_name", "vhost", "seconds", "_seq", "armed")
 
@@ -68,7 +70,7 @@ class Tracer:
         self.seconds = seconds
         self.vhost = vhost
         self._seq = seq if seq is not None else itertools.count(1)
-        self.armed: dict[str, dict[str, Arm]] = {}  # kind -> address -> arm; empty when none
+        self.armed: dict[tuple[str, str], Arm] = {}  # (kind, address) -> arm; empty when none
 
     def for_vhost(self, vhost: str) -> Tracer:
         """The tracer of vhost ``vhost``'s broker: its records name the vhost."""
@@ -80,27 +82,21 @@ class Tracer:
         """Trace every ``every``-th message of ``kind`` ("queue", "topic") sent to ``address``
         from now, ``count`` at most, for ``seconds``; a ``count`` of 0 stops it."""
         if count == 0:
-            self._disarm(kind, address)
+            self.armed.pop((kind, address), None)
         else:
-            self.armed.setdefault(kind, {})[address] = Arm(every, count, self.seconds() + seconds)
+            self.armed[kind, address] = Arm(every, count, self.seconds() + seconds)
 
-    def _disarm(self, kind: str, address: str) -> None:
-        arms = self.armed.get(kind)
-        if arms is not None:
-            arms.pop(address, None)
-            if not arms:
-                del self.armed[kind]  # none left: the receive path's truth test is False again
-
-    def _takes(self, arm: Arm, kind: str, address: str) -> bool:
-        """The arm's turn has come (its countdown reached 0): whether it still runs."""
+    def take(self, arm: Arm, kind: str, address: str) -> bool:
+        """``arm``'s countdown reached 0 on a message sent to ``address``: whether it traces
+        it (the arm may have ended, or used its last count: then it goes)."""
         arm.countdown = arm.every
         if self.seconds() > arm.until:  # looked at only when it would trace: it may run past its end unseen
-            self._disarm(kind, address)
+            self.armed.pop((kind, address), None)
             return False
         if arm.left is not None:
             arm.left -= 1
             if arm.left <= 0:
-                self._disarm(kind, address)
+                self.armed.pop((kind, address), None)
         return True
 
     def sent(self, message: Message, session: Session | None, from_id: str | None) -> None:
@@ -110,40 +106,19 @@ class Tracer:
         if from_id is not None or asks_trace(message.headers.get(STOMP_HEADER)):
             self._received(message, session, from_id, f"/{message.kind}/{message.address}", None, None)
 
-    def sample(self, message: Message, session: Session | None) -> None:
-        """A STOMP SEND without the header while arms are set: traced when its destination's
-        arm says so. The messages an arm skips pay two dictionary lookups and a decrement."""
-        kind = message.kind
-        arms = self.armed.get(kind)
-        if arms is None:
-            return
-        address = message.address
-        arm = arms.get(address)
-        if arm is None:
-            return
-        arm.countdown -= 1
-        if not arm.countdown and self._takes(arm, kind, address):
-            self._received(message, session, None, f"/{kind}/{address}", None, None)
+    def sampled(self, message: Message, session: Session | None) -> None:
+        """A STOMP SEND without the header that its destination's arm picked (``take``)."""
+        self._received(message, session, None, f"/{message.kind}/{message.address}", None, None)
 
     def published(self, message: Message, session: Session | None, from_id: str | None, exchange: str,
-                  routing_key: str) -> None:
+                  routing_key: str, sampled: bool = False) -> None:
         """An AMQP publish (or a dead-letter through an exchange) became ``message``, before
         it is copied into its queues (the copies keep its class): traced if its ``x-trace``
-        entry says true, or if it is made from a traced message, or when the arm of its
-        destination says so (the default exchange's queue, amq.topic's topic)."""
-        if from_id is None and not asks_trace(message.headers.get(AMQP_HEADER)):
-            kind = _ARMABLE.get(exchange) if self.armed else None
-            if kind is None:
-                return
-            arms = self.armed.get(kind)
-            arm = arms.get(routing_key) if arms is not None else None
-            if arm is None:
-                return
-            arm.countdown -= 1
-            if arm.countdown or not self._takes(arm, kind, routing_key):
-                return
-        destination = f"/exchange/{exchange}/{routing_key}" if exchange else f"/queue/{routing_key}"
-        self._received(message, session, from_id, destination, exchange, routing_key)
+        entry says true, or if it is made from a traced message, or if its destination's arm
+        picked it (``sampled``: the default exchange's queue, amq.topic's topic)."""
+        if sampled or from_id is not None or asks_trace(message.headers.get(AMQP_HEADER)):
+            destination = f"/exchange/{exchange}/{routing_key}" if exchange else f"/queue/{routing_key}"
+            self._received(message, session, from_id, destination, exchange, routing_key)
 
     def _received(self, message: Message, session: Session | None, from_id: str | None, destination: str,
                   exchange: str | None, routing_key: str | None) -> None:
@@ -162,7 +137,7 @@ class Tracer:
     def queued(self, queue: Queue, message: Message) -> None:
         """Put in ``queue``: ``stored`` when the journal holds it too."""
         kind: Step = "stored" if message.persistent and queue.durable else "queued"
-        self.sink.add(self._step(kind, message, queue=short(queue.name)))
+        self.sink.add(self._in(queue, kind, message))
 
     def delivered(self, sub: Subscription, message: Message, auto_ack: bool) -> None:
         """Given to a client's consumer; in auto-ack, acked as it goes out. A mesh link's
@@ -171,9 +146,10 @@ class Tracer:
         if link is not None:
             # Why it goes: as mesh.forwarding.Forwarder decides, which runs right after this.
             redistribution = not link.durable and sub.queue.mesh.backlog and sub.prefetch
-            self.sink.add(self._step("forwarded", message, queue=short(sub.queue.name), peer=link.peer,
-                                     reason="redistribution" if redistribution else link.role.value,
-                                     visit=len(message.path) + 1))
+            step = self._in(sub.queue, "forwarded", message)
+            step.peer, step.visit = link.peer, len(message.path) + 1
+            step.reason = "redistribution" if redistribution else link.role.value
+            self.sink.add(step)
             return
         self.sink.add(self._delivery(sub.session, sub.id, sub.ack_mode, sub.queue, message))
         if auto_ack:
@@ -185,8 +161,10 @@ class Tracer:
 
     def acked(self, queue: Queue, message: Message, now: float) -> None:
         created = message.created
-        latency = round((now - created) * 1000, 3) if created else None
-        self.sink.add(self._step("acked", message, queue=short(queue.name), latency_ms=latency))
+        step = self._in(queue, "acked", message)
+        if created:
+            step.latency_ms = round((now - created) * 1000, 3)
+        self.sink.add(step)
 
     def requeued(self, queue: Queue, message: Message, reason: str) -> None:
         self.sink.add(self._step("requeued", message, queue=short(queue.name), reason=short(reason),
@@ -218,7 +196,9 @@ class Tracer:
 
     def peer_stored(self, queue: Queue, message: Message, peer: str) -> None:
         """``peer`` has it (durably, when persistent): this node's copy is done."""
-        self.sink.add(self._step("peer_stored", message, queue=short(queue.name), peer=peer))
+        step = self._in(queue, "peer_stored", message)
+        step.peer = peer
+        self.sink.add(step)
 
     def peer_busy(self, queue: Queue, message: Message, peer: str) -> None:
         """``peer`` had no room to store it: back at the head of its queue here, tried again later."""
@@ -240,15 +220,28 @@ class Tracer:
     # -- making records ---------------------------------------------------------------------
 
     def _delivery(self, session: Session, consumer: str, ack_mode: str, queue: Queue, message: Message) -> JourneyStep:
-        step = self._step("delivered", message, queue=short(queue.name), consumer=short(consumer), ack_mode=ack_mode,
-                          deliveries=message.deliveries, redelivered=message.redelivered)
+        step = self._in(queue, "delivered", message)
+        step.consumer, step.ack_mode = short(consumer), ack_mode
+        step.deliveries, step.redelivered = message.deliveries, message.redelivered
         _who(step, session)
+        return step
+
+    # The steps every traced message takes (queued, delivered, acked; forwarded and
+    # peer_stored across a link) are made by ``_in`` and given their fields one by one:
+    # keyword packing costs more than the record itself (bench/journeys_cost.py).
+
+    def _in(self, queue: Queue, kind: Step, message: Message) -> JourneyStep:
+        step = self._step(kind, message)
+        step.queue = short(queue.name)
         return step
 
     def _step(self, kind: Step, message: Message, **fields) -> JourneyStep:
         message_id = short(message.id)
-        return JourneyStep(root=root_of(message_id), id=message_id, node=self.node, node_name=self.node_name,
-                           seq=next(self._seq), time=self.seconds(), step=kind, vhost=self.vhost, **fields)
+        step = JourneyStep(root=root_of(message_id), id=message_id, node=self.node, node_name=self.node_name,
+                           seq=next(self._seq), time=self.seconds(), step=kind, vhost=self.vhost)
+        for name, value in fields.items():
+            setattr(step, name, value)
+        return step
 
 
 def _who(step: JourneyStep, session: Session) -> None:
