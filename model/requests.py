@@ -19,6 +19,7 @@ from typing import Annotated, Any, cast
 import msgspec
 
 from model.definitions import (
+    MAX_TRACE_S,
     Definition,
     DefinitionKind,
     PermissionSpec,
@@ -326,7 +327,20 @@ class TraceNext(Request, kw_only=True, tag="trace_next"):
     destination: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_FIELD)]
     count: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] | None = None
     every: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1
-    for_s: Annotated[float, msgspec.Meta(gt=0, le=7 * 24 * 3600)] = 600.0
+    for_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_TRACE_S)] = 600.0
+    vhost: str = DEFAULT_VHOST
+
+
+class DefineTrace(Request, kw_only=True, tag="define_trace"):
+    """Trace ``destination`` (``/queue/NAME`` or ``/topic/NAME``) on every node of the mesh,
+    one message in ``round(1 / rate)``, until ``until`` (epoch seconds) or for ``for_s``
+    seconds: exactly one of the two, at most 7 days ahead. A definition of kind "trace",
+    made by the asked node; ``delete_definition`` (kind "trace") stops it. Admin."""
+
+    destination: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_FIELD)]
+    rate: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1.0
+    until: float | None = None
+    for_s: Annotated[float, msgspec.Meta(gt=0, le=MAX_TRACE_S)] | None = None
     vhost: str = DEFAULT_VHOST
 
 
@@ -334,16 +348,16 @@ AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | E
               | Pull | Move | Redistribute | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue
               | DeleteDefinition | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList
               | VhostPermissionsSet | VhostPermissionsClear | VhostPermissionsList
-              | NodeFacts | Diagnosis | JourneySteps | TraceNext)
+              | NodeFacts | Diagnosis | JourneySteps | TraceNext | DefineTrace)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "redistribute", "send", "close_connection",
                            "forget", "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
                            "vhost_permissions_clear",
-                           "journey_steps", "trace_next"})
+                           "journey_steps", "trace_next", "define_trace"})
 # Actions whose answer is one value, not a list gathered over nodes.
 SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
-                           "vhost_permissions_clear", "diagnosis"})
+                           "vhost_permissions_clear", "diagnosis", "define_trace"})
 
 
 RESULT_TYPES: dict[str, Any] = {
@@ -380,6 +394,7 @@ RESULT_TYPES: dict[str, Any] = {
     "diagnosis": DiagnosisReport,
     "journey_steps": list[JourneyStep],
     "trace_next": list[Done],
+    "define_trace": Done,
 }
 
 # Why a request failed: the REST API maps these to HTTP statuses.
