@@ -65,6 +65,8 @@ def test_switched_on_through_the_console_it_traces_on_every_node_until_switched_
     ("queue/q", {"rate": 0, "for_s": 60}, 400, "bad_request"),
     ("queue/q", {"rate": 1.5, "for_s": 60}, 400, "bad_request"),
     ("queue/q", {"rate": "all", "for_s": 60}, 400, "bad_request"),
+    ("queue/q", {"rate": "NaN", "for_s": 60}, 400, "bad_request"),
+    ("queue/q", {"until": "Infinity"}, 400, "bad_request"),
     ("queue/q", {"for_s": 0}, 400, "bad_request"),
     ("queue/q", {"for_s": 1e300}, 400, "bad_request"),
     ("queue/q", {"until": 1000.0}, 400, "bad_request"),  # in the past: the node says so

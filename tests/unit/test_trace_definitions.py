@@ -103,6 +103,8 @@ def test_trace_records_travel_in_the_frame_a_node_before_vhosts_drops_alone():
     '{"action": "define_trace", "destination": "/queue/q", "for_s": 1e300}',
     '{"action": "define_trace", "destination": "/queue/q", "until": 999}',  # in the past
     '{"action": "define_trace", "destination": "/queue/q", "until": 1e12}',  # too far ahead
+    '{"action": "define_trace", "destination": "/queue/q", "until": 1e400}',  # infinite
+    '{"action": "define_trace", "destination": "/queue/q", "until": NaN}',  # not JSON
     '{"action": "define_trace", "destination": "/queue/q", "until": 1060, "for_s": 60}',
     '{"action": "define_trace", "destination": "/queue/q"}',  # no end
     '{"action": "define_trace", "destination": "/queue/", "for_s": 60}',
