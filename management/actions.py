@@ -18,7 +18,17 @@ from gateway.broker.vhost_limits import VhostLimit
 from gateway.broker.vhosts import messages_held
 from management.format import format_limits
 from management.permission_actions import PermissionActions
-from model.definitions import PERMISSION, QUEUE_SETTINGS, VHOST, Definition, DefinitionKind, QueueSettings, VhostSpec
+from management.trace_actions import TraceActions
+from model.definitions import (
+    PERMISSION,
+    QUEUE_SETTINGS,
+    TRACE,
+    VHOST,
+    Definition,
+    DefinitionKind,
+    QueueSettings,
+    VhostSpec,
+)
 from model.names import DEFAULT_VHOST, InvalidName, check_vhost_name, name_problem, quoted
 from model.requests import (
     ManagementError,
@@ -35,7 +45,7 @@ _QUEUE_NAME = re.compile(r"[^/*>][^*>]*")
 MAX_BROWSE = 500
 
 
-class LocalActions(PermissionActions):
+class LocalActions(PermissionActions, TraceActions):
     def __init__(self, *, node_id: str, broker: Broker, mesh: MeshNode | None, clock,
                  scale_down_and_stop: Callable[[], None] | None = None,
                  failback: Callable[[], Deferred] | None = None,
@@ -78,26 +88,6 @@ class LocalActions(PermissionActions):
 
     def purge(self, name: str, vhost: str = DEFAULT_VHOST) -> Done:
         return self._done("purge", "/queue/" + name, self.broker_of(vhost).purge(self._queue(name, vhost)))
-
-    def trace_next(self, destination: str, every: int, count: int | None, seconds: float,
-                   vhost: str = DEFAULT_VHOST) -> Done:
-        """Trace what producers send to ``destination`` here (docs/journeys.md): the vhost's
-        tracer is armed; ``count`` 0 stops it."""
-        kind, _, name = destination.removeprefix("/").partition("/")
-        problem = name_problem(name) if destination.startswith("/") and kind in ("queue", "topic") else \
-            "it is not /queue/NAME or /topic/NAME"
-        if problem:
-            raise ManagementError("bad_request", f"cannot trace {quoted(destination[:80])}: {problem}", self.node_id)
-        tracer = self.broker_of(vhost).tracer
-        if tracer is None:
-            raise ManagementError("conflict", "this node records no journeys ([journeys] enabled = false)",
-                                  self.node_id)
-        tracer.arm(kind, name, every, count, seconds)
-        if count == 0:
-            return self._done("trace_next", destination, 0, "tracing stopped")
-        which = "every message" if every == 1 else f"one message in {every}"
-        return self._done("trace_next", destination, count or 0,
-                          f"tracing {which}" + (f", {count} at most" if count else "") + f", for {seconds:g} s")
 
     def delete_queue(self, name: str, vhost: str = DEFAULT_VHOST, cancel_consumers: bool = False) -> Done:
         """This node's part of the queue goes, with what waits in it (Broker.drop_queue);
@@ -150,6 +140,9 @@ class LocalActions(PermissionActions):
         if kind == QUEUE_SETTINGS:
             record = broker.define_queue(name, None)
             target = "/queue/" + name
+        elif kind == TRACE:
+            record = broker.define_trace(name, None)
+            target = "tracing of " + name
         else:
             binding = broker.bindings.get(name)
             where = self.node_id if binding is not None and binding.active is not None else (

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
-from model.definitions import Definition, VhostSpec
+from model.definitions import Definition, TraceSpec, VhostSpec
 from model.events import AdminAction, Event
 from model.latency import percentile_ms
 from model.mesh import ClusterView, Connection, Link, Node, PartialQueue, TopicSubscription
@@ -159,7 +159,8 @@ def format_connections(connections: list[Connection], names: dict[str, str]) -> 
 def format_definitions(records: list[Definition], names: dict[str, str]) -> str:
     """Mesh-wide definitions; deleted ones are listed until they expire (mesh.peer_retention_s)."""
     if not records:
-        return "no definitions: queue settings (meshgate define-queue) and durable subscriptions appear here"
+        return ("no definitions: queue settings (meshgate define-queue), durable subscriptions and traced "
+                "destinations (meshgate trace-on) appear here")
     rows = []
     for r in records:
         if r.deleted:
@@ -174,6 +175,8 @@ def format_definitions(records: list[Definition], names: dict[str, str]) -> str:
             p = r.permission
             what = (f"{'user ' + p.user if p.user is not None else 'group ' + (p.group or '')} in {p.vhost}: "
                     f"configure {p.configure!r} write {p.write!r} read {p.read!r}")
+        elif r.trace is not None:
+            what = _trace(r.trace)
         elif r.binding is not None:
             b = r.binding
             what = f"{b.source or '(default)'} -> {b.destination_kind} {b.destination}" + (
@@ -184,6 +187,14 @@ def format_definitions(records: list[Definition], names: dict[str, str]) -> str:
         name = "" if r.binding is not None or r.kind == "permission" else r.name
         rows.append([r.kind, name, what, r.version, names.get(r.origin, r.origin[:8]), since(r.changed_at)])
     return table(["kind", "name", "definition", "version", "changed on", "changed"], rows, right={3})
+
+
+def _trace(spec: TraceSpec) -> str:
+    """A trace definition: how many it traces, until when (ended: it traces no more), by whom."""
+    which = "every message" if spec.every == 1 else f"one in {spec.every} (rate {spec.rate:g})"
+    until = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(spec.until))
+    ended = ", ended" if spec.until <= time.time() else ""
+    return f"traced: {which} until {until}{ended}" + (f", by {spec.by}" if spec.by else "")
 
 
 def format_vhosts(rows: list[VhostRow], names: dict[str, str]) -> str:

@@ -35,6 +35,7 @@ from model.requests import (
     MANAGEMENT_ADDRESS,
     SINGLE_ANSWER,
     BrowsePage,
+    DefineTrace,
     DeleteDefinition,
     Diagnosis,
     Failure,
@@ -196,6 +197,10 @@ class ManagementService:
                 return self._vhost_delete(request, user)
             if isinstance(request, Diagnosis):
                 return answer_diagnosis(self, self.state.clock.seconds(), request, user, self._targets(ALL))
+            if isinstance(request, DefineTrace):  # asked node only, and the definition names who asked
+                who = f"{user} for {request.on_behalf_of}" if request.on_behalf_of else user
+                return defer.succeed(Reply(action=action, result=self._answer_here(
+                    request, user, answer=lambda r: self.actions.define_trace(r, who))))
             if action in _ASKED_NODE_ONLY:
                 return defer.succeed(Reply(action=action, result=self._answer_here(request, user)))
             targets = self._targets(request.node)
@@ -432,7 +437,8 @@ def _target_of(request: Request) -> str:
     vhost = getattr(request, "vhost", DEFAULT_VHOST)
     where = "" if vhost == DEFAULT_VHOST else f" in vhost {vhost}"
     if isinstance(request, DeleteDefinition):
-        return (f"/queue/{request.name}" if request.kind == "queue" else f"durable subscription {request.name}") + where
+        described = {"queue": "/queue/", "trace": "tracing of "}.get(request.kind, "durable subscription ")
+        return described + request.name + where
     for field in ("queue", "destination", "connection", "forget"):
         value = getattr(request, field, None)
         if value:

@@ -26,8 +26,9 @@ import msgspec
 from management import format as fmt
 from management.client import ManagementClient, ManagementClientError, RequestFailed
 from management.doctor import format_diagnosis
-from management.journey_view import format_journey
+from meshgate.cli_args import ACTION, VIEW, Command, duration
 from meshgate.node_login import add_node_arguments, node_client
+from meshgate.trace_cli import TRACE_COMMANDS
 from meshgate.vhost_permissions_cli import BadArguments, permission_options, permissions_request
 from model.definitions import QueueSettings, VhostSpec
 from model.events import KINDS
@@ -44,7 +45,6 @@ from model.requests import (
     Diagnosis,
     Events,
     Forget,
-    JourneySteps,
     Links,
     Move,
     Nodes,
@@ -57,14 +57,11 @@ from model.requests import (
     Send,
     Subscriptions,
     TlsReload,
-    TraceNext,
     VhostAdd,
     VhostDelete,
     VhostList,
     VhostSetLimits,
 )
-
-VIEW, ACTION = "view", "action"
 
 
 def _name(what: str, allow_empty: bool = False) -> Callable[[str], str]:
@@ -129,11 +126,6 @@ def _header(text: str) -> tuple[str, str]:
     if not value.isprintable():
         raise argparse.ArgumentTypeError(f"the value of header {quoted(key)} holds a control character")
     return key, value
-
-
-# command -> (help, kind, extra arguments, request from args, text from the result, node names and args)
-Command = tuple[str, str, Callable[[argparse.ArgumentParser], None], Callable[[Any], Request],
-                Callable[[Any, dict, Any], str]]
 
 
 def _no_args(parser: argparse.ArgumentParser) -> None:
@@ -232,10 +224,11 @@ COMMANDS.update({
                          max_delivery_attempts=a.max_delivery_attempts, dead_letter_queue=a.dead_letter_queue,
                          expiry_queue=a.expiry_queue, message_ttl_ms=a.message_ttl_ms, max_length=a.max_length)),
                      lambda r, names, a: fmt.format_done([r], names)),
-    "undefine": ("delete a queue's settings or a durable subscription on every node (needs admin)", ACTION,
-                 lambda p: (p.add_argument("kind", choices=["queue", "durable"]),
+    "undefine": ("delete a queue's settings, a durable subscription or a trace on every node (needs admin)", ACTION,
+                 lambda p: (p.add_argument("kind", choices=["queue", "durable", "trace"]),
                             p.add_argument("name", type=_name("name"),
-                                           help="the queue's name, or client-id.subscription-name")),
+                                           help="the queue's name, client-id.subscription-name, or a traced "
+                                                "/queue/NAME or /topic/NAME")),
                  lambda a: DeleteDefinition(kind=a.kind, name=a.name, vhost=a.vhost),
                  lambda r, names, a: fmt.format_done([r], names)),
     "vhost": ("make, limit, delete or list vhosts, and their permissions: vhost add NAME [--max-connections N ...], "
@@ -246,38 +239,21 @@ COMMANDS.update({
 })
 # Commands about one vhost's queues or definitions: --vhost NAME (default /).
 IN_A_VHOST = ("stat", "queues", "browse", "purge", "delete", "move", "redistribute", "send", "definitions",
-              "define-queue", "undefine", "trace-next")
+              "define-queue", "undefine", "trace-next", "trace-on", "trace-off")
 COMMANDS["topology"] = ("the same as nodes",) + COMMANDS["nodes"][1:]
 COMMANDS["reload-tls"] = (
     "re-read the node's certificate, key and CA files, as SIGHUP does (needs admin)", ACTION, _no_args,
     lambda a: ReloadTls(node=a.node), lambda r, names, a: _format_reloads(r, names))
 
 
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MAX_THRESHOLD_S = 366 * 24 * 3600  # as model.requests.Seconds
-
-
-def _duration(text: str) -> float:
-    """Seconds from "90", "90s", "5m", "2h" or "1d"."""
-    number, unit = (text[:-1], text[-1]) if text[-1:] in _DURATION_UNITS else (text, "s")
-    try:
-        seconds = float(number) * _DURATION_UNITS[unit]
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= MAX_THRESHOLD_S:  # (NaN fails both comparisons)
-        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 5m or 2h (at most a year), "
-                                         f"got {quoted(text[:40])}")
-    return seconds
-
-
 def _doctor_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--older-than", type=_duration, metavar="DURATION",
+    parser.add_argument("--older-than", type=duration, metavar="DURATION",
                         help="how old anything must be to be a finding (sets the three below; e.g. 5m)")
-    parser.add_argument("--waiting", type=_duration, default=60.0, metavar="DURATION",
+    parser.add_argument("--waiting", type=duration, default=60.0, metavar="DURATION",
                         help="a backlog with no local consumer, while consumers wait elsewhere (default 60s)")
-    parser.add_argument("--in-doubt", type=_duration, default=60.0, metavar="DURATION",
+    parser.add_argument("--in-doubt", type=duration, default=60.0, metavar="DURATION",
                         help="messages held for an absent node (default 60s)")
-    parser.add_argument("--unacked", type=_duration, default=300.0, metavar="DURATION",
+    parser.add_argument("--unacked", type=duration, default=300.0, metavar="DURATION",
                         help="a consumer's oldest unacked delivery (default 5m)")
 
 
@@ -285,31 +261,7 @@ COMMANDS["doctor"] = (
     "find stuck messages over the whole mesh, say why and how to fix it (docs/doctor.md)", VIEW, _doctor_args,
     lambda a: Diagnosis(older_than_s=a.older_than, waiting_s=a.waiting, in_doubt_s=a.in_doubt, unacked_s=a.unacked),
     lambda r, names, a: format_diagnosis(r))
-def _trace_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("message_id", metavar="MESSAGE_ID",
-                        help="the message's id (its message-id header; ID.N: that copy alone)")
-
-
-COMMANDS["trace"] = (
-    "a traced message's journey across the mesh, step by step (docs/journeys.md; needs admin)", VIEW, _trace_args,
-    lambda a: JourneySteps(ids=[a.message_id], node=a.node or "*"),
-    lambda r, names, a: format_journey(a.message_id, r))
-
-def _trace_next_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("destination", metavar="DESTINATION", help="/queue/NAME or /topic/NAME")
-    parser.add_argument("--count", type=int, metavar="N", help="trace N messages at most on each node (0: stop)")
-    parser.add_argument("--every", type=int, default=1, metavar="K",
-                        help="one message in K (default 1: each; 100 is a 1%% sample)")
-    parser.add_argument("--for", dest="for_s", type=_duration, default=600.0, metavar="DURATION",
-                        help="for this long at most (default 10m, at most 7d)")
-
-
-COMMANDS["trace-next"] = (
-    "trace what producers send to a destination from now on, on every node (docs/journeys.md; needs admin)",
-    ACTION, _trace_next_args,
-    lambda a: TraceNext(node=a.node or ALL, destination=a.destination, count=a.count, every=a.every,
-                        for_s=a.for_s, vhost=a.vhost),
-    lambda r, names, a: fmt.format_done(r, names))
+COMMANDS.update(TRACE_COMMANDS)
 
 # Commands whose answer can be alarming: exit status 4 when it is (a critical finding).
 ALARMING: dict[str, Callable[[Any], bool]] = {
@@ -397,7 +349,7 @@ def add_commands(commands) -> None:
             parser.add_argument("--vhost", type=_vhost_name, default=DEFAULT_VHOST, metavar="NAME",
                                 help="the vhost of the queues (default /)")
         add_node_arguments(parser, "the node to ask")
-        if name not in ("nodes", "topology", "forget", "define-queue", "undefine", "doctor"):
+        if name not in ("nodes", "topology", "forget", "define-queue", "undefine", "doctor", "trace-on", "trace-off"):
             # (An empty group would break argparse's usage line, and with it every error message.)
             where = parser.add_mutually_exclusive_group()
             where.add_argument("--node", help="a node's name or id: where this applies"

@@ -1,5 +1,5 @@
-"""Mesh-wide definitions: queue settings and durable topic subscriptions (and, in
-the default vhost's, vhosts and their permissions made by command), held
+"""Mesh-wide definitions: queue settings, durable topic subscriptions and traced
+destinations (and, in the default vhost's, vhosts and their permissions made by command), held
 alike by every node of the mesh (docs/mesh.md, "Mesh-wide definitions").
 
 There is one record per kind and name. A change anywhere makes a new record
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from model.names import check_name
+from model.names import check_name, name_problem, quoted
 
 QUEUE_SETTINGS: Final = "queue"
 DURABLE_SUBSCRIPTION: Final = "durable"
@@ -26,7 +26,9 @@ VHOST: Final = "vhost"  # a virtual host of the mesh (docs/vhosts.md); held in t
 # RabbitMQ's configure/write/read of a user or group in a vhost, set by command (docs/vhosts.md,
 # "Permissions"); held in the default vhost's definitions, as vhosts are
 PERMISSION: Final = "permission"
-DefinitionKind = Literal["queue", "durable", "exchange", "binding", "vhost", "permission"]
+# A destination traced without a header, for a while (docs/journeys.md, "Tracing a destination for a while")
+TRACE: Final = "trace"
+DefinitionKind = Literal["queue", "durable", "exchange", "binding", "vhost", "permission", "trace"]
 # The kinds the release before vhosts knew: it drops a whole DEFINITIONS frame holding
 # any other (mesh.definitions sends the others in a frame of their own).
 KINDS_BEFORE_VHOSTS: Final = frozenset({"queue", "durable", "exchange", "binding"})
@@ -154,9 +156,42 @@ def permission_key(vhost: str, user: str | None, group: str | None) -> str:
     return msgspec.json.encode([vhost, user, group]).decode()
 
 
+# How far ahead a trace may end: tracing is for finding something out, not a setting.
+MAX_TRACE_S = 7 * 24 * 3600
+TRACEABLE_KINDS = ("queue", "topic")
+
+
+class TraceSpec(msgspec.Struct, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """Trace one message in ``round(1 / rate)`` sent to the destination the definition
+    names, on every node with journeys on, until ``until``: required, so nobody forgets
+    tracing on (the definition stays listed past it, traced no more)."""
+
+    rate: Annotated[float, msgspec.Meta(gt=0, le=1)] = 1.0
+    until: float  # epoch seconds
+    by: Annotated[str, msgspec.Meta(max_length=200)] = ""  # who switched it on (shown)
+
+    @property
+    def every(self) -> int:
+        """The tracer's counter: one message in this many (a rate of 0.01 is every 100th)."""
+        return max(1, round(1 / self.rate))
+
+
+def traced_destination(destination: str) -> tuple[str, str]:
+    """The kind ("queue", "topic") and the name of ``/queue/NAME`` or ``/topic/NAME``, the
+    destinations a tracer arms; ValueError saying why for anything else."""
+    kind, _, name = destination.removeprefix("/").partition("/")
+    problem = name_problem(name) if destination.startswith("/") and kind in TRACEABLE_KINDS else \
+        "it is not /queue/NAME or /topic/NAME"
+    if not problem and ("*" in name or ">" in name):  # a tracer matches the address a message is sent to
+        problem = "it names one queue or topic, without wildcards (* >)"
+    if problem:
+        raise ValueError(f"cannot trace {quoted(destination[:80])}: {problem}")
+    return kind, name
+
+
 class Definition(msgspec.Struct, kw_only=True, omit_defaults=True):
     kind: DefinitionKind
-    name: str  # the queue's name, or the durable subscription's (client-id.subscription-name)
+    name: str  # the queue's name, the durable subscription's (client-id.subscription-name), a trace's destination
     version: int  # Lamport clock of the change
     origin: str  # the id of the node where the change was made
     changed_at: float  # wall clock of the change, seconds (shown; tombstones expire by it)
@@ -166,11 +201,12 @@ class Definition(msgspec.Struct, kw_only=True, omit_defaults=True):
     binding: BindingSpec | None = None
     vhost: VhostSpec | None = None
     permission: PermissionSpec | None = None
+    trace: TraceSpec | None = None
 
     @property
     def deleted(self) -> bool:
         return (self.queue is None and self.durable is None and self.exchange is None and self.binding is None
-                and self.vhost is None and self.permission is None)
+                and self.vhost is None and self.permission is None and self.trace is None)
 
     def wins_over(self, other: Definition | None) -> bool:
         return other is None or (self.version, self.origin) > (other.version, other.origin)

@@ -1,12 +1,16 @@
 """The mesh-wide definitions in the API: queue settings, durable subscriptions, AMQP
-exchanges and bindings, and vhosts made by command, listed for every vhost or one
-(``?vhost=``), a queue's settings set or deleted, a durable subscription deleted."""
+exchanges and bindings, traced destinations, and vhosts made by command, listed for
+every vhost or one (``?vhost=``), a queue's settings set or deleted, a durable
+subscription deleted, a destination's tracing read, switched on or off."""
 
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
+from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.permissions import SAFE_METHODS
+from rest_framework.response import Response
 
-from console.api.inputs import QueueSettingsInput, valid, valid_name
+from console.api.inputs import QueueSettingsInput, TraceInput, valid, valid_name
 from console.api.parsers import ApiView
 from console.api.permissions import Admin
 from console.api.replies import (
@@ -23,9 +27,9 @@ from console.api.replies import (
 )
 from console.api.schema import model_ref
 from console.mesh.sources import mesh_view
-from model.definitions import DURABLE_SUBSCRIPTION, QueueSettings
-from model.names import DEFAULT_VHOST
-from model.requests import DefineQueue, Definitions, DeleteDefinition
+from model.definitions import DURABLE_SUBSCRIPTION, TRACE, QueueSettings, traced_destination
+from model.names import DEFAULT_VHOST, quoted
+from model.requests import DefineQueue, DefineTrace, Definitions, DeleteDefinition
 
 
 def _durable_parts(view) -> dict[str, list]:
@@ -109,3 +113,46 @@ class DurableDefinition(ApiView):
     def delete(self, request, name):
         name = valid_name(name, "durable subscription name")
         return action_response(request, DeleteDefinition(kind="durable", name=name, vhost=vhost_of(request)))
+
+
+def _traced(destination: str) -> str:
+    """``/queue/NAME`` or ``/topic/NAME`` from the URL's ``queue/NAME`` (or ``topic/NAME``), else a 400."""
+    destination = "/" + destination.removeprefix("/")
+    try:
+        traced_destination(destination)
+    except ValueError as error:
+        raise ValidationError(str(error)) from None
+    return destination
+
+
+class TraceDefinition(ApiView):
+    """A destination traced on every node for a while (docs/journeys.md, "Tracing a
+    destination for a while"): GET its definition (any user), PUT switches it on or
+    changes it, DELETE switches it off (admin)."""
+
+    def get_permissions(self):
+        permissions = super().get_permissions()
+        return permissions if self.request.method in SAFE_METHODS else [*permissions, Admin()]
+
+    @extend_schema(parameters=IN_VHOST, responses=model_ref("Definition"))
+    def get(self, request, destination):
+        destination = _traced(destination)
+        vhost = vhost_of(request)
+        reply, failed = ask(request, Definitions(vhost=vhost))
+        if failed is not None:
+            return failed
+        record = next((r for r in reply.result if (r.kind, r.name) == (TRACE, destination) and not r.deleted), None)
+        if record is None:
+            raise NotFound(f"{quoted(destination)} is not traced by a definition in vhost {quoted(vhost)}")
+        return Response(builtins(record))
+
+    @extend_schema(request=TraceInput, parameters=IN_VHOST, responses=_ONE_DONE)
+    def put(self, request, destination):
+        destination = _traced(destination)
+        data = valid(TraceInput, request.data)
+        return action_response(request, DefineTrace(destination=destination, vhost=vhost_of(request), **data))
+
+    @extend_schema(parameters=IN_VHOST, responses=_ONE_DONE)
+    def delete(self, request, destination):
+        return action_response(request, DeleteDefinition(kind=TRACE, name=_traced(destination),
+                                                         vhost=vhost_of(request)))

@@ -13,6 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.settings import api_settings
 
 from model.amqp_arguments import MAX_MILLISECONDS, argument_problem
+from model.definitions import MAX_TRACE_S
 from model.events import KINDS
 from model.names import MAX_NAME_BYTES, InvalidName, check_name, check_vhost_name, quoted
 from model.requests import ALL, MAX_WHOLE_NUMBER
@@ -144,6 +145,32 @@ class QueueSettingsInput(_Body):
         if problem is not None:
             raise ValidationError(problem)
         return arguments
+
+
+class TraceInput(_Body):
+    """Tracing a destination for a while (docs/journeys.md): its rate, and its end, by
+    exactly one of ``until`` and ``for_s`` (the node checks the end: in the future, at
+    most 7 days ahead)."""
+
+    unknown_field = "not a field of a trace (rate, until, for_s)"
+
+    rate = serializers.FloatField(required=False, max_value=1,
+                                  help_text="the share traced, above 0 and at most 1: one message in round(1/rate) "
+                                            "(default 1)")
+    until = serializers.FloatField(required=False, help_text="when it ends, epoch seconds")
+    for_s = serializers.FloatField(required=False, min_value=1, max_value=MAX_TRACE_S,
+                                   help_text="how long from now it runs, in seconds")
+
+    def validate_rate(self, rate: float) -> float:
+        if not rate > 0:
+            raise ValidationError("a rate is above 0 (0.01: one message in 100)")
+        return rate
+
+    def validate(self, data: dict) -> dict:
+        if ("until" in data) == ("for_s" in data):
+            raise ValidationError({api_settings.NON_FIELD_ERRORS_KEY: ["a trace ends: give exactly one of until "
+                                                                       "and for_s"]})
+        return data
 
 
 # -- query parameters ---------------------------------------------------------------------------

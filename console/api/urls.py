@@ -22,6 +22,7 @@ urlpatterns = [
     path("definitions", definitions.DefinitionList.as_view(), name="definitions"),
     path("definitions/queues/<path:name>", definitions.QueueDefinition.as_view(), name="queue-definition"),
     path("definitions/durable/<path:name>", definitions.DurableDefinition.as_view(), name="durable-definition"),
+    path("definitions/traces/<path:destination>", definitions.TraceDefinition.as_view(), name="trace-definition"),
     path("connections", views.ConnectionList.as_view(), name="connections"),
     path("connections/<str:connection>", views.ConnectionDetail.as_view(), name="connection"),
     path("vhosts", vhosts.VhostListView.as_view(), name="vhosts"),

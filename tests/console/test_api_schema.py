@@ -23,7 +23,8 @@ ENDPOINTS = {
     "events": {"get"}, "diagnosis": {"get"}, "messages/{message_id}/journey": {"get"}, "pipeline": {"get"},
     "definitions": {"get"},
     "definitions/queues/{name}": {"put", "delete"},
-    "definitions/durable/{name}": {"delete"}, "vhosts": {"get", "post"}, "vhosts/{name}": {"get", "delete"},
+    "definitions/durable/{name}": {"delete"}, "definitions/traces/{destination}": {"get", "put", "delete"},
+    "vhosts": {"get", "post"}, "vhosts/{name}": {"get", "delete"},
     "vhosts/{name}/limits": {"put"}, "vhosts/{name}/permissions": {"get"},
     "vhosts/{name}/permissions/{user}": {"put", "delete"}, "vhosts/{name}/permissions/group/{group}": {"put", "delete"},
 }

@@ -8,7 +8,8 @@ from __future__ import annotations
 from e2e_support import manage_result, run_meshgate, unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401
 
-from model.requests import JourneySteps
+from model.definitions import TRACE
+from model.requests import DefineTrace, Definitions, JourneySteps
 
 JOURNEYS_ON = "journeys.enabled=true"
 
@@ -116,6 +117,50 @@ def test_trace_next_traces_the_next_messages_or_a_sample_without_a_header(mesh):
 
     refused = run_meshgate(["trace-next", "/queue/", "--stomp", f"127.0.0.1:{a.stomp}"])
     assert refused.returncode != 0 and "cannot trace" in refused.stderr + refused.stdout, refused
+
+
+def trace_held(node, destination: str):
+    """The trace definition of ``destination`` as ``node`` holds it (None: none, or deleted)."""
+    records = manage_result(node.stomp, Definitions(node=node.name))
+    return next((r.trace for r in records if (r.kind, r.name) == (TRACE, destination)), None)
+
+
+def test_trace_on_traces_a_destination_on_every_node_at_its_rate_until_off_or_its_end(mesh):
+    a, b = mesh(2, sets=[JOURNEYS_ON])
+    queue = f"/queue/{unique('defined')}"
+    consumer = b.client()
+    consumer.subscribe(queue)
+    producer = b.client()
+
+    def sent(n: int) -> list[str]:
+        """Send ``n`` messages without a header on B; their ids."""
+        before = len(consumer.listener.messages)
+        for i in range(n):
+            producer.send(queue, f"m{i}", receipt=True)
+        return [m.headers["message-id"] for m in consumer.listener.wait_for(before + n)[before:]]
+
+    on = run_meshgate(["trace-on", queue, "--for", "1h", "--stomp", f"127.0.0.1:{a.stomp}"])  # defined on A
+    assert on.returncode == 0 and "tracing every message for 3600 s" in on.stdout, on
+    wait_until(lambda: trace_held(b, queue) is not None, "B holds A's definition")
+    ids = sent(2)
+    assert traced_ids(a, ids) == set(ids)  # B traces what is sent to it
+    listed = run_meshgate(["definitions", "--stomp", f"127.0.0.1:{b.stomp}"])
+    assert f"trace  {queue}" in listed.stdout and "traced: every message until" in listed.stdout, listed
+
+    manage_result(a.stomp, DefineTrace(destination=queue, rate=0.5, for_s=3600))
+    wait_until(lambda: getattr(trace_held(b, queue), "rate", None) == 0.5, "B holds the new rate")
+    ids = sent(4)
+    assert traced_ids(a, ids) == {ids[1], ids[3]}  # one in two
+
+    off = run_meshgate(["trace-off", queue, "--stomp", f"127.0.0.1:{a.stomp}"])
+    assert off.returncode == 0 and f"tracing of {queue}" in off.stdout, off
+    wait_until(lambda: trace_held(b, queue) is None, "B holds the deletion")
+    assert traced_ids(a, sent(2)) == set()
+
+    manage_result(a.stomp, DefineTrace(destination=queue, for_s=2))
+    wait_until(lambda: trace_held(b, queue) is not None, "B holds the short one")
+    assert traced_ids(a, first := sent(1)) == set(first)
+    wait_until(lambda: traced_ids(a, sent(1)) == set(), "its end passed: no longer traced", timeout=10)
 
 
 def test_with_metrics_on_the_records_also_go_to_their_own_redis_stream(mesh, redis_server):

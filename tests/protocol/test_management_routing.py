@@ -19,6 +19,7 @@ from model.requests import (
     BrowsePage,
     CloseConnection,
     DefineQueue,
+    DefineTrace,
     Definitions,
     DeleteDefinition,
     DeleteQueue,
@@ -420,6 +421,7 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         VhostPermissionsClear(vhost="/", user="bob"),
         JourneySteps(node="c", ids=["m-1"]),
         TraceNext(node="c", destination="/queue/orders"),
+        DefineTrace(destination="/queue/orders", for_s=60),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)
