@@ -26,6 +26,7 @@ from model.requests import (
     Events,
     Forget,
     HaFailback,
+    JourneySearch,
     JourneySteps,
     Move,
     Nodes,
@@ -420,6 +421,7 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         VhostPermissionsClear(vhost="/", user="bob"),
         JourneySteps(node="c", ids=["m-1"]),
         TraceNext(node="c", destination="/queue/orders"),
+        JourneySearch(body="card"),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)
