@@ -27,6 +27,7 @@ from management import format as fmt
 from management.client import ManagementClient, ManagementClientError, RequestFailed
 from management.doctor import format_diagnosis
 from management.journey_view import format_journey
+from meshgate.journeys_cli import duration, format_traces, trace_args, trace_next_args, traces_args, traces_request
 from meshgate.node_login import add_node_arguments, node_client
 from meshgate.vhost_permissions_cli import BadArguments, permission_options, permissions_request
 from model.definitions import QueueSettings, VhostSpec
@@ -246,38 +247,21 @@ COMMANDS.update({
 })
 # Commands about one vhost's queues or definitions: --vhost NAME (default /).
 IN_A_VHOST = ("stat", "queues", "browse", "purge", "delete", "move", "redistribute", "send", "definitions",
-              "define-queue", "undefine", "trace-next")
+              "define-queue", "undefine", "trace-next", "traces")
 COMMANDS["topology"] = ("the same as nodes",) + COMMANDS["nodes"][1:]
 COMMANDS["reload-tls"] = (
     "re-read the node's certificate, key and CA files, as SIGHUP does (needs admin)", ACTION, _no_args,
     lambda a: ReloadTls(node=a.node), lambda r, names, a: _format_reloads(r, names))
 
 
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MAX_THRESHOLD_S = 366 * 24 * 3600  # as model.requests.Seconds
-
-
-def _duration(text: str) -> float:
-    """Seconds from "90", "90s", "5m", "2h" or "1d"."""
-    number, unit = (text[:-1], text[-1]) if text[-1:] in _DURATION_UNITS else (text, "s")
-    try:
-        seconds = float(number) * _DURATION_UNITS[unit]
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= MAX_THRESHOLD_S:  # (NaN fails both comparisons)
-        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 5m or 2h (at most a year), "
-                                         f"got {quoted(text[:40])}")
-    return seconds
-
-
 def _doctor_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--older-than", type=_duration, metavar="DURATION",
+    parser.add_argument("--older-than", type=duration, metavar="DURATION",
                         help="how old anything must be to be a finding (sets the three below; e.g. 5m)")
-    parser.add_argument("--waiting", type=_duration, default=60.0, metavar="DURATION",
+    parser.add_argument("--waiting", type=duration, default=60.0, metavar="DURATION",
                         help="a backlog with no local consumer, while consumers wait elsewhere (default 60s)")
-    parser.add_argument("--in-doubt", type=_duration, default=60.0, metavar="DURATION",
+    parser.add_argument("--in-doubt", type=duration, default=60.0, metavar="DURATION",
                         help="messages held for an absent node (default 60s)")
-    parser.add_argument("--unacked", type=_duration, default=300.0, metavar="DURATION",
+    parser.add_argument("--unacked", type=duration, default=300.0, metavar="DURATION",
                         help="a consumer's oldest unacked delivery (default 5m)")
 
 
@@ -285,28 +269,16 @@ COMMANDS["doctor"] = (
     "find stuck messages over the whole mesh, say why and how to fix it (docs/doctor.md)", VIEW, _doctor_args,
     lambda a: Diagnosis(older_than_s=a.older_than, waiting_s=a.waiting, in_doubt_s=a.in_doubt, unacked_s=a.unacked),
     lambda r, names, a: format_diagnosis(r))
-def _trace_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("message_id", metavar="MESSAGE_ID",
-                        help="the message's id (its message-id header; ID.N: that copy alone)")
-
-
 COMMANDS["trace"] = (
-    "a traced message's journey across the mesh, step by step (docs/journeys.md; needs admin)", VIEW, _trace_args,
+    "a traced message's journey across the mesh, step by step (docs/journeys.md; needs admin)", VIEW, trace_args,
     lambda a: JourneySteps(ids=[a.message_id], node=a.node or "*"),
     lambda r, names, a: format_journey(a.message_id, r))
-
-def _trace_next_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("destination", metavar="DESTINATION", help="/queue/NAME or /topic/NAME")
-    parser.add_argument("--count", type=int, metavar="N", help="trace N messages at most on each node (0: stop)")
-    parser.add_argument("--every", type=int, default=1, metavar="K",
-                        help="one message in K (default 1: each; 100 is a 1%% sample)")
-    parser.add_argument("--for", dest="for_s", type=_duration, default=600.0, metavar="DURATION",
-                        help="for this long at most (default 10m, at most 7d)")
-
-
+COMMANDS["traces"] = (
+    "find traced messages by queue, header, body text or time, on every node (docs/journeys.md; needs admin)",
+    VIEW, traces_args, traces_request, lambda r, names, a: format_traces(r))
 COMMANDS["trace-next"] = (
     "trace what producers send to a destination from now on, on every node (docs/journeys.md; needs admin)",
-    ACTION, _trace_next_args,
+    ACTION, trace_next_args,
     lambda a: TraceNext(node=a.node or ALL, destination=a.destination, count=a.count, every=a.every,
                         for_s=a.for_s, vhost=a.vhost),
     lambda r, names, a: fmt.format_done(r, names))
