@@ -128,9 +128,11 @@ def _matching(steps: deque[JourneyStep], queue: str | None, header: tuple[str, s
     by_body = body is None
     matched = steps[0]
     destination = ""
+    received = None
     for step in steps:
         if step.step == "received":
             destination = destination or step.destination or ""
+            received = received or step
             if header is not None and step.headers is not None and step.headers.get(header[0]) == header[1]:
                 by_header, matched = True, step
             if body is not None and step.body_preview is not None and body in step.body_preview:
@@ -145,4 +147,5 @@ def _matching(steps: deque[JourneyStep], queue: str | None, header: tuple[str, s
     first, last = steps[0], steps[-1]
     return JourneySummary(root=first.root, id=matched.id, node=first.node, node_name=first.node_name,
                           time=first.time, destination=destination, last_step=last.step, last_time=last.time,
-                          steps=len(steps))
+                          steps=len(steps), headers=None if received is None else received.headers,
+                          body_preview=None if received is None else received.body_preview)

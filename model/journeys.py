@@ -129,6 +129,10 @@ class JourneySummary(msgspec.Struct, kw_only=True, omit_defaults=True):
     last_step: Step
     last_time: float
     steps: int  # records on the node(s) where it matched
+    # What it was received with (the received record's, where it matched on that node): to
+    # tell hits apart.
+    headers: dict[str, str] | None = None
+    body_preview: str | None = None
 
 
 def merge_summaries(hits: list[JourneySummary], limit: int) -> list[JourneySummary]:
@@ -143,6 +147,8 @@ def merge_summaries(hits: list[JourneySummary], limit: int) -> list[JourneySumma
         first, other = (hit, seen) if hit.time < seen.time else (seen, hit)
         last = hit if hit.last_time > seen.last_time else seen
         by_root[hit.root] = msgspec.structs.replace(first, destination=first.destination or other.destination,
+                                                    headers=first.headers or other.headers,
+                                                    body_preview=first.body_preview or other.body_preview,
                                                     last_step=last.last_step, last_time=last.last_time,
                                                     steps=seen.steps + hit.steps)
     return sorted(by_root.values(), key=lambda hit: hit.time, reverse=True)[:limit]

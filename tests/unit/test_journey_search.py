@@ -99,7 +99,8 @@ def test_search_finds_by_queue_header_body_and_time_newest_first(store, clock):
     assert roots(limit=2) == [other, second]
     [hit] = store.search(header=("customer", "c-42"))
     assert hit == JourneySummary(root=first, id=first, node="node-1", node_name="n1", time=1001.0,
-                                 destination="/queue/orders", last_step="queued", last_time=1001.0, steps=2)
+                                 destination="/queue/orders", last_step="queued", last_time=1001.0, steps=2,
+                                 headers={"trace": "true", "customer": "c-42"}, body_preview='{"order": 1042}')
 
 
 def test_search_by_queue_finds_a_fanout_copy_put_in_it(store, clock):
