@@ -4,6 +4,9 @@ on one node, and the merge of every node's hits. The broker core alone, on a Mem
 
 from __future__ import annotations
 
+import argparse
+import time
+
 import msgspec
 import pytest
 from twisted.internet.task import Clock
@@ -12,6 +15,7 @@ from gateway.broker.broker import Broker
 from gateway.broker.tracing import Tracer
 from gateway.store.memory import MemoryStore
 from management.journeys import RECORD_OVERHEAD, JourneyStore, record_size
+from meshgate.journeys_cli import format_traces, moment
 from model.definitions import BindingSpec, ExchangeSpec
 from model.journey_requests import MAX_HITS, JourneySearch
 from model.journeys import MAX_FIELD, MAX_HEADERS, JourneySummary, kept_headers, merge_summaries
@@ -157,3 +161,21 @@ def test_a_search_out_of_bounds_is_refused(fields):
 def test_a_search_asks_every_node_by_default():
     search = msgspec.convert({"action": "journey_search", "header": "k=v=w"}, JourneySearch)
     assert search.node == "*" and search.header_pair() == ("k", "v=w") and search.limit == 50
+
+
+# -- meshgate traces ---------------------------------------------------------------------------------
+
+
+def test_since_and_until_are_a_duration_ago_or_an_iso_time():
+    assert abs(moment("10m") - (time.time() - 600)) < 5
+    assert moment("2026-11-28T09:30") == moment("2026-11-28T09:30:00+00:00") == 1795858200.0
+    for bad in ("yesterday", "-5m", "x" * 10_000):
+        with pytest.raises(argparse.ArgumentTypeError) as refused:
+            moment(bad)
+        assert len(str(refused.value)) < 200
+
+
+def test_a_hit_is_one_line_whatever_its_destination_holds():
+    line = format_traces([hit("m1", "a", 1795858200.5, "acked", steps=3, destination="/queue/\x1b[2Jx\nnext")])
+    assert line == "2026-11-28 09:30:00.500  m1  A  '/queue/\\x1b[2Jx\\nnext'  acked  3 steps"
+    assert format_traces([]).startswith("no traced message matches")
