@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Iterable
 
-from model.journeys import JourneyStep, root_of
+from model.journey_requests import MAX_HITS
+from model.journeys import JourneyStep, JourneySummary, root_of
 
 # What one record costs beyond its text (the struct's slots, the deque and index entries):
 # an estimate, so that a flood of small records still meets max_bytes.
 RECORD_OVERHEAD = 400
+HEADER_OVERHEAD = 100  # a kept header's dictionary entry and string objects, beyond its text
 # Records one ``steps_of`` answer holds at most: a request must not build a reply of any size.
 MAX_ANSWER = 10_000
 
@@ -25,9 +27,11 @@ def record_size(step: JourneyStep) -> int:
     # is added, so it is not measured: added and evicted sizes must agree).
     size = RECORD_OVERHEAD + 4 * len(step.id)
     for text in (step.queue, step.destination, step.connection, step.user, step.remote, step.reason,
-                 step.exchange, step.routing_key):
+                 step.exchange, step.routing_key, step.body_preview):
         if text is not None:
             size += len(text)
+    if step.headers:  # a dictionary entry beyond each header's text
+        size += sum(HEADER_OVERHEAD + len(name) + len(value) for name, value in step.headers.items())
     return size
 
 
@@ -84,6 +88,28 @@ class JourneyStore:
                     found[step.seq] = step
         return [found[seq] for seq in sorted(found)][:MAX_ANSWER]
 
+    def search(self, *, queue: str | None = None, vhost: str | None = None, header: tuple[str, str] | None = None,
+               since: float | None = None, until: float | None = None, body: str | None = None,
+               limit: int = MAX_HITS) -> list[JourneySummary]:
+        """The journeys recorded here that match every filter given, newest first, ``limit`` at
+        most: ``queue`` (of ``vhost``, any vhost when None) received for it or put in it, a
+        received ``header`` (name, value) exactly, a ``body`` substring of the kept preview, a
+        first record here from ``since`` to ``until``. It looks at each record once at most."""
+        hits: list[JourneySummary] = []
+        limit = min(limit, MAX_HITS)
+        for steps in reversed(self.by_root.values()):  # by first record: newest first
+            if len(hits) >= limit:
+                break
+            first = steps[0]
+            if (since is not None and first.time < since) or (until is not None and first.time > until):
+                continue
+            if vhost is not None and first.vhost != vhost:
+                continue
+            hit = _matching(steps, queue, header, body)
+            if hit is not None:
+                hits.append(hit)
+        return hits
+
     def _evict_oldest(self) -> None:
         step = self.records.popleft()
         steps = self.by_root[step.root]
@@ -92,3 +118,34 @@ class JourneyStore:
             del self.by_root[step.root]
         self.bytes -= record_size(step)
         self.evicted += 1
+
+
+def _matching(steps: deque[JourneyStep], queue: str | None, header: tuple[str, str] | None,
+              body: str | None) -> JourneySummary | None:
+    """A message's records here as a hit, if they match each filter given."""
+    by_queue = queue is None
+    by_header = header is None
+    by_body = body is None
+    matched = steps[0]
+    destination = ""
+    received = None
+    for step in steps:
+        if step.step == "received":
+            destination = destination or step.destination or ""
+            received = received or step
+            if header is not None and step.headers is not None and step.headers.get(header[0]) == header[1]:
+                by_header, matched = True, step
+            if body is not None and step.body_preview is not None and body in step.body_preview:
+                by_body, matched = True, step
+        if queue is not None and (step.queue == queue or (step.step == "received"
+                                                          and step.destination == "/queue/" + queue)):
+            by_queue, matched = True, step
+    if not (by_queue and by_header and by_body):
+        return None
+    if not destination:
+        destination = next((f"/queue/{step.queue}" for step in steps if step.queue is not None), "")
+    first, last = steps[0], steps[-1]
+    return JourneySummary(root=first.root, id=matched.id, node=first.node, node_name=first.node_name,
+                          time=first.time, destination=destination, last_step=last.step, last_time=last.time,
+                          steps=len(steps), headers=None if received is None else received.headers,
+                          body_preview=None if received is None else received.body_preview)

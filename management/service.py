@@ -22,13 +22,14 @@ from gateway.broker.broker import TEMP, Broker
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import QUEUE, TOPIC, Message
 from management.actions import LocalActions
+from management.audit import reload_detail, target_of
 from management.doctor_node import DoctorFacts, answer_diagnosis
 from management.events import EventLog
 from management.journeys import JourneyStore
 from management.state import LocalState
 from model.events import AdminAction
+from model.journeys import JourneySummary, merge_summaries
 from model.mesh import ClusterView
-from model.names import DEFAULT_VHOST
 from model.requests import (
     ADMIN_ACTIONS,
     ALL,
@@ -36,10 +37,9 @@ from model.requests import (
     SINGLE_ANSWER,
     BrowsePage,
     DefineTrace,
-    DeleteDefinition,
     Diagnosis,
     Failure,
-    JourneySteps,
+    JourneySearch,
     ManagementError,
     Move,
     Nodes,
@@ -47,13 +47,9 @@ from model.requests import (
     Request,
     Summary,
     TlsReload,
-    VhostAdd,
     VhostDelete,
     VhostList,
-    VhostPermissionsClear,
-    VhostPermissionsSet,
     VhostRow,
-    VhostSetLimits,
     action_of,
     decode_request,
 )
@@ -115,7 +111,10 @@ class ManagementService:
             "vhost_permissions_clear": lambda r: actions.vhost_permissions_clear(r),
             "vhost_permissions_list": lambda r: actions.vhost_permissions_list(r.vhost),
             "node_facts": lambda r: self.doctor.collect(),
-            "journey_steps": lambda r: self._journey_steps(r.ids),
+            "journey_steps": lambda r: self._journeys().steps_of(r.ids),
+            "journey_search": lambda r: self._journeys().search(
+                queue=r.queue, vhost=r.vhost, header=r.header_pair(), since=r.since, until=r.until, body=r.body,
+                limit=r.limit),
             "trace_next": lambda r: actions.trace_next(r.destination, r.every, r.count, r.for_s, r.vhost),
         }
         broker.register_service(ADDRESS, self.handle)
@@ -187,7 +186,7 @@ class ManagementService:
             message = f"{action} needs the admin permission on /queue/{ADDRESS}"
             if request.on_behalf_of:
                 user = f"{user} for {request.on_behalf_of}"
-            self.events.emit(AdminAction(user=user, action=action, target=_target_of(request), ok=False,
+            self.events.emit(AdminAction(user=user, action=action, target=target_of(request), ok=False,
                                          result="refused: " + message))
             return defer.succeed(Reply(action=action, ok=False, error=Failure(code="forbidden", message=message)))
         try:
@@ -210,7 +209,7 @@ class ManagementService:
             return defer.succeed(Reply(action=action, ok=False, error=error.failure()))
         asked = [self.ask(node_id, request, user, request.node == ALL) for node_id in targets]
         gathered = defer.DeferredList(asked, consumeErrors=True)
-        return gathered.addCallback(self._gather, action, targets, request.node)
+        return gathered.addCallback(self._gather, request, targets)
 
     def ask(self, node_id: str, request: Request, user: str, everywhere: bool = False,
             timeout: float | None = None) -> defer.Deferred:
@@ -235,7 +234,8 @@ class ManagementService:
 
         return d.addCallback(unpack).addErrback(unreachable)
 
-    def _gather(self, outcomes: list, action: str, targets: list[str], asked_for: str | None) -> Reply:
+    def _gather(self, outcomes: list, request: Request, targets: list[str]) -> Reply:
+        action, asked_for = action_of(request), request.node
         results: list = []
         failures: list[Failure] = []
         missing: list[Failure] = []  # "not_found" from nodes asked because every node was: no refusal alone
@@ -255,6 +255,9 @@ class ManagementService:
             return Reply(action=action, ok=False, error=Failure(code="not_found", message=message))
         if action == "events":
             results.sort(key=lambda event: event["time"] if isinstance(event, dict) else event.time)
+        if isinstance(request, JourneySearch):  # other nodes' hits come as JSON
+            results = merge_summaries(msgspec.convert(results, list[JourneySummary], from_attributes=True),
+                                      request.limit)
         if action in SINGLE_ANSWER:
             return Reply(action=action, result=results[0] if results else None, failures=failures)
         return Reply(action=action, result=results, failures=failures)
@@ -300,7 +303,7 @@ class ManagementService:
             raise ManagementError("bad_request", f"{action} is not answered by one node")
         if action not in ADMIN_ACTIONS:
             return answer(request)
-        target = _target_of(request)
+        target = target_of(request)
         if request.on_behalf_of:
             user = f"{user} for {request.on_behalf_of}"
         try:
@@ -325,19 +328,21 @@ class ManagementService:
             detail = f"looked at {len(result.messages)} of {result.total} message(s) from {result.offset}"
         elif action == "journey_steps":
             detail = f"looked at {len(result)} journey record(s)"
+        elif action == "journey_search":
+            detail = f"found {len(result)} journey(s)"
         elif isinstance(result, TlsReload):  # done where it could be: ok only if every listener took its files
-            ok, detail = result.all_reloaded, _reload_detail(result)
+            ok, detail = result.all_reloaded, reload_detail(result)
         else:
             detail = ", ".join(part for part in (f"{result.count} message(s)" if action in _COUNTED else "",
                                                  result.detail) if part)
         self.events.emit(AdminAction(user=user, action=action, target=target, ok=ok, result=detail))
         return result
 
-    def _journey_steps(self, ids: list[str]) -> list:
+    def _journeys(self) -> JourneyStore:
         if self.journeys is None:
             raise ManagementError("conflict", "this node records no journeys ([journeys] enabled = false)",
                                   self.node_id)
-        return self.journeys.steps_of(ids)
+        return self.journeys
 
     def answer_routed(self, body: dict, origin: str) -> dict:
         """A request another node routed here (it checked the permissions)."""
@@ -412,39 +417,3 @@ class ManagementService:
                                                             taken_at=self.state.clock.seconds(), nodes=nodes))
 
         return defer.DeferredList(asked, consumeErrors=True).addCallback(gather)
-
-
-def _reload_detail(result: TlsReload) -> str:
-    if not result.listeners:
-        return "no TLS listener or dialler on this node"
-    reloaded = [outcome.listener for outcome in result.listeners if outcome.reloaded]
-    kept = [f"{outcome.listener} kept its old certificate ({outcome.reason})" for outcome in result.listeners
-            if not outcome.reloaded]
-    return "; ".join((["reloaded " + ", ".join(reloaded)] if reloaded else []) + kept)
-
-
-def _target_of(request: Request) -> str:
-    if isinstance(request, (VhostAdd, VhostSetLimits, VhostDelete)):
-        return f"vhost {request.name}"
-    if isinstance(request, VhostPermissionsSet):
-        spec = request.permission
-        return f"permissions of {_principal(spec.user, spec.group)} in vhost {spec.vhost}"
-    if isinstance(request, VhostPermissionsClear):
-        return f"permissions of {_principal(request.user, request.group)} in vhost {request.vhost}"
-    if isinstance(request, JourneySteps):  # the first ids only: the event's size is not the asker's to choose
-        more = f" and {len(request.ids) - 3} more" if len(request.ids) > 3 else ""
-        return "journeys of " + ", ".join(request.ids[:3]) + more
-    vhost = getattr(request, "vhost", DEFAULT_VHOST)
-    where = "" if vhost == DEFAULT_VHOST else f" in vhost {vhost}"
-    if isinstance(request, DeleteDefinition):
-        described = {"queue": "/queue/", "trace": "tracing of "}.get(request.kind, "durable subscription ")
-        return described + request.name + where
-    for field in ("queue", "destination", "connection", "forget"):
-        value = getattr(request, field, None)
-        if value:
-            return (f"/queue/{value}" if field == "queue" else value) + where
-    return request.node or "this node"
-
-
-def _principal(user: str | None, group: str | None) -> str:
-    return f"user {user}" if user is not None else f"group {group}"

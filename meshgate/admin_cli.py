@@ -239,7 +239,7 @@ COMMANDS.update({
 })
 # Commands about one vhost's queues or definitions: --vhost NAME (default /).
 IN_A_VHOST = ("stat", "queues", "browse", "purge", "delete", "move", "redistribute", "send", "definitions",
-              "define-queue", "undefine", "trace-next", "trace-on", "trace-off")
+              "define-queue", "undefine", "trace-next", "trace-on", "trace-off", "traces")
 COMMANDS["topology"] = ("the same as nodes",) + COMMANDS["nodes"][1:]
 COMMANDS["reload-tls"] = (
     "re-read the node's certificate, key and CA files, as SIGHUP does (needs admin)", ACTION, _no_args,

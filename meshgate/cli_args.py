@@ -4,6 +4,8 @@ meshgate/trace_cli.py): the shape of a command and the argparse types of more th
 from __future__ import annotations
 
 import argparse
+import time
+from datetime import UTC, datetime
 from typing import Any, Callable
 
 from model.names import quoted
@@ -30,3 +32,26 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 5m or 2h (at most a year), "
                                          f"got {quoted(text[:40])}")
     return seconds
+
+
+def iso_time(text: str) -> float:
+    """Epoch seconds from an ISO 8601 time; without a UTC offset, a UTC time."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a time such as 2026-11-28T18:00 or 2026-11-28T18:00+01:00, "
+                                         f"got {quoted(text[:40])}") from None
+    return (when if when.tzinfo is not None else when.replace(tzinfo=UTC)).timestamp()
+
+
+def moment(text: str) -> float:
+    """Epoch seconds from a duration ago ("10m") or an ISO 8601 time (UTC without an offset)."""
+    try:
+        return time.time() - duration(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        return iso_time(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a duration ago (10m, 2h) or an ISO time "
+                                         f"(2026-11-28T09:30), got {quoted(text[:40])}") from None

@@ -247,7 +247,8 @@ class Node:
         self._journey_sweeper.start(JOURNEY_SWEEP_SECONDS, now=False)
         log.info("journeys: recording traced messages (at most %d records, %d bytes, %d s)",
                  config.max_records, config.max_bytes, config.max_age_s)
-        return Tracer(journeys, self.identity["id"], self.config.name, self.reactor.seconds)
+        return Tracer(journeys, self.identity["id"], self.config.name, self.reactor.seconds,
+                      max_header_bytes=config.max_header_bytes, body_preview=config.body_preview)
 
     def _start_management(self, broker: Broker, events: EventLog, authorizer: Authorizer) -> LocalState:
         node_id = self.identity["id"]

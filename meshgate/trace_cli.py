@@ -1,17 +1,21 @@
 """The ``meshgate`` commands about message journeys (docs/journeys.md): ``trace`` reads
-one message's journey; ``trace-next`` traces the next messages on the nodes asked, for
+one message's journey; ``traces`` finds traced messages by queue, header, body text or
+time; ``trace-next`` traces the next messages on the nodes asked, for
 a while; ``trace-on`` and ``trace-off`` switch tracing of a destination on and off on
 every node of the mesh, by a definition that ends by itself."""
 
 from __future__ import annotations
 
 import argparse
-import datetime
+from datetime import UTC, datetime
 
 from management import format as fmt
 from management.journey_view import format_journey
-from meshgate.cli_args import ACTION, VIEW, Command, duration
+from meshgate.cli_args import ACTION, VIEW, Command, duration, iso_time, moment
+from meshgate.vhost_permissions_cli import BadArguments
 from model.definitions import TRACE
+from model.journey_requests import MAX_HITS, JourneySearch
+from model.journeys import JourneySummary
 from model.names import quoted
 from model.requests import ALL, DefineTrace, DeleteDefinition, JourneySteps, TraceNext
 
@@ -46,18 +50,6 @@ def _rate(text: str) -> float:
     return rate
 
 
-def _moment(text: str) -> float:
-    """Epoch seconds from an ISO 8601 time; without a UTC offset, a UTC time."""
-    try:
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a time such as 2026-11-28T18:00 or 2026-11-28T18:00+01:00, "
-                                         f"got {quoted(text[:40])}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=datetime.UTC)
-    return moment.timestamp()
-
-
 def _trace_on_args(parser: argparse.ArgumentParser) -> None:
     _destination_arg(parser)
     parser.add_argument("--rate", type=_rate, default=1.0, metavar="R",
@@ -65,7 +57,7 @@ def _trace_on_args(parser: argparse.ArgumentParser) -> None:
     end = parser.add_mutually_exclusive_group()
     end.add_argument("--for", dest="for_s", type=duration, metavar="DURATION",
                      help="for this long (default 10m, at most 7d)")
-    end.add_argument("--until", type=_moment, metavar="TIME", help="until then (ISO 8601; UTC unless it says)")
+    end.add_argument("--until", type=iso_time, metavar="TIME", help="until then (ISO 8601; UTC unless it says)")
 
 
 def _trace_on(args: argparse.Namespace) -> DefineTrace:
@@ -74,11 +66,59 @@ def _trace_on(args: argparse.Namespace) -> DefineTrace:
                        vhost=args.vhost)
 
 
+def _header_filter(text: str) -> str:
+    if "=" not in text[1:]:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {quoted(text[:40])}")
+    return text
+
+
+def _hits(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= MAX_HITS:
+        raise argparse.ArgumentTypeError(f"expected a count from 1 to {MAX_HITS}, got {quoted(text[:40])}")
+    return int(text)
+
+
+def traces_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--queue", metavar="QUEUE", help="sent to this queue or put in it")
+    parser.add_argument("--header", type=_header_filter, metavar="NAME=VALUE",
+                        help="received with this header, of this value (whole)")
+    parser.add_argument("--body", metavar="TEXT", help="TEXT in its body's first bytes ([journeys] body_preview)")
+    parser.add_argument("--since", type=moment, metavar="WHEN", help="first recorded since: 10m (ago) or ISO time")
+    parser.add_argument("--until", type=moment, metavar="WHEN", help="first recorded until: 10m (ago) or ISO time")
+    parser.add_argument("--limit", type=_hits, default=50, metavar="N",
+                        help=f"at most N, newest first (1 to {MAX_HITS}; default 50)")
+
+
+def traces_request(args: argparse.Namespace) -> JourneySearch:
+    try:
+        return JourneySearch(node=args.node or ALL, queue=args.queue, vhost=args.vhost, header=args.header,
+                             body=args.body, since=args.since, until=args.until, limit=args.limit)
+    except ValueError as error:  # (its checks across fields: since after until)
+        raise BadArguments(str(error)) from None
+
+
+def format_traces(hits: list[JourneySummary]) -> str:
+    """One line per journey found: when, its id (for ``meshgate trace``), the node, where it
+    was going, its last step and how many. Client text is shown as a repr when not printable."""
+    if not hits:
+        return "no traced message matches (records age out: [journeys] max_age_s)"
+    lines = []
+    for hit in hits:
+        when = datetime.fromtimestamp(hit.time, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+        destination = hit.destination if hit.destination.isprintable() else quoted(hit.destination)
+        lines.append(f"{when}  {hit.root}  {hit.node_name}  {destination}  {hit.last_step}  "
+                     f"{hit.steps} step{'s' if hit.steps != 1 else ''}")
+    return "\n".join(lines)
+
+
 TRACE_COMMANDS: dict[str, Command] = {
     "trace": (
         "a traced message's journey across the mesh, step by step (docs/journeys.md; needs admin)", VIEW,
         _trace_args, lambda a: JourneySteps(ids=[a.message_id], node=a.node or "*"),
         lambda r, names, a: format_journey(a.message_id, r)),
+    "traces": (
+        "find traced messages by queue, header, body text or time, on every node (docs/journeys.md; needs admin)",
+        VIEW, traces_args, traces_request, lambda r, names, a: format_traces(r)),
     "trace-next": (
         "trace what producers send to a destination from now on, on every node (docs/journeys.md; needs admin)",
         ACTION, _trace_next_args,

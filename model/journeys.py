@@ -46,6 +46,30 @@ def short(text: str) -> str:
     return text if len(text) <= MAX_FIELD else text[:MAX_FIELD - 1] + "…"
 
 
+# Headers a received record keeps at most, whatever [journeys] max_header_bytes allows:
+# each costs a dictionary entry beyond its text.
+MAX_HEADERS = 64
+
+
+def kept_headers(headers: dict, max_bytes: int) -> dict[str, str]:
+    """What a received record keeps of a message's headers for search: each name and value
+    cut to MAX_FIELD characters (a value that is not text as its text), in order until
+    their characters reach ``max_bytes`` (the last value cut to fit), MAX_HEADERS at most."""
+    kept: dict[str, str] = {}
+    left = max_bytes
+    for name, value in headers.items():
+        if len(kept) == MAX_HEADERS or left <= 0:
+            break
+        name = short(name if type(name) is str else str(name))
+        text = short(value if type(value) is str else str(value))
+        if len(name) >= left:
+            break
+        text = text[:left - len(name)]
+        kept[name] = text
+        left -= len(name) + len(text)
+    return kept
+
+
 def root_of(message_id: str) -> str:
     """The journey key of a message id: fan-out copies ``ID.N`` and ``ID.q`` share ID's."""
     return message_id.partition(".")[0]
@@ -86,3 +110,45 @@ class JourneyStep(msgspec.Struct, kw_only=True, omit_defaults=True):
     entry: str | None = None
     visit: int = 0
     detail: str = ""
+    # received: what a search looks in (management.journeys.JourneyStore.search), bounded by
+    # [journeys] max_header_bytes and body_preview: the message's headers, its body's first bytes.
+    headers: dict[str, str] | None = None
+    body_preview: str | None = None
+
+
+class JourneySummary(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One journey a search found (``journey_search``): where and when it was first recorded,
+    where it was going, and how far it got on the node(s) where it matched."""
+
+    root: str  # the journey's key: ``meshgate trace ROOT`` shows all of it
+    id: str  # the id of the record that matched (a copy's ``ID.1`` when a queue matched a copy)
+    node: str  # the node of its earliest record found
+    node_name: str
+    time: float  # its earliest record found (epoch seconds)
+    destination: str = ""  # as received (/queue/X, /topic/X, /exchange/E/KEY), else the queue it was in
+    last_step: Step
+    last_time: float
+    steps: int  # records on the node(s) where it matched
+    # What it was received with (the received record's, where it matched on that node): to
+    # tell hits apart.
+    headers: dict[str, str] | None = None
+    body_preview: str | None = None
+
+
+def merge_summaries(hits: list[JourneySummary], limit: int) -> list[JourneySummary]:
+    """Every node's hits as one list: one per journey (the earliest record found names it,
+    the latest its last step; steps summed), newest first, ``limit`` at most."""
+    by_root: dict[str, JourneySummary] = {}
+    for hit in hits:
+        seen = by_root.get(hit.root)
+        if seen is None:
+            by_root[hit.root] = msgspec.structs.replace(hit)
+            continue
+        first, other = (hit, seen) if hit.time < seen.time else (seen, hit)
+        last = hit if hit.last_time > seen.last_time else seen
+        by_root[hit.root] = msgspec.structs.replace(first, destination=first.destination or other.destination,
+                                                    headers=first.headers or other.headers,
+                                                    body_preview=first.body_preview or other.body_preview,
+                                                    last_step=last.last_step, last_time=last.last_time,
+                                                    steps=seen.steps + hit.steps)
+    return sorted(by_root.values(), key=lambda hit: hit.time, reverse=True)[:limit]

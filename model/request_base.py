@@ -1,10 +1,12 @@
-"""The base of every management request (model.requests): the JSON object's ``action``
-tag, the node it is for, and whom a tool acts for. Apart so that the requests of one
-concern can live in a module of their own (model.journey_requests)."""
+"""The base of every management request (model.requests): what any request names besides
+its action. Apart so that the requests of one subject can live in a module of their own
+(model.journey_requests) and still be of the one tagged union model.requests makes."""
 
 from __future__ import annotations
 
 import msgspec
+
+ALL = "*"  # ``node``: every node of the mesh
 
 
 class Request(msgspec.Struct, kw_only=True, tag_field="action"):

@@ -29,15 +29,15 @@ from model.definitions import (
 )
 from model.diagnosis import DiagnosisReport, NodeFactSheet
 from model.events import AnyEvent
-from model.journey_requests import DefineTrace, JourneySteps, TraceNext
-from model.journeys import JourneyStep
+from model.journey_requests import DefineTrace, JourneySearch, JourneySteps, TraceNext
+from model.journeys import JourneyStep, JourneySummary
 from model.mesh import SCHEMA_VERSION, ClusterView, Connection, Link, NodeSummary, PartialQueue, TopicSubscription
 from model.names import DEFAULT_VHOST
+from model.request_base import ALL as ALL  # (re-exported: where model.requests users find it)
 from model.request_base import Request
 from model.results import BrowsePage, Done, PermissionRow, TlsReload, VhostRow
 
 MANAGEMENT_ADDRESS = "meshgate.management"  # /queue/meshgate.management
-ALL = "*"
 # Offsets and counts: the largest whole number JSON clients (JavaScript) hold exactly.
 MAX_WHOLE_NUMBER = 2 ** 53 - 1
 
@@ -300,12 +300,12 @@ AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | E
               | Pull | Move | Redistribute | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue
               | DeleteDefinition | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList
               | VhostPermissionsSet | VhostPermissionsClear | VhostPermissionsList
-              | NodeFacts | Diagnosis | JourneySteps | TraceNext | DefineTrace)
+              | NodeFacts | Diagnosis | JourneySteps | TraceNext | DefineTrace | JourneySearch)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "redistribute", "send", "close_connection",
                            "forget", "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
                            "vhost_permissions_clear",
-                           "journey_steps", "trace_next", "define_trace"})
+                           "journey_steps", "trace_next", "define_trace", "journey_search"})
 # Actions whose answer is one value, not a list gathered over nodes.
 SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
@@ -347,6 +347,7 @@ RESULT_TYPES: dict[str, Any] = {
     "journey_steps": list[JourneyStep],
     "trace_next": list[Done],
     "define_trace": Done,
+    "journey_search": list[JourneySummary],
 }
 
 # Why a request failed: the REST API maps these to HTTP statuses.

@@ -5,6 +5,7 @@ bounded (docs/console.md lists the ranges), every name by the one rule for names
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from django.http import QueryDict
@@ -15,6 +16,8 @@ from rest_framework.settings import api_settings
 from model.amqp_arguments import MAX_MILLISECONDS, argument_problem
 from model.definitions import MAX_TRACE_S
 from model.events import KINDS
+from model.journey_requests import LATEST_EPOCH, MAX_HITS
+from model.journeys import MAX_FIELD
 from model.names import MAX_NAME_BYTES, InvalidName, check_name, check_vhost_name, quoted
 from model.requests import ALL, MAX_WHOLE_NUMBER
 from model.rollups import RESOLUTIONS
@@ -22,7 +25,6 @@ from model.rollups import RESOLUTIONS
 MAX_BROWSE = 500  # messages per page of a browse (the nodes' own limit)
 MAX_PREVIEW = 65536  # body bytes shown per browsed message
 MAX_TEXT_FILTER = 1000  # characters of the events' text filter
-LATEST_EPOCH = 1e11  # seconds: the year 5138, later than any event's time
 _UNKNOWN_LISTED = 10  # unknown fields named in an error, at most
 
 
@@ -269,6 +271,40 @@ class DiagnosisParams(serializers.Serializer):
 
 class WhereParams(serializers.Serializer):
     node = NameField("node", required=False, allow_blank=True, help_text="one node (default: every node)")
+
+
+def _epoch(what: str) -> serializers.FloatField:
+    return serializers.FloatField(required=False, min_value=0, max_value=LATEST_EPOCH,
+                                  help_text=f"epoch seconds: {what}")
+
+
+class MessageSearchParams(serializers.Serializer):
+    """``journey_search``'s filters (model.journey_requests.JourneySearch), bounded alike."""
+
+    queue = NameField("queue name", required=False, max_length=MAX_FIELD, help_text="sent to it or put in it")
+    vhost = VhostField(required=False, help_text="only this vhost's (default: every vhost)")
+    header = serializers.CharField(required=False, trim_whitespace=False, max_length=2 * MAX_FIELD + 1,
+                                   help_text="NAME=VALUE: received with this header, of this value (whole)")
+    body = serializers.CharField(required=False, trim_whitespace=False, max_length=MAX_FIELD,
+                                 help_text="in the first bytes of its body ([journeys] body_preview)")
+    since = _epoch("its first record on a node at or after this")
+    until = _epoch("its first record on a node at or before this")
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_HITS, default=50,
+                                     help_text=f"at most this many, newest first (1 to {MAX_HITS}, default 50)")
+
+    def validate_header(self, header: str) -> str:
+        name, equals, value = header.partition("=")
+        if not (name and equals) or len(name) > MAX_FIELD or len(value) > MAX_FIELD:
+            raise ValidationError(f"a header is NAME=VALUE, each at most {MAX_FIELD} characters")
+        return header
+
+    def validate(self, data):
+        for key in ("since", "until"):
+            if key in data and not math.isfinite(data[key]):  # (NaN passes the range's comparisons)
+                raise ValidationError({key: "not a number"})
+        if data.get("since", 0) > data.get("until", LATEST_EPOCH):
+            raise ValidationError("since is after until")
+        return data
 
 
 def valid(serializer_class, data, **context) -> dict:

@@ -12,7 +12,7 @@ from model import mesh as model_mesh
 _TYPES = [shapes.Overview, shapes.NodeRow, shapes.QueueRow, shapes.QueueDetail, shapes.LinkRow, model_mesh.Snapshot,
           model_mesh.Connection, model_mesh.TopicSubscription, requests.Done, requests.BrowsePage, events.AnyEvent,
           rollups.PipelineStatus, definitions.Definition, diagnosis.DiagnosisReport,
-          journeys.JourneyStep]
+          journeys.JourneyStep, journeys.JourneySummary]
 _REF = "#/components/schemas/{name}"
 
 

@@ -36,6 +36,7 @@ urlpatterns = [
     path("vhosts/<path:name>", vhosts.VhostDetail.as_view(), name="vhost"),
     path("events", views.EventList.as_view(), name="events"),
     path("diagnosis", views.DiagnosisView.as_view(), name="diagnosis"),
+    path("messages", journeys.MessageSearch.as_view(), name="messages"),
     path("messages/<path:message_id>/journey", journeys.MessageJourney.as_view(), name="message-journey"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
 ]

@@ -18,7 +18,7 @@ import itertools
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
 from gateway.broker.message import Message, TracedMessage
-from model.journeys import JourneyStep, Step, root_of, short
+from model.journeys import JourneyStep, Step, kept_headers, root_of, short
 from model.names import DEFAULT_VHOST
 
 if TYPE_CHECKING:
@@ -60,11 +60,16 @@ class Tracer:
     count reaches 0: the messages an arm skips pay one dictionary lookup and a decrement,
     not a call."""
 
-    __slots__ = ("sink", "node", "node_name", "vhost", "seconds", "_seq", "armed")
+    __slots__ = ("sink", "node", "node_name", "vhost", "seconds", "_seq", "armed", "max_header_bytes",
+                 "body_preview")
 
     def __init__(self, sink: JourneySink, node: str, node_name: str, seconds: Callable[[], float],
-                 vhost: str = DEFAULT_VHOST, seq: Iterator[int] | None = None) -> None:
+                 vhost: str = DEFAULT_VHOST, seq: Iterator[int] | None = None, max_header_bytes: int = 2048,
+                 body_preview: int = 256) -> None:
         self.sink = sink
+        # What a received record keeps for search ([journeys] max_header_bytes, body_preview).
+        self.max_header_bytes = max_header_bytes
+        self.body_preview = body_preview
         self.node = node
         self.node_name = node_name
         self.seconds = seconds
@@ -74,7 +79,8 @@ class Tracer:
 
     def for_vhost(self, vhost: str) -> Tracer:
         """The tracer of vhost ``vhost``'s broker: its records name the vhost."""
-        return Tracer(self.sink, self.node, self.node_name, self.seconds, vhost, self._seq)
+        return Tracer(self.sink, self.node, self.node_name, self.seconds, vhost, self._seq, self.max_header_bytes,
+                      self.body_preview)
 
     # -- the decision, at receive ----------------------------------------------------------
 
@@ -127,7 +133,10 @@ class Tracer:
                           priority=message.priority, size=len(message.body),
                           from_id=None if from_id is None else short(from_id),
                           exchange=None if exchange is None else short(exchange),
-                          routing_key=None if routing_key is None else short(routing_key))
+                          routing_key=None if routing_key is None else short(routing_key),
+                          headers=kept_headers(message.headers, self.max_header_bytes) or None,
+                          body_preview=message.body[:self.body_preview].decode("utf-8", "replace")
+                          if self.body_preview else None)
         if session is not None:
             _who(step, session)
         self.sink.add(step)

@@ -22,6 +22,58 @@
     const id = input.value.trim();
     if (id) window.location.assign("/messages/" + encodeURIComponent(id) + "/");
   });
+
+  // -- finding traced messages (GET messages: journey_search) -------------------------------------
+  const search = document.getElementById("search");
+  const hitsBox = document.getElementById("search-hits");
+  const messageHref = (id) => "/messages/" + encodeURIComponent(id) + "/";
+  const PREVIEW = 80;  // characters of a body shown in a hit (the node keeps [journeys] body_preview bytes)
+
+  function received(hit) {
+    const headers = Object.entries(hit.headers || {}).filter(([name]) => name !== "trace");
+    const body = hit.body_preview || "";
+    return [
+      body ? el("span", { class: "mono hit-body", title: body }, body.length > PREVIEW ? body.slice(0, PREVIEW) + "…" : body) : null,
+      ...headers.slice(0, 3).map(([name, value]) => el("span", { class: "hit-header" }, " · ", el("span", { class: "mono" }, name + "=" + value))),
+    ];
+  }
+
+  function renderHits(answer) {
+    if (!answer.hits.length) {
+      hitsBox.replaceChildren(el("p", { class: "empty" }, "No traced message matches. Records age out ([journeys] max_age_s), " +
+        "and only traced messages are recorded."));
+    } else {
+      hitsBox.replaceChildren(MG.table([
+        { label: "Time", value: (h) => fmt.time(h.time) },
+        { label: "Message", value: (h) => el("a", { class: "mono hit-link", href: messageHref(h.root) }, h.root) },
+        { label: "Node", value: (h) => h.node_name },
+        { label: "Destination", value: (h) => el("span", { class: "mono" }, h.destination || "") },
+        { label: "Last step", value: (h) => el("span", { class: "step-name " + (TONES[h.last_step] || "") }, h.last_step.replace(/_/g, " ")) },
+        { label: "Steps", num: true, value: (h) => fmt.n(h.steps) },
+        { label: "Received with", value: received },
+      ], answer.hits, { rowAttributes: (h) => ({ dataset: { root: h.root } }) }));
+    }
+    const failed = answer.failures.length;
+    if (failed) hitsBox.append(el("p", { class: "note" }, failed + " node(s) could not answer: their messages are missing."));
+    document.body.dataset.hits = String(answer.hits.length);
+  }
+
+  search.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const query = {};
+    for (const name of ["queue", "header", "body"]) {
+      const value = search.elements[name].value;
+      if (value) query[name] = value;
+    }
+    const since = search.elements.since.value;
+    if (since) query.since = Date.now() / 1000 - Number(since);
+    try {
+      renderHits(await MG.api("messages", { query }));
+    } catch (error) {
+      MG.loadFailed("find traced messages", error, hitsBox);
+      document.body.dataset.hits = "error";
+    }
+  });
   if (!messageId) {
     input.focus();
     return;

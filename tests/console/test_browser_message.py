@@ -5,7 +5,7 @@ to a consumer on C, which acks it. The page lists its steps in the API's causal 
 draws its two hops A → B → C on the mesh (numbered), marks A (received) and C (acked);
 an untraced id is explained; a viewer is told the page is for admins; the queue page's
 browse list links each message id to the page (a queue named with HTML shows as
-text).
+text), and the page's search finds the message (its HTML body and header show as text).
 The screenshot is docs/console/message.png (``MESHGATE_SCREENSHOTS=docs/console``)."""
 
 from __future__ import annotations
@@ -105,7 +105,8 @@ def test_the_queue_pages_browse_list_links_to_a_messages_journey(page, console, 
     queue = unique("waiting") + HOSTILE
     producer = mesh.b.client()
     try:
-        producer.send(f"/queue/{queue}", "traced, waiting", headers={"trace": "true"}, receipt=True)
+        producer.send(f"/queue/{queue}", "traced, waiting " + HOSTILE, headers={"trace": "true", "note": HOSTILE},
+                      receipt=True)
     finally:
         producer.disconnect()
     page.goto(console.url + f"/queues/{queue}/")
@@ -122,6 +123,15 @@ def test_the_queue_pages_browse_list_links_to_a_messages_journey(page, console, 
     assert "stayed on B" in page.locator("#path-summary").inner_text()
     assert rows.first.locator("td").nth(4).inner_text().startswith(f"to /queue/{queue} · STOMP")  # as text
     assert page.evaluate("window.pwned") is None and page.locator("#steps b").count() == 0
+
+    # The search form finds it by its queue; its body and header, from the producer, show as text.
+    page.fill("#search input[name=queue]", queue)
+    page.click("#search button[type=submit]")
+    page.wait_for_function("() => document.body.dataset.hits !== undefined")
+    [hit] = page.locator("#search-hits tbody tr").all()
+    assert hit.locator("a.hit-link").get_attribute("href") == f"/messages/{message_id}/"
+    assert f"traced, waiting {HOSTILE}" in hit.inner_text() and f"note={HOSTILE}" in hit.inner_text()
+    assert page.evaluate("window.pwned") is None and page.locator("#search-hits b, #search-hits img").count() == 0
 
 
 def test_a_viewer_is_told_journeys_are_for_admins(browser, console):

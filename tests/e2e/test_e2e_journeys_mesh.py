@@ -9,7 +9,7 @@ from e2e_support import manage_result, run_meshgate, unique
 from mesh_support import mesh_fixture, wait_until  # noqa: F401
 
 from model.definitions import TRACE
-from model.requests import DefineTrace, Definitions, JourneySteps
+from model.requests import DefineTrace, Definitions, JourneySearch, JourneySteps
 
 JOURNEYS_ON = "journeys.enabled=true"
 
@@ -185,3 +185,31 @@ def test_with_metrics_on_the_records_also_go_to_their_own_redis_stream(mesh, red
     assert [e[b"step"].decode() for e in entries] == [s.step for s in steps]
     assert all(s.node == e[b"node"].decode() for s, e in zip(steps, entries, strict=True))
     assert not any(b"journey" in fields.get(b"kind", b"") for _, fields in r.xrange("meshgate:events"))
+
+
+def test_traced_messages_are_found_by_header_body_and_queue_on_every_node(mesh):
+    """Sent on A to a consumer on B: a header and the body are kept where it was received
+    (A), the queue is on both nodes; every search, asked at either node, finds it once."""
+    a, b = mesh(2, sets=[JOURNEYS_ON])
+    queue = unique("found")
+    consumer = b.client()
+    consumer.subscribe(f"/queue/{queue}")
+    producer = a.client()
+    producer.send(f"/queue/{queue}", '{"order": 1042}', headers={"trace": "true", "customer": "c-42"}, receipt=True)
+    producer.send(f"/queue/{queue}", '{"order": 7}', headers={"trace": "true", "customer": "c-7"}, receipt=True)
+    producer.send(f"/queue/{queue}", "1042, untraced", headers={"customer": "c-42"}, receipt=True)
+    first, second = (m.headers["message-id"] for m in consumer.listener.wait_for(3)[:2])
+    wait_until(lambda: {s.node_name for s in journey(a, first, second)} == {"A", "B"}, "both nodes' records")
+
+    [by_header] = manage_result(b.stomp, JourneySearch(header="customer=c-42"))
+    assert (by_header.root, by_header.node_name, by_header.destination) == (first, "A", f"/queue/{queue}")
+    assert [hit.root for hit in manage_result(b.stomp, JourneySearch(body="1042"))] == [first]
+    by_queue = manage_result(a.stomp, JourneySearch(queue=queue))
+    assert [hit.root for hit in by_queue] == [second, first]  # newest first, once each
+    assert by_queue[1].steps == len(journey(a, first)) and by_queue[1].node_name == "A"  # both nodes' steps
+
+    printed = run_meshgate(["traces", "--queue", queue, "--header", "customer=c-7", "--since", "10m",
+                            "--stomp", f"127.0.0.1:{b.stomp}"])
+    assert printed.returncode == 0, printed.stderr
+    [line] = printed.stdout.splitlines()
+    assert line.split()[2:5] == [second, "A", f"/queue/{queue}"], line

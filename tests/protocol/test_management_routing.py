@@ -27,6 +27,7 @@ from model.requests import (
     Events,
     Forget,
     HaFailback,
+    JourneySearch,
     JourneySteps,
     Move,
     Nodes,
@@ -422,6 +423,7 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         JourneySteps(node="c", ids=["m-1"]),
         TraceNext(node="c", destination="/queue/orders"),
         DefineTrace(destination="/queue/orders", for_s=60),
+        JourneySearch(body="card"),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)

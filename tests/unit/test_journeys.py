@@ -278,11 +278,15 @@ def test_every_key_parses(tmp_path: Path):
         max_records = 500
         max_bytes = "8MiB"
         max_age_s = 120
+        body_preview = 0
+        max_header_bytes = 512
         """).journeys
-    assert config == JourneysConfig(enabled=True, max_records=500, max_bytes=8 * 1024 * 1024, max_age_s=120)
+    assert config == JourneysConfig(enabled=True, max_records=500, max_bytes=8 * 1024 * 1024, max_age_s=120,
+                                    body_preview=0, max_header_bytes=512)
 
 
 def test_bad_values_name_their_key(tmp_path: Path):
     assert error(tmp_path, "[journeys]\nenabled = \"yes\"\n").startswith("journeys.enabled:")
     assert error(tmp_path, "[journeys]\nmax_records = 5\n").startswith("journeys.max_records:")
+    assert error(tmp_path, "[journeys]\nbody_preview = -1\n").startswith("journeys.body_preview:")
     assert error(tmp_path, "[journeys]\nunknown = 1\n").startswith("journeys")

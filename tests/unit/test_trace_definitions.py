@@ -61,7 +61,7 @@ def test_a_definition_traces_one_in_round_1_over_rate_until_its_end(broker, cloc
 def test_deleting_it_disarms_at_once(broker):
     local = actions(broker)
     local.define_trace(DefineTrace(destination="/topic/prices", for_s=60), "alice")
-    assert "topic" in broker.tracer.armed
+    assert ("topic", "prices") in broker.tracer.armed
     done = local.delete_definition(TRACE, "/topic/prices")
     assert done.target == "tracing of /topic/prices" and broker.tracer.armed == {}
     assert broker.definitions.get(TRACE, "/topic/prices").deleted
@@ -72,11 +72,11 @@ def test_a_peers_definition_arms_and_the_catalog_arms_again_at_start_unless_ende
     live = peer.change(TRACE, "/queue/q", clock.now, trace=TraceSpec(until=clock.now + 60))
     ended = peer.change(TRACE, "/queue/old", clock.now, trace=TraceSpec(until=clock.now - 1))
     assert broker.merge_definition(live) and broker.merge_definition(ended)
-    assert list(broker.tracer.armed["queue"]) == ["q"] and traced(broker, 1) == [True]
+    assert list(broker.tracer.armed) == [("queue", "q")] and traced(broker, 1) == [True]
 
     restarted = traced_broker(clock, broker.store)
     restarted.recover()
-    assert list(restarted.tracer.armed["queue"]) == ["q"] and traced(restarted, 1) == [True]
+    assert list(restarted.tracer.armed) == [("queue", "q")] and traced(restarted, 1) == [True]
 
 
 def test_without_a_tracer_the_definition_is_kept_and_arms_nothing(clock):
