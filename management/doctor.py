@@ -44,6 +44,9 @@ class Thresholds:
     stalled_s: float = 60.0  # a backlog whose consumers all take no more (prefetch full, socket backed up)
 
 
+DEFAULT_THRESHOLDS = Thresholds()  # as [doctor]'s defaults (meshgate/config/doctor.py)
+
+
 def diagnose(sheets: Sequence[NodeFactSheet], thresholds: Thresholds = Thresholds(),
              unanswered: Sequence[UnansweredNode] = ()) -> list[Finding]:
     """Every finding the facts show, most urgent first (then by node and subject)."""

@@ -22,37 +22,31 @@ from gateway.broker.broker import TEMP, Broker
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import QUEUE, TOPIC, Message
 from management.actions import LocalActions
-from management.doctor_node import DoctorFacts, answer_diagnosis
+from management.audit import admin_action, outcome
+from management.doctor import DEFAULT_THRESHOLDS, Thresholds
+from management.doctor_node import DoctorFacts, answer_diagnosis, thresholds_of
 from management.events import EventLog
 from management.journeys import JourneyStore
+from management.remedies import apply_remedy
 from management.state import LocalState
-from model.events import AdminAction
 from model.mesh import ClusterView
-from model.names import DEFAULT_VHOST
 from model.requests import (
     ADMIN_ACTIONS,
     ALL,
     MANAGEMENT_ADDRESS,
     SINGLE_ANSWER,
-    BrowsePage,
-    DeleteDefinition,
+    ApplyRemedy,
     Diagnosis,
     Failure,
-    JourneySteps,
     ManagementError,
     Move,
     Nodes,
     Reply,
     Request,
     Summary,
-    TlsReload,
-    VhostAdd,
     VhostDelete,
     VhostList,
-    VhostPermissionsClear,
-    VhostPermissionsSet,
     VhostRow,
-    VhostSetLimits,
     action_of,
     decode_request,
 )
@@ -67,13 +61,12 @@ REQUEST_TIMEOUT = 5.0  # seconds a node waits for another node's answer
 # The asked node does it (and tells the mesh).
 _ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition", "vhost_add", "vhost_limits",
                     "vhost_permissions_set", "vhost_permissions_clear")
-_COUNTED = ("purge", "delete_queue", "move", "redistribute", "send")
 
 
 class ManagementService:
     def __init__(self, *, node_id: str, name: str, broker: Broker, mesh: MeshNode | None, state: LocalState,
                  actions: LocalActions, events: EventLog, authorizer=None, timeout: float = REQUEST_TIMEOUT,
-                 journeys: JourneyStore | None = None) -> None:
+                 journeys: JourneyStore | None = None, doctor_thresholds: Thresholds = DEFAULT_THRESHOLDS) -> None:
         self.node_id = node_id
         self.name = name
         self.broker = broker
@@ -84,6 +77,7 @@ class ManagementService:
         self.authorizer = authorizer
         self.timeout = timeout
         self.doctor = DoctorFacts(state)
+        self.doctor_thresholds = doctor_thresholds  # what a diagnosis request does not give ([doctor])
         self.journeys = journeys  # None: [journeys] off on this node
         self._answers: dict[str, Callable[[Any], Any]] = {
             "summary": lambda r: state.summary(),
@@ -181,13 +175,14 @@ class ManagementService:
             request = decode_request(body)
         except ManagementError as error:
             return defer.succeed(Reply(ok=False, error=error.failure()))
+        return self.run(request, user, admin)
+
+    def run(self, request: Request, user: str, admin: bool) -> defer.Deferred:
+        """Answer a request from ``user``: fires with a Reply, never fails."""
         action = action_of(request)
         if action in ADMIN_ACTIONS and not admin:
             message = f"{action} needs the admin permission on /queue/{ADDRESS}"
-            if request.on_behalf_of:
-                user = f"{user} for {request.on_behalf_of}"
-            self.events.emit(AdminAction(user=user, action=action, target=_target_of(request), ok=False,
-                                         result="refused: " + message))
+            self.events.emit(admin_action(request, user, False, "refused: " + message))
             return defer.succeed(Reply(action=action, ok=False, error=Failure(code="forbidden", message=message)))
         try:
             if isinstance(request, Nodes):
@@ -195,7 +190,10 @@ class ManagementService:
             if isinstance(request, VhostDelete):
                 return self._vhost_delete(request, user)
             if isinstance(request, Diagnosis):
-                return answer_diagnosis(self, self.state.clock.seconds(), request, user, self._targets(ALL))
+                thresholds = thresholds_of(request, self.doctor_thresholds)
+                return answer_diagnosis(self, self.state.clock.seconds(), thresholds, user, self._targets(ALL))
+            if isinstance(request, ApplyRemedy):
+                return apply_remedy(self, request, user, admin)
             if action in _ASKED_NODE_ONLY:
                 return defer.succeed(Reply(action=action, result=self._answer_here(request, user)))
             targets = self._targets(request.node)
@@ -295,37 +293,24 @@ class ManagementService:
             raise ManagementError("bad_request", f"{action} is not answered by one node")
         if action not in ADMIN_ACTIONS:
             return answer(request)
-        target = _target_of(request)
-        if request.on_behalf_of:
-            user = f"{user} for {request.on_behalf_of}"
         try:
             result = answer(request)
         except ManagementError as error:
             if not (everywhere and error.code == "not_found"):
-                self.events.emit(AdminAction(user=user, action=action, target=target, ok=False, result=str(error)))
+                self.events.emit(admin_action(request, user, False, str(error)))
             raise
         if isinstance(result, defer.Deferred):  # an action that takes a while (ha_failback)
             def failed(failure):
                 if failure.check(ManagementError):
-                    self.events.emit(AdminAction(user=user, action=action, target=target, ok=False,
-                                                 result=str(failure.value)))
+                    self.events.emit(admin_action(request, user, False, str(failure.value)))
                 return failure
 
-            return result.addCallbacks(lambda done: self._record(action, target, user, done), failed)
-        return self._record(action, target, user, result)
+            return result.addCallbacks(lambda done: self._record(request, user, done), failed)
+        return self._record(request, user, result)
 
-    def _record(self, action: str, target: str, user: str, result: Any) -> Any:
-        ok = True
-        if isinstance(result, BrowsePage):
-            detail = f"looked at {len(result.messages)} of {result.total} message(s) from {result.offset}"
-        elif action == "journey_steps":
-            detail = f"looked at {len(result)} journey record(s)"
-        elif isinstance(result, TlsReload):  # done where it could be: ok only if every listener took its files
-            ok, detail = result.all_reloaded, _reload_detail(result)
-        else:
-            detail = ", ".join(part for part in (f"{result.count} message(s)" if action in _COUNTED else "",
-                                                 result.detail) if part)
-        self.events.emit(AdminAction(user=user, action=action, target=target, ok=ok, result=detail))
+    def _record(self, request: Request, user: str, result: Any) -> Any:
+        ok, detail = outcome(action_of(request), result)
+        self.events.emit(admin_action(request, user, ok, detail))
         return result
 
     def _journey_steps(self, ids: list[str]) -> list:
@@ -407,38 +392,3 @@ class ManagementService:
                                                             taken_at=self.state.clock.seconds(), nodes=nodes))
 
         return defer.DeferredList(asked, consumeErrors=True).addCallback(gather)
-
-
-def _reload_detail(result: TlsReload) -> str:
-    if not result.listeners:
-        return "no TLS listener or dialler on this node"
-    reloaded = [outcome.listener for outcome in result.listeners if outcome.reloaded]
-    kept = [f"{outcome.listener} kept its old certificate ({outcome.reason})" for outcome in result.listeners
-            if not outcome.reloaded]
-    return "; ".join((["reloaded " + ", ".join(reloaded)] if reloaded else []) + kept)
-
-
-def _target_of(request: Request) -> str:
-    if isinstance(request, (VhostAdd, VhostSetLimits, VhostDelete)):
-        return f"vhost {request.name}"
-    if isinstance(request, VhostPermissionsSet):
-        spec = request.permission
-        return f"permissions of {_principal(spec.user, spec.group)} in vhost {spec.vhost}"
-    if isinstance(request, VhostPermissionsClear):
-        return f"permissions of {_principal(request.user, request.group)} in vhost {request.vhost}"
-    if isinstance(request, JourneySteps):  # the first ids only: the event's size is not the asker's to choose
-        more = f" and {len(request.ids) - 3} more" if len(request.ids) > 3 else ""
-        return "journeys of " + ", ".join(request.ids[:3]) + more
-    vhost = getattr(request, "vhost", DEFAULT_VHOST)
-    where = "" if vhost == DEFAULT_VHOST else f" in vhost {vhost}"
-    if isinstance(request, DeleteDefinition):
-        return (f"/queue/{request.name}" if request.kind == "queue" else f"durable subscription {request.name}") + where
-    for field in ("queue", "destination", "connection", "forget"):
-        value = getattr(request, field, None)
-        if value:
-            return (f"/queue/{value}" if field == "queue" else value) + where
-    return request.node or "this node"
-
-
-def _principal(user: str | None, group: str | None) -> str:
-    return f"user {user}" if user is not None else f"group {group}"

@@ -29,22 +29,17 @@ from model.definitions import (
 )
 from model.diagnosis import DiagnosisReport, NodeFactSheet
 from model.events import AnyEvent
-from model.journeys import MAX_FIELD, JourneyStep
+from model.journeys import JourneyStep
 from model.mesh import SCHEMA_VERSION, ClusterView, Connection, Link, NodeSummary, PartialQueue, TopicSubscription
 from model.names import DEFAULT_VHOST
+from model.request_base import Request
+from model.requests_doctor import ApplyRemedy, Diagnosis, JourneySteps, NodeFacts, TraceNext
 from model.results import BrowsePage, Done, PermissionRow, TlsReload, VhostRow
 
 MANAGEMENT_ADDRESS = "meshgate.management"  # /queue/meshgate.management
 ALL = "*"
 # Offsets and counts: the largest whole number JSON clients (JavaScript) hold exactly.
 MAX_WHOLE_NUMBER = 2 ** 53 - 1
-
-
-class Request(msgspec.Struct, kw_only=True, tag_field="action"):
-    node: str | None = None
-    # Who a tool acts for, recorded beside the authenticated user in admin_action
-    # events (the console sends its logged-in user's name; it grants nothing).
-    on_behalf_of: str | None = None
 
 
 # -- views ------------------------------------------------------------------------------
@@ -277,69 +272,16 @@ class VhostPermissionsList(Request, kw_only=True, tag="vhost_permissions_list"):
     vhost: str | None = None
 
 
-# -- the doctor (docs/doctor.md) --------------------------------------------------------
-
-# A threshold in seconds: from 0 to a year (a larger one finds nothing and is a typo).
-Seconds = Annotated[float, msgspec.Meta(ge=0, le=366 * 24 * 3600)]
-
-
-class NodeFacts(Request, kw_only=True, tag="node_facts"):
-    """What the node knows that the doctor needs: its queues holding or consuming
-    something, its links and what it keeps for peers, consumers holding unacked
-    deliveries, and its ``[mesh]`` settings (``node: "*"``: every node's)."""
-
-
-class Diagnosis(Request, kw_only=True, tag="diagnosis"):
-    """The stuck-message doctor: the asked node gathers every node's ``node_facts``
-    and answers the findings (``node`` is ignored). A backlog is stranded after
-    ``waiting_s``, doubts are old after ``in_doubt_s``, unacked deliveries after
-    ``unacked_s``; ``older_than_s`` sets all three at once."""
-
-    older_than_s: Seconds | None = None
-    waiting_s: Seconds = 60.0
-    in_doubt_s: Seconds = 60.0
-    unacked_s: Seconds = 300.0
-
-
-# -- journeys (docs/journeys.md) --------------------------------------------------------
-
-# Message ids one journey_steps request names at most.
-MAX_JOURNEY_IDS = 100
-
-
-class JourneySteps(Request, kw_only=True, tag="journey_steps"):
-    """The journey records the node keeps of these messages (``node: "*"``: every node's),
-    in the order each node made them. A root id (as a producer's message got it) gives
-    every copy of the message; a copy's id (``ID.1``) that copy's alone. Admin: the
-    records name users, connections and destinations."""
-
-    ids: Annotated[list[Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_FIELD)]],
-                   msgspec.Meta(min_length=1, max_length=MAX_JOURNEY_IDS)]
-
-
-class TraceNext(Request, kw_only=True, tag="trace_next"):
-    """Trace what producers send to ``destination`` (``/queue/NAME`` or ``/topic/NAME``) from
-    now on, on the node asked (``node: "*"``: every node): every ``every``-th message (1:
-    each; 100: a 1 % sample), at most ``count`` of them on each node (None: no limit), for
-    ``for_s`` seconds at most. ``count`` 0 stops it. Admin."""
-
-    destination: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_FIELD)]
-    count: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] | None = None
-    every: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 1
-    for_s: Annotated[float, msgspec.Meta(gt=0, le=7 * 24 * 3600)] = 600.0
-    vhost: str = DEFAULT_VHOST
-
-
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
               | Pull | Move | Redistribute | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue
               | DeleteDefinition | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList
               | VhostPermissionsSet | VhostPermissionsClear | VhostPermissionsList
-              | NodeFacts | Diagnosis | JourneySteps | TraceNext)
+              | NodeFacts | Diagnosis | ApplyRemedy | JourneySteps | TraceNext)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "redistribute", "send", "close_connection",
                            "forget", "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
                            "vhost_permissions_clear",
-                           "journey_steps", "trace_next"})
+                           "apply_remedy", "journey_steps", "trace_next"})
 # Actions whose answer is one value, not a list gathered over nodes.
 SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
@@ -378,6 +320,7 @@ RESULT_TYPES: dict[str, Any] = {
     "vhost_permissions_list": list[PermissionRow],
     "node_facts": list[NodeFactSheet],
     "diagnosis": DiagnosisReport,
+    "apply_remedy": Any,  # the reply is the remedy's own: its action (move, forget, …) types its result
     "journey_steps": list[JourneyStep],
     "trace_next": list[Done],
 }
