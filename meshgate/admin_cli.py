@@ -25,11 +25,12 @@ import msgspec
 
 from management import format as fmt
 from management.client import ManagementClient, ManagementClientError, RequestFailed
-from management.doctor import format_diagnosis
 from management.journey_view import format_journey
+from meshgate import doctor_cli
 from meshgate.node_login import add_node_arguments, node_client
 from meshgate.vhost_permissions_cli import BadArguments, permission_options, permissions_request
 from model.definitions import QueueSettings, VhostSpec
+from model.diagnosis import DiagnosisReport
 from model.events import KINDS
 from model.names import DEFAULT_VHOST, InvalidName, check_name, check_vhost_name, quoted
 from model.requests import (
@@ -41,7 +42,6 @@ from model.requests import (
     Definitions,
     DeleteDefinition,
     DeleteQueue,
-    Diagnosis,
     Events,
     Forget,
     JourneySteps,
@@ -253,67 +253,24 @@ COMMANDS["reload-tls"] = (
     lambda a: ReloadTls(node=a.node), lambda r, names, a: _format_reloads(r, names))
 
 
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-MAX_THRESHOLD_S = 366 * 24 * 3600  # as model.requests.Seconds
-
-
-def _duration(text: str) -> float:
-    """Seconds from "90", "90s", "5m", "2h" or "1d"."""
-    number, unit = (text[:-1], text[-1]) if text[-1:] in _DURATION_UNITS else (text, "s")
-    try:
-        seconds = float(number) * _DURATION_UNITS[unit]
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= MAX_THRESHOLD_S:  # (NaN fails both comparisons)
-        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 5m or 2h (at most a year), "
-                                         f"got {quoted(text[:40])}")
-    return seconds
-
-
-def _doctor_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--older-than", type=_duration, metavar="DURATION",
-                        help="how old anything must be to be a finding (sets the three below; e.g. 5m)")
-    parser.add_argument("--waiting", type=_duration, default=60.0, metavar="DURATION",
-                        help="a backlog with no local consumer, while consumers wait elsewhere (default 60s)")
-    parser.add_argument("--in-doubt", type=_duration, default=60.0, metavar="DURATION",
-                        help="messages held for an absent node (default 60s)")
-    parser.add_argument("--unacked", type=_duration, default=300.0, metavar="DURATION",
-                        help="a consumer's oldest unacked delivery (default 5m)")
-
-
 COMMANDS["doctor"] = (
-    "find stuck messages over the whole mesh, say why and how to fix it (docs/doctor.md)", VIEW, _doctor_args,
-    lambda a: Diagnosis(older_than_s=a.older_than, waiting_s=a.waiting, in_doubt_s=a.in_doubt, unacked_s=a.unacked),
-    lambda r, names, a: format_diagnosis(r))
-def _trace_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("message_id", metavar="MESSAGE_ID",
-                        help="the message's id (its message-id header; ID.N: that copy alone)")
-
-
+    "find stuck messages over the whole mesh, say why and how to fix it; --fix ID does a finding's remedy "
+    "(docs/doctor.md)", VIEW, doctor_cli.doctor_args, doctor_cli.doctor_request, doctor_cli.format_doctor)
 COMMANDS["trace"] = (
-    "a traced message's journey across the mesh, step by step (docs/journeys.md; needs admin)", VIEW, _trace_args,
-    lambda a: JourneySteps(ids=[a.message_id], node=a.node or "*"),
+    "a traced message's journey across the mesh, step by step (docs/journeys.md; needs admin)", VIEW,
+    doctor_cli.trace_args, lambda a: JourneySteps(ids=[a.message_id], node=a.node or "*"),
     lambda r, names, a: format_journey(a.message_id, r))
-
-def _trace_next_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("destination", metavar="DESTINATION", help="/queue/NAME or /topic/NAME")
-    parser.add_argument("--count", type=int, metavar="N", help="trace N messages at most on each node (0: stop)")
-    parser.add_argument("--every", type=int, default=1, metavar="K",
-                        help="one message in K (default 1: each; 100 is a 1%% sample)")
-    parser.add_argument("--for", dest="for_s", type=_duration, default=600.0, metavar="DURATION",
-                        help="for this long at most (default 10m, at most 7d)")
-
-
 COMMANDS["trace-next"] = (
     "trace what producers send to a destination from now on, on every node (docs/journeys.md; needs admin)",
-    ACTION, _trace_next_args,
+    ACTION, doctor_cli.trace_next_args,
     lambda a: TraceNext(node=a.node or ALL, destination=a.destination, count=a.count, every=a.every,
                         for_s=a.for_s, vhost=a.vhost),
     lambda r, names, a: fmt.format_done(r, names))
 
 # Commands whose answer can be alarming: exit status 4 when it is (a critical finding).
 ALARMING: dict[str, Callable[[Any], bool]] = {
-    "doctor": lambda report: any(finding.severity == "critical" for finding in report.findings),
+    "doctor": lambda report: isinstance(report, DiagnosisReport)  # (not a --fix's result)
+    and any(finding.severity == "critical" for finding in report.findings),
 }
 # Commands done in part: exit status 1 when the result says so (a listener kept its old certificate).
 PARTLY_DONE: dict[str, Callable[[Any], bool]] = {

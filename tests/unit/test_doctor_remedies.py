@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from management.audit import admin_action
+from management.doctor import format_diagnosis
 from management.doctor_common import as_json
 from management.remedies import remedy_request
 from model.diagnosis import DiagnosisReport, Finding, Remedy
@@ -81,3 +82,10 @@ def test_the_audit_of_a_remedy_says_it_came_from_the_doctor():
     assert event.result == f"doctor {MOVE.id}: 20 message(s)"
     refused = admin_action(ApplyRemedy(finding=MOVE.id), "tester", False, "no finding")
     assert (refused.action, refused.target, refused.result) == ("apply_remedy", f"finding {MOVE.id}", "no finding")
+
+
+def test_the_report_offers_doctor_fix_where_a_remedy_has_a_request():
+    printed = format_diagnosis(report(MOVE, CLOSE, ADVICE))
+    assert f"     or: meshgate doctor --fix {MOVE.id}\n" in printed + "\n", printed
+    assert f"     or: meshgate doctor --fix {CLOSE.id} --yes" in printed
+    assert printed.count("meshgate doctor --fix") == 2  # not for advice
