@@ -10,7 +10,10 @@ Actions that change something need the ``admin`` permission on the management
 address (``ADMIN_ACTIONS``); the others need ``write`` on it, as any SEND does.
 
 Requests about queues and definitions name a ``vhost`` (default ``/``); a vhost
-the node does not have is a ``bad_request`` "no vhost 'X'"."""
+the node does not have is a ``bad_request`` "no vhost 'X'".
+
+What every request has is model.request_base.Request; the doctor's and the journeys'
+requests are in model.requests_doctor; all are listed here (AnyRequest)."""
 
 from __future__ import annotations
 
