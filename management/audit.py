@@ -1,11 +1,16 @@
-"""What a management request's admin_action event says (model.events.AdminAction): the
-target it names, and a TLS reload's outcome. Text a request brings is bounded here: an
-event's size is not the asker's to choose."""
+"""What the ``admin_action`` event of an admin action says (management/service.py emits
+one for each, refused or done): who, on what, how it went, and whether it was a
+doctor's remedy (``apply_remedy``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from model.events import AdminAction
 from model.names import DEFAULT_VHOST
 from model.requests import (
+    ApplyRemedy,
+    BrowsePage,
     DeleteDefinition,
     JourneySearch,
     JourneySteps,
@@ -16,10 +21,36 @@ from model.requests import (
     VhostPermissionsClear,
     VhostPermissionsSet,
     VhostSetLimits,
+    action_of,
 )
 
+_COUNTED = ("purge", "delete_queue", "move", "redistribute", "send")
 
-def reload_detail(result: TlsReload) -> str:
+
+def admin_action(request: Request, user: str, ok: bool, result: str) -> AdminAction:
+    """The event of ``request`` asked by ``user`` (and the tool's user it acted for)."""
+    if request.on_behalf_of:
+        user = f"{user} for {request.on_behalf_of}"
+    if request.remedy_of:
+        result = f"doctor {request.remedy_of}: {result}"
+    return AdminAction(user=user, action=action_of(request), target=target_of(request), ok=ok, result=result)
+
+
+def outcome(action: str, result: Any) -> tuple[bool, str]:
+    """Whether a done action did all it was asked, and what it did, in words."""
+    if isinstance(result, BrowsePage):
+        return True, f"looked at {len(result.messages)} of {result.total} message(s) from {result.offset}"
+    if action == "journey_steps":
+        return True, f"looked at {len(result)} journey record(s)"
+    if action == "journey_search":
+        return True, f"found {len(result)} journey(s)"
+    if isinstance(result, TlsReload):  # done where it could be: ok only if every listener took its files
+        return result.all_reloaded, _reload_detail(result)
+    return True, ", ".join(part for part in (f"{result.count} message(s)" if action in _COUNTED else "",
+                                             result.detail) if part)
+
+
+def _reload_detail(result: TlsReload) -> str:
     if not result.listeners:
         return "no TLS listener or dialler on this node"
     reloaded = [outcome.listener for outcome in result.listeners if outcome.reloaded]
@@ -36,6 +67,8 @@ def target_of(request: Request) -> str:
         return f"permissions of {_principal(spec.user, spec.group)} in vhost {spec.vhost}"
     if isinstance(request, VhostPermissionsClear):
         return f"permissions of {_principal(request.user, request.group)} in vhost {request.vhost}"
+    if isinstance(request, ApplyRemedy):  # refused before its remedy's request was sent
+        return f"finding {request.finding}"
     if isinstance(request, JourneySteps):  # the first ids only: the event's size is not the asker's to choose
         more = f" and {len(request.ids) - 3} more" if len(request.ids) > 3 else ""
         return "journeys of " + ", ".join(request.ids[:3]) + more

@@ -9,6 +9,7 @@ on hand-made facts; the node side (management/doctor_node.py) gathers the facts.
 
 from __future__ import annotations
 
+import shlex
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ class Thresholds:
     paused_s: float = 60.0  # a producer's connection not read (flow control)
     durable_gone_s: float = 3600.0  # a durable subscription's subscriber gone, with messages kept for it
     stalled_s: float = 60.0  # a backlog whose consumers all take no more (prefetch full, socket backed up)
+
+
+DEFAULT_THRESHOLDS = Thresholds()  # as [doctor]'s defaults (meshgate/config/doctor.py)
 
 
 def diagnose(sheets: Sequence[NodeFactSheet], thresholds: Thresholds = Thresholds(),
@@ -381,4 +385,7 @@ def format_diagnosis(report: DiagnosisReport) -> str:
             if finding.remedy is not None:
                 confirm = "  (drops or disconnects something: be sure)" if finding.remedy.confirm else ""
                 lines.append(f"    fix: {finding.remedy.command}{confirm}")
+                if finding.remedy.request is not None:  # apply_remedy can do it
+                    yes = " --yes" if finding.remedy.confirm else ""
+                    lines.append(f"     or: meshgate doctor --fix {shlex.quote(finding.id)}{yes}")
     return "\n".join(lines)

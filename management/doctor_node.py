@@ -8,6 +8,7 @@ sampler walks the consumers every ``SAMPLE_S`` (O(subscriptions), not messages).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -16,7 +17,7 @@ from twisted.internet import defer, task
 
 from gateway.auth import destination_matcher
 from gateway.broker.producer_pauses import MAX_DISK_USAGE, MEMORY_LIMIT, STORE_LIMIT
-from management.doctor import Thresholds, diagnose
+from management.doctor import DEFAULT_THRESHOLDS, Thresholds, diagnose
 from management.doctor_history import DeadLetterWindow, DetachedDurables, StalledConsumers
 from model.diagnosis import (
     ConsumerFacts,
@@ -238,12 +239,15 @@ def _redistribution_delay(config: Any, destination: str) -> tuple[int, str]:
     return getattr(config, "redistribution_delay_ms", 0), "mesh.redistribution_delay_ms"
 
 
-def thresholds_of(request: Diagnosis) -> Thresholds:
+def thresholds_of(request: Diagnosis, defaults: Thresholds = DEFAULT_THRESHOLDS) -> Thresholds:
+    """The request's thresholds; those it does not give are ``defaults`` (the node's ``[doctor]``)."""
     if request.older_than_s is not None:
         age = request.older_than_s
         return Thresholds(waiting_s=age, in_doubt_s=age, unacked_s=age, paused_s=age, durable_gone_s=age,
                           stalled_s=age)
-    return Thresholds(waiting_s=request.waiting_s, in_doubt_s=request.in_doubt_s, unacked_s=request.unacked_s)
+    given = {name: value for name, value in (("waiting_s", request.waiting_s), ("in_doubt_s", request.in_doubt_s),
+                                             ("unacked_s", request.unacked_s)) if value is not None}
+    return dataclasses.replace(defaults, **given)
 
 
 class AsksNodes(Protocol):
@@ -256,13 +260,12 @@ class AsksNodes(Protocol):
     def name_of(self, node_id: str) -> str: ...
 
 
-def answer_diagnosis(nodes: AsksNodes, now: float, request: Diagnosis, user: str,
+def answer_diagnosis(nodes: AsksNodes, now: float, thresholds: Thresholds, user: str,
                      targets: list[str]) -> defer.Deferred:
     """Ask every node of ``targets`` (every node of the mesh, this one included) for its
     facts, then diagnose what answered; the nodes that did not answer are listed, and
     are a finding themselves."""
     asked = [nodes.ask(node_id, NodeFacts(), user) for node_id in targets]
-    thresholds = thresholds_of(request)
 
     def gathered(outcomes: list) -> Reply:
         sheets: list[NodeFactSheet] = []

@@ -22,12 +22,13 @@ from gateway.broker.broker import TEMP, Broker
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import QUEUE, TOPIC, Message
 from management.actions import LocalActions
-from management.audit import reload_detail, target_of
-from management.doctor_node import DoctorFacts, answer_diagnosis
+from management.audit import admin_action, outcome
+from management.doctor import DEFAULT_THRESHOLDS, Thresholds
+from management.doctor_node import DoctorFacts, answer_diagnosis, thresholds_of
 from management.events import EventLog
 from management.journeys import JourneyStore
+from management.remedies import apply_remedy
 from management.state import LocalState
-from model.events import AdminAction
 from model.journeys import JourneySummary, merge_summaries
 from model.mesh import ClusterView
 from model.requests import (
@@ -35,7 +36,7 @@ from model.requests import (
     ALL,
     MANAGEMENT_ADDRESS,
     SINGLE_ANSWER,
-    BrowsePage,
+    ApplyRemedy,
     DefineTrace,
     Diagnosis,
     Failure,
@@ -46,7 +47,6 @@ from model.requests import (
     Reply,
     Request,
     Summary,
-    TlsReload,
     VhostDelete,
     VhostList,
     VhostRow,
@@ -64,13 +64,12 @@ REQUEST_TIMEOUT = 5.0  # seconds a node waits for another node's answer
 # The asked node does it (and tells the mesh).
 _ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition", "vhost_add", "vhost_limits",
                     "vhost_permissions_set", "vhost_permissions_clear")
-_COUNTED = ("purge", "delete_queue", "move", "redistribute", "send")
 
 
 class ManagementService:
     def __init__(self, *, node_id: str, name: str, broker: Broker, mesh: MeshNode | None, state: LocalState,
                  actions: LocalActions, events: EventLog, authorizer=None, timeout: float = REQUEST_TIMEOUT,
-                 journeys: JourneyStore | None = None) -> None:
+                 journeys: JourneyStore | None = None, doctor_thresholds: Thresholds = DEFAULT_THRESHOLDS) -> None:
         self.node_id = node_id
         self.name = name
         self.broker = broker
@@ -81,6 +80,7 @@ class ManagementService:
         self.authorizer = authorizer
         self.timeout = timeout
         self.doctor = DoctorFacts(state)
+        self.doctor_thresholds = doctor_thresholds  # what a diagnosis request does not give ([doctor])
         self.journeys = journeys  # None: [journeys] off on this node
         self._answers: dict[str, Callable[[Any], Any]] = {
             "summary": lambda r: state.summary(),
@@ -181,13 +181,14 @@ class ManagementService:
             request = decode_request(body)
         except ManagementError as error:
             return defer.succeed(Reply(ok=False, error=error.failure()))
+        return self.run(request, user, admin)
+
+    def run(self, request: Request, user: str, admin: bool) -> defer.Deferred:
+        """Answer a request from ``user``: fires with a Reply, never fails."""
         action = action_of(request)
         if action in ADMIN_ACTIONS and not admin:
             message = f"{action} needs the admin permission on /queue/{ADDRESS}"
-            if request.on_behalf_of:
-                user = f"{user} for {request.on_behalf_of}"
-            self.events.emit(AdminAction(user=user, action=action, target=target_of(request), ok=False,
-                                         result="refused: " + message))
+            self.events.emit(admin_action(request, user, False, "refused: " + message))
             return defer.succeed(Reply(action=action, ok=False, error=Failure(code="forbidden", message=message)))
         try:
             if isinstance(request, Nodes):
@@ -195,7 +196,10 @@ class ManagementService:
             if isinstance(request, VhostDelete):
                 return self._vhost_delete(request, user)
             if isinstance(request, Diagnosis):
-                return answer_diagnosis(self, self.state.clock.seconds(), request, user, self._targets(ALL))
+                thresholds = thresholds_of(request, self.doctor_thresholds)
+                return answer_diagnosis(self, self.state.clock.seconds(), thresholds, user, self._targets(ALL))
+            if isinstance(request, ApplyRemedy):
+                return apply_remedy(self, request, user, admin)
             if isinstance(request, DefineTrace):  # asked node only, and the definition names who asked
                 who = f"{user} for {request.on_behalf_of}" if request.on_behalf_of else user
                 return defer.succeed(Reply(action=action, result=self._answer_here(
@@ -303,39 +307,24 @@ class ManagementService:
             raise ManagementError("bad_request", f"{action} is not answered by one node")
         if action not in ADMIN_ACTIONS:
             return answer(request)
-        target = target_of(request)
-        if request.on_behalf_of:
-            user = f"{user} for {request.on_behalf_of}"
         try:
             result = answer(request)
         except ManagementError as error:
             if not (everywhere and error.code == "not_found"):
-                self.events.emit(AdminAction(user=user, action=action, target=target, ok=False, result=str(error)))
+                self.events.emit(admin_action(request, user, False, str(error)))
             raise
         if isinstance(result, defer.Deferred):  # an action that takes a while (ha_failback)
             def failed(failure):
                 if failure.check(ManagementError):
-                    self.events.emit(AdminAction(user=user, action=action, target=target, ok=False,
-                                                 result=str(failure.value)))
+                    self.events.emit(admin_action(request, user, False, str(failure.value)))
                 return failure
 
-            return result.addCallbacks(lambda done: self._record(action, target, user, done), failed)
-        return self._record(action, target, user, result)
+            return result.addCallbacks(lambda done: self._record(request, user, done), failed)
+        return self._record(request, user, result)
 
-    def _record(self, action: str, target: str, user: str, result: Any) -> Any:
-        ok = True
-        if isinstance(result, BrowsePage):
-            detail = f"looked at {len(result.messages)} of {result.total} message(s) from {result.offset}"
-        elif action == "journey_steps":
-            detail = f"looked at {len(result)} journey record(s)"
-        elif action == "journey_search":
-            detail = f"found {len(result)} journey(s)"
-        elif isinstance(result, TlsReload):  # done where it could be: ok only if every listener took its files
-            ok, detail = result.all_reloaded, reload_detail(result)
-        else:
-            detail = ", ".join(part for part in (f"{result.count} message(s)" if action in _COUNTED else "",
-                                                 result.detail) if part)
-        self.events.emit(AdminAction(user=user, action=action, target=target, ok=ok, result=detail))
+    def _record(self, request: Request, user: str, result: Any) -> Any:
+        ok, detail = outcome(action_of(request), result)
+        self.events.emit(admin_action(request, user, ok, detail))
         return result
 
     def _journeys(self) -> JourneyStore:

@@ -25,12 +25,13 @@ import msgspec
 
 from management import format as fmt
 from management.client import ManagementClient, ManagementClientError, RequestFailed
-from management.doctor import format_diagnosis
-from meshgate.cli_args import ACTION, VIEW, Command, duration
+from meshgate import doctor_cli
+from meshgate.cli_args import ACTION, VIEW, Command
 from meshgate.node_login import add_node_arguments, node_client
 from meshgate.trace_cli import TRACE_COMMANDS
 from meshgate.vhost_permissions_cli import BadArguments, permission_options, permissions_request
 from model.definitions import QueueSettings, VhostSpec
+from model.diagnosis import DiagnosisReport
 from model.events import KINDS
 from model.names import DEFAULT_VHOST, InvalidName, check_name, check_vhost_name, quoted
 from model.requests import (
@@ -42,7 +43,6 @@ from model.requests import (
     Definitions,
     DeleteDefinition,
     DeleteQueue,
-    Diagnosis,
     Events,
     Forget,
     Links,
@@ -246,26 +246,15 @@ COMMANDS["reload-tls"] = (
     lambda a: ReloadTls(node=a.node), lambda r, names, a: _format_reloads(r, names))
 
 
-def _doctor_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--older-than", type=duration, metavar="DURATION",
-                        help="how old anything must be to be a finding (sets the three below; e.g. 5m)")
-    parser.add_argument("--waiting", type=duration, default=60.0, metavar="DURATION",
-                        help="a backlog with no local consumer, while consumers wait elsewhere (default 60s)")
-    parser.add_argument("--in-doubt", type=duration, default=60.0, metavar="DURATION",
-                        help="messages held for an absent node (default 60s)")
-    parser.add_argument("--unacked", type=duration, default=300.0, metavar="DURATION",
-                        help="a consumer's oldest unacked delivery (default 5m)")
-
-
 COMMANDS["doctor"] = (
-    "find stuck messages over the whole mesh, say why and how to fix it (docs/doctor.md)", VIEW, _doctor_args,
-    lambda a: Diagnosis(older_than_s=a.older_than, waiting_s=a.waiting, in_doubt_s=a.in_doubt, unacked_s=a.unacked),
-    lambda r, names, a: format_diagnosis(r))
+    "find stuck messages over the whole mesh, say why and how to fix it; --fix ID does a finding's remedy "
+    "(docs/doctor.md)", VIEW, doctor_cli.doctor_args, doctor_cli.doctor_request, doctor_cli.format_doctor)
 COMMANDS.update(TRACE_COMMANDS)
 
 # Commands whose answer can be alarming: exit status 4 when it is (a critical finding).
 ALARMING: dict[str, Callable[[Any], bool]] = {
-    "doctor": lambda report: any(finding.severity == "critical" for finding in report.findings),
+    "doctor": lambda report: isinstance(report, DiagnosisReport)  # (not a --fix's result)
+    and any(finding.severity == "critical" for finding in report.findings),
 }
 # Commands done in part: exit status 1 when the result says so (a listener kept its old certificate).
 PARTLY_DONE: dict[str, Callable[[Any], bool]] = {

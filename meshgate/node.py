@@ -3,6 +3,7 @@ How it comes to serve and stops serving (standby, takeover, failback) is :mod:`m
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import resource
@@ -24,6 +25,7 @@ from gateway.selector import compile_selector
 from gateway.stomp.protocol import StompFactory, StompSettings
 from gateway.store.journal import JournalStore, StoreError
 from management.actions import LocalActions
+from management.doctor import Thresholds
 from management.events import EventLog
 from management.journeys import JourneyStore
 from management.service import ManagementService
@@ -264,7 +266,8 @@ class Node:
                                reload_tls=self.reload_tls, vhosts=self.vhosts)
         self.management = ManagementService(node_id=node_id, name=self.config.name, broker=broker, mesh=self.mesh,
                                             state=state, actions=actions, events=events, authorizer=authorizer,
-                                            journeys=self.journeys)
+                                            journeys=self.journeys,
+                                            doctor_thresholds=Thresholds(**dataclasses.asdict(self.config.doctor)))
         self.management.doctor.sampler.start()
         return state
 

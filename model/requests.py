@@ -10,7 +10,10 @@ Actions that change something need the ``admin`` permission on the management
 address (``ADMIN_ACTIONS``); the others need ``write`` on it, as any SEND does.
 
 Requests about queues and definitions name a ``vhost`` (default ``/``); a vhost
-the node does not have is a ``bad_request`` "no vhost 'X'"."""
+the node does not have is a ``bad_request`` "no vhost 'X'".
+
+What every request has is model.request_base.Request; the doctor's and the journeys'
+requests are in model.requests_doctor; all are listed here (AnyRequest)."""
 
 from __future__ import annotations
 
@@ -35,6 +38,7 @@ from model.mesh import SCHEMA_VERSION, ClusterView, Connection, Link, NodeSummar
 from model.names import DEFAULT_VHOST
 from model.request_base import ALL as ALL  # (re-exported: where model.requests users find it)
 from model.request_base import Request
+from model.requests_doctor import ApplyRemedy, Diagnosis, NodeFacts
 from model.results import BrowsePage, Done, PermissionRow, TlsReload, VhostRow
 
 MANAGEMENT_ADDRESS = "meshgate.management"  # /queue/meshgate.management
@@ -272,40 +276,16 @@ class VhostPermissionsList(Request, kw_only=True, tag="vhost_permissions_list"):
     vhost: str | None = None
 
 
-# -- the doctor (docs/doctor.md) --------------------------------------------------------
-
-# A threshold in seconds: from 0 to a year (a larger one finds nothing and is a typo).
-Seconds = Annotated[float, msgspec.Meta(ge=0, le=366 * 24 * 3600)]
-
-
-class NodeFacts(Request, kw_only=True, tag="node_facts"):
-    """What the node knows that the doctor needs: its queues holding or consuming
-    something, its links and what it keeps for peers, consumers holding unacked
-    deliveries, and its ``[mesh]`` settings (``node: "*"``: every node's)."""
-
-
-class Diagnosis(Request, kw_only=True, tag="diagnosis"):
-    """The stuck-message doctor: the asked node gathers every node's ``node_facts``
-    and answers the findings (``node`` is ignored). A backlog is stranded after
-    ``waiting_s``, doubts are old after ``in_doubt_s``, unacked deliveries after
-    ``unacked_s``; ``older_than_s`` sets all three at once."""
-
-    older_than_s: Seconds | None = None
-    waiting_s: Seconds = 60.0
-    in_doubt_s: Seconds = 60.0
-    unacked_s: Seconds = 300.0
-
-
 AnyRequest = (Nodes | Summary | Queues | Links | Connections | Subscriptions | Events | Browse | Purge | DeleteQueue
               | Pull | Move | Redistribute | Send | CloseConnection | Forget | ScaleDownNode | Definitions | DefineQueue
               | DeleteDefinition | HaFailback | ReloadTls | VhostAdd | VhostSetLimits | VhostDelete | VhostList
               | VhostPermissionsSet | VhostPermissionsClear | VhostPermissionsList
-              | NodeFacts | Diagnosis | JourneySteps | TraceNext | DefineTrace | JourneySearch)
+              | NodeFacts | Diagnosis | ApplyRemedy | JourneySteps | TraceNext | DefineTrace | JourneySearch)
 ADMIN_ACTIONS = frozenset({"browse", "purge", "delete_queue", "move", "redistribute", "send", "close_connection",
                            "forget", "scale_down", "define_queue", "delete_definition", "ha_failback", "reload_tls",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
                            "vhost_permissions_clear",
-                           "journey_steps", "trace_next", "define_trace", "journey_search"})
+                           "apply_remedy", "journey_steps", "trace_next", "define_trace", "journey_search"})
 # Actions whose answer is one value, not a list gathered over nodes.
 SINGLE_ANSWER = frozenset({"nodes", "summary", "forget", "define_queue", "delete_definition", "ha_failback",
                            "vhost_add", "vhost_limits", "vhost_delete", "vhost_permissions_set",
@@ -344,6 +324,7 @@ RESULT_TYPES: dict[str, Any] = {
     "vhost_permissions_list": list[PermissionRow],
     "node_facts": list[NodeFactSheet],
     "diagnosis": DiagnosisReport,
+    "apply_remedy": Any,  # the reply is the remedy's own: its action (move, forget, …) types its result
     "journey_steps": list[JourneyStep],
     "trace_next": list[Done],
     "define_trace": Done,

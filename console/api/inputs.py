@@ -269,6 +269,12 @@ class DiagnosisParams(serializers.Serializer):
     unacked = _threshold("a consumer's oldest unacked delivery", " (default 300)")
 
 
+class RemedyInput(_Body):
+    confirm = serializers.BooleanField(required=False, default=False, help_text=(
+        "do a remedy that drops or disconnects something (the finding's remedy.confirm): without it, it is a 400 "
+        "saying what it would do"))
+
+
 class WhereParams(serializers.Serializer):
     node = NameField("node", required=False, allow_blank=True, help_text="one node (default: every node)")
 

@@ -1,7 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView
 
-from console.api import definitions, journeys, vhost_permissions, vhosts, views
+from console.api import definitions, diagnosis, journeys, vhost_permissions, vhosts, views
 
 app_name = "api"
 urlpatterns = [
@@ -35,7 +35,8 @@ urlpatterns = [
     path("vhosts/<path:name>/limits", vhosts.VhostLimitsView.as_view(), name="vhost-limits"),
     path("vhosts/<path:name>", vhosts.VhostDetail.as_view(), name="vhost"),
     path("events", views.EventList.as_view(), name="events"),
-    path("diagnosis", views.DiagnosisView.as_view(), name="diagnosis"),
+    path("diagnosis", diagnosis.DiagnosisView.as_view(), name="diagnosis"),
+    path("diagnosis/<path:finding_id>/remedy", diagnosis.DiagnosisRemedy.as_view(), name="diagnosis-remedy"),
     path("messages", journeys.MessageSearch.as_view(), name="messages"),
     path("messages/<path:message_id>/journey", journeys.MessageJourney.as_view(), name="message-journey"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

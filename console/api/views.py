@@ -1,6 +1,7 @@
 """The REST API: views read the mesh from the nodes' snapshots (console.mesh.view);
 actions go to the nodes as management requests, in the signed-in user's name.
-Definitions and vhosts have modules of their own (console.api.definitions, .vhosts)."""
+Definitions, vhosts, the doctor and journeys have modules of their own (console.api.definitions,
+.vhosts, .diagnosis, .journeys)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from rest_framework.response import Response
 
 from console.api.inputs import (
     BrowseInput,
-    DiagnosisParams,
     EventParams,
     HistoryParams,
     MoveInput,
@@ -52,7 +52,6 @@ from model.requests import (
     CloseConnection,
     Connections,
     DeleteQueue,
-    Diagnosis,
     Move,
     Purge,
     Send,
@@ -312,22 +311,3 @@ class EventList(ApiView):
         events = event_stream.recent(kinds=params.get("kind"), node=node, since=params.get("since"),
                                      text=params.get("q"))
         return one_page(self, request, events, convert=lambda event: event)
-
-
-# -- the stuck-message doctor (docs/doctor.md) ------------------------------------------------------
-
-
-class DiagnosisView(ApiView):
-    """What is stuck in the mesh, why, and how to unstick it: the ``diagnosis`` management
-    request, answered by the first node that takes it from every node's facts. It
-    changes nothing; each finding's ``remedy.request`` is the request that would."""
-
-    @extend_schema(operation_id="diagnosis_retrieve", parameters=[DiagnosisParams],
-                   responses=model_ref("DiagnosisReport"))
-    def get(self, request):
-        params = valid(DiagnosisParams, request.query_params)
-        thresholds = {f"{name}_s": params[name] for name in ("waiting", "in_doubt", "unacked") if name in params}
-        reply, failed = ask(request, Diagnosis(older_than_s=params.get("older_than"), **thresholds))
-        if failed is not None:
-            return failed
-        return Response(builtins(reply.result))

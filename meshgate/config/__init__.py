@@ -1,8 +1,10 @@
 """The node's TOML configuration, with dotted-key overrides from the command line.
 
 ``schema`` is the framework (typed fields with parsers, errors naming the dotted
-key); ``node``, ``mesh``, ``metrics``, ``journeys``, ``ha`` and ``vhosts`` hold the tables; ``loader`` reads a file."""
+key); ``node``, ``mesh``, ``metrics``, ``journeys``, ``doctor``, ``ha`` and ``vhosts`` hold the
+tables; ``loader`` reads a file."""
 
+from meshgate.config.doctor import DoctorConfig
 from meshgate.config.ha import HA_MODES, HaConfig, ReplicationTlsConfig
 from meshgate.config.journeys import JourneysConfig
 from meshgate.config.loader import load_config, parse_override
@@ -28,6 +30,7 @@ __all__ = [
     "BrokerConfig",
     "ConfigError",
     "DiscoveryConfig",
+    "DoctorConfig",
     "HaConfig",
     "JourneysConfig",
     "MeshConfig",

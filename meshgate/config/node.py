@@ -10,6 +10,7 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from meshgate.config.doctor import DoctorConfig
 from meshgate.config.ha import HaConfig
 from meshgate.config.journeys import JourneysConfig
 from meshgate.config.mesh import MeshConfig
@@ -215,6 +216,7 @@ class NodeConfig:
     )
     metrics: MetricsConfig = field(default_factory=MetricsConfig, metadata=_parse(_table(MetricsConfig)))
     journeys: JourneysConfig = field(default_factory=JourneysConfig, metadata=_parse(_table(JourneysConfig)))
+    doctor: DoctorConfig = field(default_factory=DoctorConfig, metadata=_parse(_table(DoctorConfig)))
     ha: HaConfig = field(default_factory=HaConfig, metadata=_parse(_table(HaConfig)))
     vhosts: VhostsConfig = field(default_factory=VhostsConfig, metadata=_parse(_table(VhostsConfig)))
     # None (no [http] table) = no health and metrics endpoint.

@@ -1,8 +1,10 @@
 // Doctor: what is stuck in the mesh, why and how to unstick it (GET diagnosis, docs/doctor.md).
 // Findings grouped by severity, each with its evidence, its explanation (the configuration
-// keys in code) and its remedy: the command to copy, and for admins, when the API has the
-// action (close a connection, move a backlog), "Apply…" after a confirmation. Asking costs
-// every node a look at what it holds, so the page asks when opened and on Refresh only.
+// keys in code) and its remedy: the command to copy, and for admins, when the remedy has a
+// management request, "Apply remedy" (POST diagnosis/ID/remedy: the node diagnoses again and
+// does it, audited from the doctor); one that drops or disconnects something asks first.
+// Asking costs every node a look at what it holds, so the page asks when opened and on
+// Refresh only.
 // Every text of a finding goes in as text (MG.el), never as HTML.
 "use strict";
 
@@ -63,40 +65,29 @@
     }
   }
 
-  // The API's action that does a remedy's request, or null when it has none (forget).
-  function action(request) {
-    if (!request) return null;
-    if (request.action === "close_connection" && request.connection) {
-      return { what: "Close connection " + request.connection,
-        call: () => MG.api("connections/" + encodeURIComponent(request.connection), { method: "DELETE" }) };
-    }
-    if (request.action === "move" && request.queue && request.node && request.to_node) {
-      return { what: "Move the backlog of " + request.queue,
-        call: () => MG.api("queues/" + encodeURIComponent(request.queue) + "/move", {
-          method: "POST", query: { vhost: request.vhost || "/" },
-          body: { node: request.node, to_node: request.to_node } }) };
-    }
-    return null;
-  }
-
-  async function apply(finding, act) {
+  // Done by the node, through the API's remedy endpoint: one call whatever the action. A
+  // remedy that drops or disconnects something (remedy.confirm) is asked about first.
+  async function apply(finding) {
     const remedy = finding.remedy;
-    const confirmed = await MG.dialog({
-      title: remedy.label.charAt(0).toUpperCase() + remedy.label.slice(1) + "?",
-      confirm: act.what.split(" ")[0],
-      danger: Boolean(remedy.confirm),
-      body: [el("p", null, finding.summary + "."), el("p", null, "The same as:"),
-        el("pre", { class: "remedy-code" }, el("code", null, remedy.command))],
-    });
-    if (!confirmed) return;
+    const what = remedy.label.charAt(0).toUpperCase() + remedy.label.slice(1);
+    if (remedy.confirm) {
+      const confirmed = await MG.dialog({
+        title: what + "?",
+        confirm: "Apply",
+        danger: true,
+        body: [el("p", null, finding.summary + "."), el("p", null, "It drops or disconnects something. The same as:"),
+          el("pre", { class: "remedy-code" }, el("code", null, remedy.command))],
+      });
+      if (!confirmed) return;
+    }
     try {
-      const answer = await act.call();
+      const answer = await MG.api("diagnosis/" + encodeURIComponent(finding.id) + "/remedy",
+        { method: "POST", body: { confirm: Boolean(remedy.confirm) } });
       const failed = MG.failureText(answer.failures);
-      report(failed ? "partial" : "ok", el("strong", null, act.what), failed ? " — " + failed : " — done",
-        ". Refresh to see what is left.");
+      report(failed ? "partial" : "ok", el("strong", null, what), failed ? " — " + failed : " — done",
+        " (" + answer.action + "). Refresh to see what is left.");
     } catch (error) {
-      report("error", el("strong", null, "Could not " + act.what.charAt(0).toLowerCase() + act.what.slice(1)),
-        " — " + MG.explain(error));
+      report("error", el("strong", null, "Could not " + remedy.label), " — " + MG.explain(error));
     }
   }
 
@@ -107,11 +98,11 @@
   function remedyPart(finding) {
     const remedy = finding.remedy;
     if (!remedy) return fact("Fix", el("span", { class: "muted" }, "Nothing to run: the explanation says what to change."));
-    const act = MG.admin ? action(remedy.request) : null;
     const copyButton = el("button", { class: "small", type: "button", title: "copy the command" }, "Copy");
     copyButton.addEventListener("click", () => copy(remedy.command, copyButton));
-    const applyButton = act ? el("button", { class: remedy.confirm ? "small danger" : "small primary", type: "button",
-      title: "do it now through the API, after a confirmation", onclick: () => apply(finding, act) }, "Apply remedy…") : null;
+    const applyButton = MG.admin && remedy.request ? el("button", { class: remedy.confirm ? "small danger" : "small primary",
+      type: "button", title: remedy.confirm ? "do it now, after a confirmation" : "do it now",
+      onclick: () => apply(finding) }, remedy.confirm ? "Apply remedy…" : "Apply remedy") : null;
     return fact("Fix",
       el("div", { class: "remedy-label" }, remedy.label, remedy.confirm
         ? el("span", { class: "kind warn", title: "it disconnects or drops something" }, "disruptive") : null),

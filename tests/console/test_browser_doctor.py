@@ -2,7 +2,8 @@
 Redis, a real 3-node mesh, daphne and the meshwatch worker). A STOMP consumer on B
 takes messages and never acks them: the page shows the finding under Warning with its
 count, its evidence, its explanation (the keys in code) and the remedy's command; an
-admin applies the remedy after a confirmation and the finding is gone on Refresh; a
+admin applies the remedy after a confirmation (through POST diagnosis/ID/remedy, audited
+from the doctor) and the finding is gone on Refresh; a
 viewer has the command only, and a queue named with HTML is shown as text.
 The screenshot is docs/console/doctor.png (``MESHGATE_SCREENSHOTS=docs/console``)."""
 
@@ -12,7 +13,7 @@ import pytest
 from e2e_support import manage_result, unique
 from mesh_support import send_many
 
-from model.requests import Diagnosis
+from model.requests import Diagnosis, Events
 from tests.console import test_browser as browser_tests
 
 console, browser, page, shot = browser_tests.console, browser_tests.browser, browser_tests.page, browser_tests.shot
@@ -82,15 +83,19 @@ def test_the_doctor_page_shows_a_finding_with_its_remedy_and_applies_it(page, co
     page.click("#refresh")
     card.wait_for()
 
-    # Apply the remedy: confirmed first, then the connection is closed and the finding goes.
+    # Apply the remedy (POST diagnosis/ID/remedy): confirmed first, as it disconnects; then the
+    # connection is closed, audited as close_connection from the doctor, and the finding goes.
     card.get_by_role("button", name="Apply remedy…").click()
     dialog = page.locator("dialog.dialog")
     dialog.wait_for()
     assert f"meshgate close {session} --node B" in dialog.inner_text()
-    dialog.locator("button", has_text="Close").click()
+    dialog.locator("button", has_text="Apply").click()
     page.locator("#results .result.ok", has_text=f"Close connection {session}").wait_for()
     client.listener.wait_disconnected()
     mesh.wait(lambda: _unacked_finding(mesh, session) is None, "the finding gone")
+    (closed,) = [e for e in manage_result(mesh.b.stomp, Events(kinds=["admin_action"], limit=1000))
+                 if e.action == "close_connection" and e.target == session]
+    assert closed.ok and closed.result.startswith("doctor unacked_old/") and closed.user.endswith(" for admin")
     page.click("#refresh")
     card.wait_for(state="detached")
 

@@ -1,6 +1,7 @@
 """The stuck-message doctor on real nodes (docs/doctor.md): messages stuck on purpose,
 found by ``meshgate doctor`` with the configuration key to blame, then freed by the
-remedy it prints."""
+remedy it prints, or by ``apply_remedy`` (``meshgate doctor --fix``), audited as the
+remedy's own action from the doctor."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import shlex
 import threading
 import time
 
-from e2e_support import HOST, manage_result, run_meshgate, unique
+from e2e_support import HOST, manage, manage_result, run_meshgate, unique
 from mesh_support import mesh_fixture, send_many, wait_until  # noqa: F401  (the fixture)
 
-from model.requests import Diagnosis, Queues, Summary, decode_request
+from model.requests import ApplyRemedy, Diagnosis, Events, Queues, Summary
 
 
 def cli(node, *args: str):
@@ -39,21 +40,27 @@ def test_a_backlog_stranded_by_max_hops_is_found_and_moved_on(mesh):
     assert doctor.returncode == 0, doctor.stderr
     assert f"/queue/{queue}: 20 message(s) stranded on A while C has consumers" in doctor.stdout, doctor.stdout
     assert "mesh.max_hops on B (max_hops = 1)" in doctor.stdout, doctor.stdout
-    fix = f"meshgate move {queue} --node A --to-node B"
-    assert f"fix: {fix}" in doctor.stdout, doctor.stdout
+    assert f"fix: meshgate move {queue} --node A --to-node B" in doctor.stdout, doctor.stdout
+    (finding,) = findings(b, "stranded_backlog", older_than_s=0)  # (A alone knows nothing of C)
+    assert f"or: meshgate doctor --fix {finding.id}\n" in doctor.stdout, doctor.stdout
 
-    moved = cli(b, *shlex.split(fix)[1:])
-    assert moved.returncode == 0, moved.stderr
+    moved = cli(b, "doctor", "--fix", finding.id)  # the move, asked of B, done by A
+    assert moved.returncode == 0 and "moved 20" in moved.stdout.lower(), (moved.stdout, moved.stderr)
     got = [message.body for message in consumer.listener.wait_for(len(sent) + 1, timeout=20)]
     assert sorted(body for body in got if body in sent) == sorted(sent)
     assert findings(a, "stranded_backlog", older_than_s=0) == []
     assert sum(q.depth for q in manage_result(a.stomp, Queues(node="*", name=queue))) == 0
+    (audited,) = [e for e in manage_result(a.stomp, Events(kinds=["admin_action"])) if e.target == "/queue/" + queue]
+    assert (audited.action, audited.ok) == ("move", True), audited
+    assert audited.result.startswith(f"doctor {finding.id}: 20 message(s)"), audited
+    stale = cli(b, "doctor", "--fix", finding.id)
+    assert stale.returncode == 1 and f"no finding {finding.id} now" in stale.stderr, stale.stderr
 
 
 def test_a_consumer_that_never_acks_is_found_and_closed(mesh):
     """A client-ack consumer takes messages and never acks: after the threshold the doctor
     points at its connection; the remedy's request (close_connection) returns them."""
-    (a,) = mesh(1)
+    (a,) = mesh(1, sets=["doctor.unacked_s=1"])  # the node's default, for requests that give none
     queue = unique("unacked")
     destination = "/queue/" + queue
     holder = a.client()
@@ -62,18 +69,29 @@ def test_a_consumer_that_never_acks_is_found_and_closed(mesh):
     holder.listener.wait_for(3)
     assert findings(a, "unacked_old", unacked_s=300) == []  # not old yet
 
-    wait_until(lambda: findings(a, "unacked_old", unacked_s=1), "the doctor to see the unacked deliveries",
-               timeout=15)
-    (finding,) = findings(a, "unacked_old", unacked_s=1)
+    wait_until(lambda: findings(a, "unacked_old"), "the doctor to see the unacked deliveries", timeout=15)
+    (finding,) = findings(a, "unacked_old")
     assert "holds 3 unacked deliveries" in finding.evidence and f"/queue/{queue}" in finding.evidence
     assert finding.remedy is not None and finding.remedy.command.startswith(f"meshgate close {finding.subject}")
-    shown = cli(a, "doctor", "--unacked", "1s", "--json")
+    shown = cli(a, "doctor", "--json")
     assert shown.returncode == 0 and finding.id in {f["id"] for f in json.loads(shown.stdout)["result"]["findings"]}
 
-    manage_result(a.stomp, decode_request(json.dumps(finding.remedy.request)))
+    # It disconnects: without confirm, apply_remedy says what it would do, and does nothing.
+    refused = manage(a.stomp, ApplyRemedy(finding=finding.id))
+    assert refused.error.code == "bad_request" and f"would close connection {finding.subject}" in refused.error.message
+    assert findings(a, "unacked_old") != [] and manage_result(a.stomp, Queues(name=queue))[0].in_flight == 3
+    closed = manage(a.stomp, ApplyRemedy(finding=finding.id, confirm=True))
+    assert closed.ok and closed.action == "close_connection", closed
     holder.listener.wait_disconnected()
     wait_until(lambda: manage_result(a.stomp, Queues(name=queue))[0].depth == 3, "the deliveries to come back")
     assert findings(a, "unacked_old", unacked_s=0) == []
+    audit = [(e.action, e.ok, e.result.startswith(f"doctor {finding.id}: ") or e.result)
+             for e in manage_result(a.stomp, Events(kinds=["admin_action"]))]
+    assert audit == [("apply_remedy", False, f"the remedy of {finding.id} would close connection {finding.subject} "
+                      f"(meshgate close {finding.subject} --node A): it drops or disconnects something, so ask "
+                      "again with confirm (meshgate doctor --fix ID --yes)"), ("close_connection", True, True)], audit
+    gone = manage(a.stomp, ApplyRemedy(finding=finding.id, confirm=True))
+    assert gone.error.code == "not_found" and f"no finding {finding.id} now" in gone.error.message
 
 
 def test_messages_in_doubt_for_a_crashed_node_are_found_and_released_by_forget(mesh):

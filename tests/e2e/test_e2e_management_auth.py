@@ -62,7 +62,7 @@ def test_every_admin_action_is_refused_without_admin(node, action):
                             "correlation-id": "c1"},
                    json.dumps({"action": action, "queue": "q", "destination": "/queue/q", "connection": "x",
                                "forget": "n", "kind": "queue", "name": "q", "vhost": "/", "user": "u", "ids": ["m"],
-                               "permission": {"vhost": "/", "user": "u", "configure": "", "write": "",
+                               "finding": "f", "permission": {"vhost": "/", "user": "u", "configure": "", "write": "",
                                               "read": ""}}))
     reply = json.loads(raw.expect("MESSAGE").body)
     assert reply["ok"] is False and reply["error"]["code"] == "forbidden", reply

@@ -15,6 +15,7 @@ from model.events import AdminAction, LinkUp, NodeJoined
 from model.mesh import ClusterView, NodeSummary, PartialQueue
 from model.requests import (
     ADMIN_ACTIONS,
+    ApplyRemedy,
     Browse,
     BrowsePage,
     CloseConnection,
@@ -424,6 +425,7 @@ def test_without_admin_every_admin_action_is_forbidden_and_audited_on_the_asked_
         TraceNext(node="c", destination="/queue/orders"),
         DefineTrace(destination="/queue/orders", for_s=60),
         JourneySearch(body="card"),
+        ApplyRemedy(finding="unacked_old/0123abcd///some-connection", confirm=True),
     ]
     assert {r.__struct_config__.tag for r in requests} == ADMIN_ACTIONS
     before = snapshot(b, c)
