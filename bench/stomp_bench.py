@@ -481,6 +481,7 @@ class RunContext:
     wait_quiet_s: float = 0.0
     consume_params: ConnParams | None = None  # consumers' broker, if not params'
     settle_s: float = 0.0  # pause between the consumers' SUBSCRIBE receipts and the first SEND
+    destination: str | None = None  # every scenario's destination name, if not a fresh one per run
 
     @property
     def consumer_params(self) -> ConnParams:
@@ -494,7 +495,7 @@ def scaled(n: int, scale: float) -> int:
 def run_messaging(sc: Scenario, rc: RunContext) -> common.Result:
     count = scaled(sc.count, rc.scale)
     prefix = "/queue/" if sc.kind == "queue" else "/topic/"
-    dest = f"{prefix}bench-{sc.name}-{rc.run_id}-{uuid.uuid4().hex[:6]}"
+    dest = prefix + (rc.destination or f"bench-{sc.name}-{rc.run_id}-{uuid.uuid4().hex[:6]}")
     sub_spec = SubSpec(dest, sc.ack, sc.prefetch, count)
     pub_spec = PubSpec(dest, count, sc.size, sc.persistent, sc.receipts)
     deadline = time.monotonic() + rc.timeout_s
@@ -640,6 +641,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument("--count", type=float, default=1.0, help="scale message and connection counts")
     ap.add_argument("--fanout-procs", type=int, default=1, help="processes sharing topic-fanout's subscribers")
+    ap.add_argument("--destination", metavar="NAME",
+                    help="use this queue or topic name (e.g. one traced by meshgate trace-next) instead of a fresh one")
     return ap.parse_args(argv)
 
 
@@ -660,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
         wait_quiet_s=args.wait_quiet,
         consume_params=consume if remote else None,
         settle_s=args.settle if args.settle is not None else (1.0 if remote else 0.0),
+        destination=args.destination,
     )
     warm_up = partial(run_scenario, Scenario("warmup", "queue", args.warmup), rc)
     return common.run_all(args, rc.broker_pid, lambda name: run_scenario(SCENARIOS[name], rc), warm_up)

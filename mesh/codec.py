@@ -8,7 +8,7 @@ import math
 import struct
 from itertools import chain, repeat
 
-from gateway.broker.message import Message, TracedMessage
+from gateway.broker.message import Message
 from mesh.wire import FrameType, LinkError, encode_body
 
 __all__ = ["LinkError", "LinkParser", "encode_control", "encode_frame", "encode_message", "decode_message"]
@@ -125,7 +125,7 @@ def decode_message(payload: bytes) -> tuple[Message, str, str, bool, str]:
         raise LinkError(f"malformed message frame: {error}") from None
     message.recovered = bool(flags & _MAYBE_DELIVERED)
     if flags & _TRACED:
-        message.__class__ = TracedMessage
+        message.traced = True
     message.path = path
     message.created = created
     return message, origin, target, bool(flags & _REDISTRIBUTED), vhost

@@ -7,8 +7,6 @@ from typing import Annotated
 
 import msgspec
 
-from model.journeys import MAX_FIELD
-from model.names import DEFAULT_VHOST
 from model.request_base import Request
 
 # -- the doctor (docs/doctor.md) --------------------------------------------------------

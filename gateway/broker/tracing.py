@@ -3,11 +3,12 @@ record each step of a traced one makes (model.journeys.JourneyStep).
 
 The decision is made once, when a producer's message becomes a Message
 (gateway.broker.routing ``send``/``publish``): a STOMP ``trace: true`` header, or an
-AMQP headers-table entry ``x-trace`` of true (or "true"). A traced message is then a
-``TracedMessage`` (gateway.broker.message), and every hook on the per-message path is
-``if message.traced:`` with the tracer fetched inside the branch: an untraced message
-pays one attribute test per hook, and a broker without ``[journeys]`` has no tracer at
-all (``Broker.tracer is None``), so none of its messages is ever traced.
+AMQP headers-table entry ``x-trace`` of true (or "true"), or its destination's arm
+(``trace_next``, a trace definition) picking it. Its ``traced`` slot is then set, and
+every hook on the per-message path is ``if message.traced:`` with the tracer fetched
+inside the branch: an untraced message pays one attribute test per hook, and a broker
+without ``[journeys]`` has no tracer at all (``Broker.tracer is None``), so none of its
+messages is ever traced.
 
 The records go to a ``JourneySink`` (management.journeys.JourneyStore keeps them,
 bounded); this module only makes them."""
@@ -17,7 +18,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING, Callable, Iterator, Protocol
 
-from gateway.broker.message import Message, TracedMessage
+from gateway.broker.message import Message
 from model.journeys import JourneyStep, Step, kept_headers, root_of, short
 from model.names import DEFAULT_VHOST
 
@@ -128,7 +129,7 @@ class Tracer:
 
     def _received(self, message: Message, session: Session | None, from_id: str | None, destination: str,
                   exchange: str | None, routing_key: str | None) -> None:
-        message.__class__ = TracedMessage  # the same slots: legal, and its copies follow (Message.copy)
+        message.traced = True  # its copies follow (Message.copy)
         step = self._step("received", message, destination=short(destination), persistent=message.persistent,
                           priority=message.priority, size=len(message.body),
                           from_id=None if from_id is None else short(from_id),

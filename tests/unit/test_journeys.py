@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gateway.broker.broker import Broker
-from gateway.broker.message import Message, TracedMessage
+from gateway.broker.message import Message
 from gateway.broker.queue import AUTO, CLIENT_INDIVIDUAL, Subscription
 from gateway.broker.tracing import Tracer, asks_trace
 from gateway.store.memory import MemoryStore
@@ -80,8 +80,8 @@ def test_a_stomp_send_with_trace_true_is_traced_and_one_without_is_not(broker, s
     traced = broker.send("queue", "q", {"trace": "true"}, b"a")
     plain = broker.send("queue", "q", {}, b"b")
     refused = broker.send("queue", "q", {"trace": "perhaps"}, b"c")  # not true: not traced, no error
-    assert traced is not None and traced.traced and type(traced) is TracedMessage
-    assert plain is not None and not plain.traced and type(plain) is Message
+    assert traced is not None and traced.traced
+    assert plain is not None and not plain.traced
     assert refused is not None and not refused.traced
     assert [(r.id, r.step) for r in store.records] == [(traced.id, "received"), (traced.id, "queued")]
     received = store.records[0]
@@ -95,6 +95,26 @@ def test_the_amqp_header_is_x_trace_and_stomp_trace_does_not_count_for_a_publish
     broker.publish("", "q", {"x-trace": "true"}, b"amqp's")
     assert steps(store) == ["received", "queued"]
     assert (store.records[0].destination, store.records[0].routing_key) == ("/queue/q", "q")
+
+
+def test_an_arm_picks_one_in_every_on_each_receive_path_until_its_count_or_end(broker, store, clock):
+    """The arm's countdown runs in the receive path itself (gateway.broker.routing): a
+    STOMP send, an AMQP publish to the default exchange's queue, one to amq.topic."""
+    broker.create_queue("q")
+    broker.tracer.arm("queue", "q", 3, 2, 60)
+    sent = [broker.send("queue", "q", {}, b"%d" % i) for i in range(9)]
+    assert [m.traced for m in sent] == [False, False, True, False, False, True, False, False, False]  # 2, then gone
+    assert not broker.tracer.armed
+    broker.tracer.arm("queue", "q", 2, None, 60)
+    published = [broker.publish("", "q", {}, b"p") for _ in range(4)]
+    assert published == [1] * 4
+    broker.tracer.arm("topic", "prices", 1, None, 60)
+    broker.publish("amq.topic", "prices", {}, b"t")
+    received = [r for r in store.records if r.step == "received"]
+    assert [r.destination for r in received] == ["/queue/q"] * 4 + ["/exchange/amq.topic/prices"]
+    clock.now += 61  # past its end: the next turn finds it over and removes it
+    assert [broker.send("queue", "q", {}, b"late").traced for _ in range(2)] == [False, False]
+    assert ("queue", "q") not in broker.tracer.armed
 
 
 def test_a_broker_without_a_tracer_traces_nothing(clock):
@@ -117,11 +137,11 @@ def test_a_fanout_copy_keeps_the_trace_and_records_under_its_own_id(broker, stor
     assert [r.id for r in store.steps_of([root + ".1"])] == [root + ".1"]
 
 
-def test_message_copy_keeps_the_class():
+def test_a_traced_messages_copies_are_traced():
     plain = Message("m-1", "queue", "q", {}, b"")
-    assert type(plain.copy()) is Message
-    plain.__class__ = TracedMessage
-    assert type(plain.copy()) is TracedMessage
+    assert not plain.copy().traced
+    plain.traced = True
+    assert plain.copy().traced
 
 
 # -- the steps ---------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.broker.message import Message, TracedMessage
+from gateway.broker.message import Message
 from mesh.codec import LinkParser, decode_message, encode_message
 from mesh.wire import LinkError
 
@@ -71,7 +71,7 @@ def test_the_vhost_flag_with_an_empty_or_missing_name_is_refused():
 
 def traced(make):
     message = make()
-    message.__class__ = TracedMessage
+    message.traced = True
     return message
 
 
@@ -80,7 +80,7 @@ def traced(make):
 def test_a_traced_message_arrives_traced_and_an_untraced_one_untraced(make, vhost):
     for message, expected in ((traced(make), True), (make(), False)):
         back = decoded(encode_message(message, "n1", ("n1",), "", False, vhost))[0]
-        assert back.traced is expected and type(back) is (TracedMessage if expected else type(make()))
+        assert back.traced is expected
         assert (back.headers, back.body, back.id) == (make().headers, make().body, make().id)
 
 
