@@ -24,7 +24,7 @@ MAX_ANSWER = 10_000
 def record_size(step: JourneyStep) -> int:
     """The approximate bytes ``step`` holds (its text fields are bounded: model.journeys.short)."""
     # Four ids' worth: the id, the root, and a next_id or from_id (next_id is set after the record
-    # is added, so it is not measured: added and evicted sizes must agree).
+    # is added, so it is not measured).
     size = RECORD_OVERHEAD + 4 * len(step.id)
     for text in (step.queue, step.destination, step.connection, step.user, step.remote, step.reason,
                  step.exchange, step.routing_key, step.body_preview):
@@ -42,6 +42,7 @@ class JourneyStore:
         self.max_age_s = max_age_s
         self.clock = clock
         self.records: deque[JourneyStep] = deque()
+        self.sizes: deque[int] = deque()  # record_size of each record, measured once: it is not cheap
         self.by_root: dict[str, deque[JourneyStep]] = {}
         self.bytes = 0
         self.recorded = 0  # records ever added (those evicted included)
@@ -57,7 +58,9 @@ class JourneyStore:
         if steps is None:
             steps = self.by_root[step.root] = deque()
         steps.append(step)
-        self.bytes += record_size(step)
+        size = record_size(step)
+        self.sizes.append(size)
+        self.bytes += size
         self.recorded += 1
         for sink in self.sinks:
             sink(step)
@@ -116,7 +119,7 @@ class JourneyStore:
         steps.popleft()  # the oldest of its message's too: records come in order
         if not steps:
             del self.by_root[step.root]
-        self.bytes -= record_size(step)
+        self.bytes -= self.sizes.popleft()
         self.evicted += 1
 
 

@@ -54,7 +54,18 @@ MAX_HEADERS = 64
 def kept_headers(headers: dict, max_bytes: int) -> dict[str, str]:
     """What a received record keeps of a message's headers for search: each name and value
     cut to MAX_FIELD characters (a value that is not text as its text), in order until
-    their characters reach ``max_bytes`` (the last value cut to fit), MAX_HEADERS at most."""
+    their characters reach ``max_bytes`` (the last value cut to fit), MAX_HEADERS at most.
+    Headers that already fit are kept as they are, not copied: a message's headers are
+    never changed in place (gateway.broker.message), and this runs for every traced one."""
+    if len(headers) <= MAX_HEADERS:
+        size = 0
+        for name, value in headers.items():
+            if type(name) is not str or type(value) is not str or len(name) > MAX_FIELD or len(value) > MAX_FIELD:
+                break
+            size += len(name) + len(value)
+        else:
+            if size <= max_bytes:
+                return headers
     kept: dict[str, str] = {}
     left = max_bytes
     for name, value in headers.items():
