@@ -10,6 +10,7 @@ import shlex
 import threading
 import time
 
+import pytest
 from e2e_support import HOST, manage, manage_result, run_meshgate, unique
 from mesh_support import mesh_fixture, send_many, wait_until  # noqa: F401  (the fixture)
 
@@ -199,11 +200,13 @@ def test_a_backlog_behind_a_full_prefetch_is_found(mesh):
     assert "hold 2 unacked deliveries" in finding.evidence and finding.config_keys == ["broker.default_prefetch"]
 
 
-def test_a_backlog_held_by_a_redistribution_delay_is_released_by_the_remedy(mesh):
-    """OFF_WITH_REDISTRIBUTION with a 10-minute delay: what is sent on A waits there while
-    B has a consumer. The doctor names the delay's key and offers redistribute, which
-    sends the backlog to B at once; asked again, it is refused, saying why."""
-    a, b = mesh(2, load_balancing="OFF_WITH_REDISTRIBUTION", extra="redistribution_delay_ms = 600000")
+@pytest.mark.parametrize("delay_ms, said", [(600000, "= 600000"), (-1, "= -1")], ids=["delayed", "disabled"])
+def test_a_backlog_held_by_a_redistribution_delay_is_released_by_the_remedy(mesh, delay_ms, said):
+    """OFF_WITH_REDISTRIBUTION with a 10-minute delay, or with redistribution disabled
+    (-1): what is sent on A waits there while B has a consumer. The doctor names the
+    delay's key and its value and offers redistribute, which sends the backlog to B at
+    once; asked again, it is refused, saying why."""
+    a, b = mesh(2, load_balancing="OFF_WITH_REDISTRIBUTION", extra=f"redistribution_delay_ms = {delay_ms}")
     queue = unique("held")
     consumer = b.subscriber("/queue/" + queue)
     b.fence("/queue/" + queue, consumer, "fenceB")
@@ -212,6 +215,7 @@ def test_a_backlog_held_by_a_redistribution_delay_is_released_by_the_remedy(mesh
     wait_until(lambda: findings(a, "stranded_backlog", older_than_s=0), "the doctor to see the held backlog")
     (finding,) = findings(a, "stranded_backlog", older_than_s=0)
     assert finding.config_keys == ["mesh.redistribution_delay_ms", "mesh.message_load_balancing"], finding
+    assert f"mesh.redistribution_delay_ms {said}" in finding.explanation, finding.explanation
     assert finding.remedy is not None and finding.remedy.command == f"meshgate redistribute {queue} --node A"
 
     released = cli(b, *shlex.split(finding.remedy.command)[1:])
