@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 
 from model.diagnosis import Finding, NodeFactSheet, Severity
+from model.durations import spoken as duration
 from model.requests import Request
 
 
@@ -29,16 +30,6 @@ def quoted(values: list[str]) -> str:
 
 def age(milliseconds: int | None) -> str:
     return duration((milliseconds or 0) / 1000.0)
-
-
-def duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
 
 
 def vhost_option(vhost: str) -> str:

@@ -24,6 +24,7 @@ from mesh.peers import LINK_WINDOW, Peer, PeerTable
 from mesh.settings import Clock, MeshSettings
 from mesh.topology import Topology
 from mesh.wire import DURABLE, FORGET, DurableSubscription, Forget, FrameTable, FrameType, LinkHandover, LinkSender
+from model.durations import spoken
 from model.events import NodeLeft, ScaleDown
 from model.names import DEFAULT_VHOST, quoted
 
@@ -231,7 +232,7 @@ class Departures:
                 continue
             departed = self.topology.departed.get(peer_id)
             name = departed.node.name if departed is not None else peer_id
-            reason = f"not heard of for {_duration(now - since)} (mesh.peer_retention_s); forgotten"
+            reason = f"not heard of for {spoken(now - since)} (mesh.peer_retention_s); forgotten"
             log.warning("mesh: node %s %s, with what was kept for it", name, reason)
             self.events.emit(NodeLeft(subject=peer_id, name=name, reason=reason))
             self._forget(peer_id, str(uuid.uuid4()), None)
@@ -258,14 +259,6 @@ class Departures:
         for broker in self.vhosts.values():
             broker.links.unbind(node_id)
         self.topology.forget(node_id)
-
-
-def _duration(seconds: float) -> str:
-    if seconds >= 2 * 86400:
-        return f"{seconds / 86400:.0f} days"
-    if seconds >= 2 * 3600:
-        return f"{seconds / 3600:.0f} hours"
-    return f"{seconds:.0f} s"
 
 
 def _held(broker: Broker) -> int:
