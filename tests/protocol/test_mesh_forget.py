@@ -140,7 +140,7 @@ def test_a_peer_not_heard_of_for_peer_retention_is_forgotten_with_its_topic_back
     assert c_id not in a.mesh.custody.known_peers and ("P:", c_id) not in a.broker.store.messages
     assert ("link/" + c_id) not in a.broker.bindings and a.stored == []
     (event,) = forgotten_events(a)
-    assert event.subject == c_id and "7 days" in event.reason
+    assert event.subject == c_id and "7.0 d" in event.reason
 
 
 def test_peer_retention_counts_from_the_last_link_across_a_restart_and_a_live_peer_is_kept():
