@@ -1,5 +1,5 @@
-// Definitions: the mesh-wide queue settings, durable subscriptions and AMQP exchanges and
-// bindings, as the node asked holds them (GET /api/v1/definitions). Admins define a queue's
+// Definitions: the mesh-wide queue settings, durable subscriptions, traced destinations
+// (definitions_traces.js) and AMQP exchanges and bindings, as the node asked holds them (GET /api/v1/definitions). Admins define a queue's
 // settings in a form (the API's error shows in it when it refuses them) and delete a queue
 // definition or a durable subscription, each confirmed first. The lists are read again when
 // an event says a definition or a durable subscriber changed, and every 10 s while live
@@ -68,6 +68,7 @@
     const text = error.status === 503 ? "Nothing to show: no node of the mesh could be asked for its definitions."
       : "Nothing to show: the console could not read the definitions.";
     for (const box of [queueList, durableList]) box.replaceChildren(el("p", { class: "empty unreachable" }, text));
+    traces.failed(text);
   }
 
   function matches(record) {
@@ -288,6 +289,8 @@
   function render() {
     renderQueues();
     renderDurables();
+    const all = kind("trace");
+    traces.render(all, all.filter(matches).sort(byName), state.name);
     renderExchanges();
   }
 
@@ -472,6 +475,8 @@
     load();
   }
 
+  const traces = MG.traceSection({ common, deletedName, plural, report, done, reload: load });
+
   // -- wiring -------------------------------------------------------------------------------------
   filter.value = state.name;
   showDeleted.checked = state.deleted;
@@ -496,7 +501,7 @@
   // Live: at once (at most once a second) when an event says a definition changed or a durable
   // subscriber came or went — and once more 2 s later, when the nodes' snapshots tell where
   // it is; besides, every 10 s while live updates come.
-  const DEFINING = new Set(["define_queue", "delete_definition"]);
+  const DEFINING = new Set(["define_queue", "delete_definition", "define_trace"]);
   const soon = MG.throttle(load, 1000);
   const settled = MG.debounce(load, 2000);
   const poll = MG.throttle(load, 10000);

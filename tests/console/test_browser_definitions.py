@@ -247,6 +247,60 @@ def test_deleting_a_queue_definition_asks_first(page, console, rest, mesh):
     assert deleted.locator("button").count() == 0
 
 
+def test_an_admin_traces_a_destination_from_the_form_and_stops_it(page, console, rest):
+    """A trace definition (docs/journeys.md), kept and shipped even where journeys are off: a bad
+    rate shows the API's error and adds nothing; a good one lists with its rate; Stop asks first."""
+    page.allowed.append("status of 400")  # Chromium logs the refused PUT
+    destination = "/queue/" + unique("traced")
+    odd = "/queue/" + unique("odd") + "<img src=x onerror=window.pwned=1 &amp;"  # no ">": no wildcard
+    form, error, traces = page.locator("#trace-form"), page.locator("#trace-form-error"), "#trace-list"
+    try:
+        open_definitions(page, console)
+        page.locator(f"{traces} .loading").wait_for(state="detached")
+        assert page.locator("#trace-help a", has_text="Message page's search").get_attribute("href") == "/messages/"
+        page.click("#new-trace")
+        form.wait_for()
+        assert [form.locator(f"[name={f}]").input_value() for f in ("rate", "minutes")] == ["1", "10"]
+        # A rate above 1: the API's words in the form, the field marked, nothing traced.
+        form.locator("[name=destination]").fill(destination)
+        form.locator("[name=rate]").fill("2")
+        page.click("#trace-save")
+        error.wait_for()
+        assert "rate" in error.inner_text() and "[HTTP 400]" in error.inner_text(), error.inner_text()
+        assert form.locator("[name=rate]").get_attribute("aria-invalid") == "true"
+        assert rest.definition(destination) is None and destination not in rows(page, traces)
+
+        form.locator("[name=rate]").fill("0.5")
+        page.click("#trace-save")
+        row = wait_row(page, traces, destination, {"Rate": "one in 2 (rate 0.5)"})
+        assert form.is_hidden() and "Tracing " + destination in page.locator("#trace-results .result.ok").inner_text()
+        assert row["Ends"].endswith("· in 10.0 min") or row["Ends"].endswith("· in 9.9 min"), row
+        record = rest.definition(destination)
+        assert record["kind"] == "trace" and record["trace"]["rate"] == 0.5 and "admin" in record["trace"]["by"]
+        assert row["Turned on by"] == record["trace"]["by"], row
+        assert 590 <= record["trace"]["until"] - record["changed_at"] <= 610, record
+
+        # A name holding HTML shows as the text it is.
+        rest.ok("PUT", "definitions/traces/queue/" + urllib.parse.quote(odd.removeprefix("/queue/"), safe=""),
+                {"rate": 0.01, "for_s": 60})
+        wait_row(page, traces, odd, {"Rate": "one in 100 (rate 0.01)"})
+        assert row_of(page, traces, odd).locator("td").first.inner_text() == odd
+        assert page.evaluate("window.pwned") is None and row_of(page, traces, odd).locator("img").count() == 0
+
+        dialog = page.locator("dialog.dialog")
+        row_of(page, traces, destination).locator("button[data-action=stop]").click()
+        dialog.wait_for()
+        assert dialog.locator("h2").inner_text() == f"Stop tracing {destination}?"
+        dialog.get_by_role("button", name="Stop tracing").click()
+        row_of(page, traces, destination).wait_for(state="detached")
+        assert "Stopped tracing " + destination in page.locator("#trace-results .result.ok").first.inner_text()
+        assert rest.definition(destination)["deleted"] is True
+        assert odd in rows(page, traces)
+    finally:
+        for name in (destination, odd):
+            rest.undefine("traces", name.removeprefix("/"))
+
+
 def test_a_durable_subscription_shows_its_subscriber_and_a_refused_deletion_says_why(page, console, rest, mesh):
     page.allowed.append("status of 409")  # Chromium logs the refused DELETE
     client_id, topic = unique("app"), unique("prices")
@@ -317,10 +371,11 @@ def test_a_definition_made_by_another_client_shows_without_a_reload(page, consol
 
 def test_amqp_exchanges_bindings_and_declared_queues_show_read_only(page, console, rest, mesh, tmp_path):
     """Also the documentation's screenshot: a few queues' settings, what an AMQP client
-    declared, a connected durable subscriber, and the form open on a queue."""
+    declared, a connected durable subscriber, a traced destination, and the form open on a queue."""
     rest.define("orders", {"max_delivery_attempts": 5, "dead_letter_queue": "orders.dlq", "message_ttl_ms": 86_400_000})
     rest.define("payments", {"max_delivery_attempts": 10, "expiry_queue": "", "max_length": 50_000})
     rest.define("audit", {"expiry_queue": "audit.expired", "message_ttl_ms": 3_600_000})
+    rest.ok("PUT", "definitions/traces/queue/orders", {"rate": 0.01, "for_s": 7200})
     clients = Pika()
     subscriber = mesh.c.client(headers={"client-id": "reports"})
     try:
@@ -355,6 +410,7 @@ def test_amqp_exchanges_bindings_and_declared_queues_show_read_only(page, consol
         wait_row(page, DURABLES, "reports.daily", {"Topic": "/topic/sales.>", "Selector": "region = 'eu'",
                                                    "Subscriber": "connected on C " +
                                                    subscriber.connected_frame.headers["session"]})
+        wait_row(page, "#trace-list", "/queue/orders", {"Rate": "one in 100 (rate 0.01)"})
         row_of(page, QUEUES, "payments").locator("button[data-action=edit]").click()
         page.locator("#queue-form").wait_for()
         page.mouse.move(0, 0)  # no hover highlight in the picture
@@ -362,6 +418,7 @@ def test_amqp_exchanges_bindings_and_declared_queues_show_read_only(page, consol
     finally:
         clients.close_all()
         subscriber.disconnect()
+        rest.undefine("traces", "queue/orders")
 
 
 def test_the_page_says_when_no_node_can_be_asked(browser, mesh, tmp_path_factory, tmp_path):
