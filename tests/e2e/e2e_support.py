@@ -10,6 +10,7 @@ closing) and fails with a description of what did arrive when it times out.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -17,12 +18,15 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 HOST = "127.0.0.1"
 TIMEOUT = 10.0  # default for every wait; generous, tests normally finish far sooner
@@ -96,6 +100,22 @@ def manage_result(port: int, request, login: str | None = None, passcode: str | 
     reply = manage(port, request, login, passcode)
     assert reply.ok and not reply.failures, reply
     return reply.result
+
+
+def older_release(tmp_path_factory, commit: str) -> Path:
+    """The source of an older release, from this repository's history (``git archive``),
+    to run a node of it beside this release's (``PYTHONPATH``); skips without git or
+    without that commit in this checkout's history."""
+    repo = Path(__file__).resolve().parents[2]
+    if shutil.which("git") is None:
+        pytest.skip("git is needed for the source of the older release")
+    archive = subprocess.run(["git", "-C", str(repo), "archive", commit], capture_output=True)
+    if archive.returncode:
+        pytest.skip(f"commit {commit[:12]} is not in this checkout's history")
+    target = tmp_path_factory.mktemp("release-" + commit[:8])
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(target, filter="data")
+    return target
 
 
 def password_hash(password: str) -> str:

@@ -5,36 +5,22 @@ message of another vhost is not handed to the older node (docs/vhosts-mesh-desig
 
 from __future__ import annotations
 
-import io
 import os
-import shutil
-import subprocess
-import tarfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from e2e_support import unique
+from e2e_support import older_release, unique
 from mesh_support import QUIET, mesh_fixture  # noqa: F401
 from vhost_support import TEAM_A, VHOSTS, clients_fixture  # noqa: F401  (the fixture)
 
-REPO = Path(__file__).resolve().parents[2]
 LAST_OF_PROTOCOL_4 = "1b392138f24bf9eaf2dd11e54e100f0296d0e1e7"  # main before the mesh carried vhosts
 
 
 @pytest.fixture(name="protocol_4_source", scope="module")
-def protocol_4_source_fixture(tmp_path_factory) -> Iterator[Path]:
+def protocol_4_source_fixture(tmp_path_factory) -> Path:
     """The source of the last release of link protocol 4, from this repository's history."""
-    if shutil.which("git") is None:
-        pytest.skip("git is needed for the source of the older release")
-    archive = subprocess.run(["git", "-C", str(REPO), "archive", LAST_OF_PROTOCOL_4], capture_output=True)
-    if archive.returncode:
-        pytest.skip(f"commit {LAST_OF_PROTOCOL_4[:12]} is not in this checkout's history")
-    target = tmp_path_factory.mktemp("protocol-4")
-    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-        tar.extractall(target, filter="data")
-    yield target
+    return older_release(tmp_path_factory, LAST_OF_PROTOCOL_4)
 
 
 def test_a_node_of_protocol_4_and_one_of_this_release_share_the_default_vhost(mesh, clients, protocol_4_source):
