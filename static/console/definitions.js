@@ -313,24 +313,33 @@
   const durableResults = document.getElementById("durable-results");
   let editing = null;  // the record the form edits; null: a new queue's settings
 
-  function clearError() {
-    formError.hidden = true;
-    formError.textContent = "";
-    form.querySelectorAll("[aria-invalid]").forEach((input) => input.removeAttribute("aria-invalid"));
+  // The API's error in a form ``box`` under ``title``, with the inputs it names marked
+  // ("message_ttl_ms: …; max_length: …"): ``inputOf`` maps an API field to the form's input
+  // name, and a message matching ``named.pattern`` marks the ``named.input`` it is about.
+  function formErrors(form, box, title, inputOf, named) {
+    return {
+      clear() {
+        box.hidden = true;
+        box.textContent = "";
+        form.querySelectorAll("[aria-invalid]").forEach((input) => input.removeAttribute("aria-invalid"));
+      },
+      show(error) {
+        box.hidden = false;
+        box.replaceChildren(el("strong", null, title), " — ", MG.explain(error));
+        const message = error && error.message ? error.message : "";
+        for (const part of message.split("; ")) {
+          const input = form.elements[inputOf(part.split(":")[0].trim())];
+          if (input && input.nodeName) input.setAttribute("aria-invalid", "true");
+        }
+        if (named.pattern.test(message)) form.elements[named.input].setAttribute("aria-invalid", "true");
+      },
+    };
   }
 
-  // The API's error, in the form, with the fields it names marked ("message_ttl_ms: …; max_length: …").
-  function showError(error) {
-    formError.hidden = false;
-    formError.replaceChildren(el("strong", null, "Not saved"), " — ", MG.explain(error));
-    const message = error && error.message ? error.message : "";
-    for (const part of message.split("; ")) {
-      const field = part.split(":")[0].trim();
-      const input = form.elements[field];
-      if (input && input.nodeName) input.setAttribute("aria-invalid", "true");
-    }
-    if (/queue name|service address/.test(message)) form.elements.queue.setAttribute("aria-invalid", "true");
-  }
+  const queueFormErrors = formErrors(form, formError, "Not saved", (field) => field,
+    { pattern: /queue name|service address/, input: "queue" });
+  const clearError = queueFormErrors.clear;
+  const showError = queueFormErrors.show;
 
   function expiryModeChanged() {
     const input = form.elements.expiry_queue;
@@ -475,7 +484,7 @@
     load();
   }
 
-  const traces = MG.traceSection({ common, deletedName, plural, report, done, reload: load });
+  const traces = MG.traceSection({ common, deletedName, plural, report, done, formErrors, reload: load });
 
   // -- wiring -------------------------------------------------------------------------------------
   filter.value = state.name;

@@ -34,7 +34,7 @@
     return el("span", { title: fmt.time(until) }, text, el("span", { class: "muted" }, " · in " + fmt.duration(left * 1000)));
   }
 
-  MG.traceSection = function traceSection({ common, deletedName, plural, report, done, reload }) {
+  MG.traceSection = function traceSection({ common, deletedName, plural, report, done, formErrors, reload }) {
     const list = document.getElementById("trace-list");
     const count = document.getElementById("trace-count");
     const form = document.getElementById("trace-form");
@@ -106,22 +106,8 @@
     // -- admin: the form ------------------------------------------------------------------------
     const FIELDS = { for_s: "minutes", rate: "rate" };  // the API's field → the form's
 
-    function clearError() {
-      formError.hidden = true;
-      formError.textContent = "";
-      form.querySelectorAll("[aria-invalid]").forEach((input) => input.removeAttribute("aria-invalid"));
-    }
-
-    function showError(error) {
-      formError.hidden = false;
-      formError.replaceChildren(el("strong", null, "Not traced"), " — ", MG.explain(error));
-      const message = error && error.message ? error.message : "";
-      for (const part of message.split("; ")) {
-        const input = form.elements[FIELDS[part.split(":")[0].trim()]];
-        if (input && input.nodeName) input.setAttribute("aria-invalid", "true");
-      }
-      if (/cannot trace|not \/queue/.test(message)) form.elements.destination.setAttribute("aria-invalid", "true");
-    }
+    const { clear: clearError, show: showError } = formErrors(form, formError, "Not traced", (field) => FIELDS[field],
+      { pattern: /cannot trace|not \/queue/, input: "destination" });
 
     function open() {
       clearError();
