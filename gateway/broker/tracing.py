@@ -120,7 +120,7 @@ class Tracer:
     def published(self, message: Message, session: Session | None, from_id: str | None, exchange: str,
                   routing_key: str, sampled: bool = False) -> None:
         """An AMQP publish (or a dead-letter through an exchange) became ``message``, before
-        it is copied into its queues (the copies keep its class): traced if its ``x-trace``
+        it is copied into its queues (the copies keep its mark): traced if its ``x-trace``
         entry says true, or if it is made from a traced message, or if its destination's arm
         picked it (``sampled``: the default exchange's queue, amq.topic's topic)."""
         if sampled or from_id is not None or asks_trace(message.headers.get(AMQP_HEADER)):
