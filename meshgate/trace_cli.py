@@ -14,7 +14,7 @@ from management.journey_view import format_journey
 from meshgate.cli_args import ACTION, VIEW, Command, duration, iso_time, moment
 from meshgate.vhost_permissions_cli import BadArguments
 from model.definitions import TRACE
-from model.journey_requests import MAX_HITS, JourneySearch
+from model.journey_requests import MAX_HITS, JourneySearch, header_filter_problem
 from model.journeys import JourneySummary
 from model.names import quoted
 from model.requests import ALL, DefineTrace, DeleteDefinition, JourneySteps, TraceNext
@@ -67,8 +67,9 @@ def _trace_on(args: argparse.Namespace) -> DefineTrace:
 
 
 def _header_filter(text: str) -> str:
-    if "=" not in text[1:]:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {quoted(text[:40])}")
+    problem = header_filter_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{problem}, got {quoted(text[:40])}")
     return text
 
 

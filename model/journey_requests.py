@@ -76,10 +76,9 @@ class JourneySearch(Request, kw_only=True, tag="journey_search"):
     limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_HITS)] = 50
 
     def __post_init__(self) -> None:
-        if self.header is not None:
-            name, equals, value = self.header.partition("=")
-            if not (name and equals) or len(name) > MAX_FIELD or len(value) > MAX_FIELD:
-                raise ValueError(f"header is NAME=VALUE, each at most {MAX_FIELD} characters")
+        problem = None if self.header is None else header_filter_problem(self.header)
+        if problem:
+            raise ValueError(problem)
         if self.since is not None and self.until is not None and self.since > self.until:
             raise ValueError("since is after until")
 
@@ -89,3 +88,12 @@ class JourneySearch(Request, kw_only=True, tag="journey_search"):
             return None
         name, _, value = self.header.partition("=")
         return name, value
+
+
+def header_filter_problem(header: str) -> str | None:
+    """Why ``header`` is no ``NAME=VALUE`` filter of journey_search (None: it is one); the
+    request, the API and the CLI check it alike."""
+    name, equals, value = header.partition("=")
+    if not (name and equals) or len(name) > MAX_FIELD or len(value) > MAX_FIELD:
+        return f"a header is NAME=VALUE, each at most {MAX_FIELD} characters"
+    return None

@@ -16,7 +16,7 @@ from rest_framework.settings import api_settings
 from model.amqp_arguments import MAX_MILLISECONDS, argument_problem
 from model.definitions import MAX_TRACE_S
 from model.events import KINDS
-from model.journey_requests import LATEST_EPOCH, MAX_HITS
+from model.journey_requests import LATEST_EPOCH, MAX_HITS, header_filter_problem
 from model.journeys import MAX_FIELD
 from model.names import MAX_NAME_BYTES, InvalidName, check_name, check_vhost_name, quoted
 from model.requests import ALL, MAX_WHOLE_NUMBER
@@ -299,9 +299,9 @@ class MessageSearchParams(serializers.Serializer):
                                      help_text=f"at most this many, newest first (1 to {MAX_HITS}, default 50)")
 
     def validate_header(self, header: str) -> str:
-        name, equals, value = header.partition("=")
-        if not (name and equals) or len(name) > MAX_FIELD or len(value) > MAX_FIELD:
-            raise ValidationError(f"a header is NAME=VALUE, each at most {MAX_FIELD} characters")
+        problem = header_filter_problem(header)
+        if problem:
+            raise ValidationError(problem)
         return header
 
     def validate(self, data):
