@@ -29,11 +29,16 @@ _COUNTED = ("purge", "delete_queue", "move", "redistribute", "send")
 
 def admin_action(request: Request, user: str, ok: bool, result: str) -> AdminAction:
     """The event of ``request`` asked by ``user`` (and the tool's user it acted for)."""
-    if request.on_behalf_of:
-        user = f"{user} for {request.on_behalf_of}"
     if request.remedy_of:
         result = f"doctor {request.remedy_of}: {result}"
-    return AdminAction(user=user, action=action_of(request), target=target_of(request), ok=ok, result=result)
+    return AdminAction(user=asker(request, user), action=action_of(request), target=target_of(request), ok=ok,
+                       result=result)
+
+
+def asker(request: Request, user: str) -> str:
+    """Who asked, as events and definitions name them: ``user``, and the tool's user it
+    acted for (``on_behalf_of``: the console's signed-in user)."""
+    return f"{user} for {request.on_behalf_of}" if request.on_behalf_of else user
 
 
 def outcome(action: str, result: Any) -> tuple[bool, str]:

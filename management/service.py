@@ -22,7 +22,7 @@ from gateway.broker.broker import TEMP, Broker
 from gateway.broker.errors import BrokerError
 from gateway.broker.message import QUEUE, TOPIC, Message
 from management.actions import LocalActions
-from management.audit import admin_action, outcome
+from management.audit import admin_action, asker, outcome
 from management.doctor import DEFAULT_THRESHOLDS, Thresholds
 from management.doctor_node import DoctorFacts, answer_diagnosis, thresholds_of
 from management.events import EventLog
@@ -201,7 +201,7 @@ class ManagementService:
             if isinstance(request, ApplyRemedy):
                 return apply_remedy(self, request, user, admin)
             if isinstance(request, DefineTrace):  # asked node only, and the definition names who asked
-                who = f"{user} for {request.on_behalf_of}" if request.on_behalf_of else user
+                who = asker(request, user)
                 return defer.succeed(Reply(action=action, result=self._answer_here(
                     request, user, answer=lambda r: self.actions.define_trace(r, who))))
             if action in _ASKED_NODE_ONLY:

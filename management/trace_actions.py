@@ -40,9 +40,9 @@ class TraceActions:
         tracer.arm(kind, name, every, count, seconds)
         if count == 0:
             return Done(node=self.node_id, action="trace_next", target=destination, detail="tracing stopped")
-        which = "every message" if every == 1 else f"one message in {every}"
         return Done(node=self.node_id, action="trace_next", target=destination, count=count or 0,
-                    detail=f"tracing {which}" + (f", {count} at most" if count else "") + f", for {seconds:g} s")
+                    detail=f"tracing {_which(every)}" + (f", {count} at most" if count else "")
+                    + f", for {seconds:g} s")
 
     def define_trace(self, request: DefineTrace, by: str) -> Done:
         """Trace ``request.destination`` on every node until its end time (a definition).
@@ -59,7 +59,11 @@ class TraceActions:
                                                  "at most", self.node_id)
         spec = TraceSpec(rate=request.rate, until=until, by=by[:200])
         record = broker.define_trace(request.destination, spec)
-        which = "every message" if spec.every == 1 else f"one message in {spec.every}"
         off = "" if broker.tracer is not None else " (journeys are off on this node: it traces nothing)"
         return Done(node=self.node_id, action="define_trace", target=request.destination,
-                    detail=f"tracing {which} for {until - now:.0f} s, version {record.version}, for every node{off}")
+                    detail=f"tracing {_which(spec.every)} for {until - now:.0f} s, version {record.version}, "
+                           f"for every node{off}")
+
+
+def _which(every: int) -> str:
+    return "every message" if every == 1 else f"one message in {every}"
