@@ -258,7 +258,8 @@
     if (!steps.length) {
       stepsBox.replaceChildren(el("div", { class: "empty journey-empty" },
         el("p", null, "No node recorded message ", el("span", { class: "mono" }, journey.id), "."),
-        el("p", { class: "note" }, "Either it was not traced (sent without a trace:true header, and no meshgate trace-next armed), " +
+        el("p", { class: "note" }, "Either it was not traced (sent without a trace:true header, its destination not traced by trace-next " +
+          "or trace-on), " +
           "its records aged out (journeys keep max_records, max_bytes and max_age_s), or journeys are off on the nodes " +
           "([journeys] enabled = true; those listed below could not answer). Check the id: it is the message-id header.")));
       return;
