@@ -183,8 +183,8 @@ class LinkHandover(Struct, kw_only=True, omit_defaults=True):
 
 
 class Forget(Struct):
-    node: str
-    id: str
+    node: _Key  # bounded as a HELLO's node id: the node logs it and passes it to every peer
+    id: _Key
 
 
 class Request(Struct):

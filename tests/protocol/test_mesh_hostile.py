@@ -99,7 +99,8 @@ def test_a_hello_without_a_nonce_is_refused():
     (FrameType.DEMAND, [{"kind": "queue", "address": "q"}]), (FrameType.DEMAND, [{"kind": "queue", "address": "q",
                                                                                   "path": ["x"], "consumers": "2"}]),
     (FrameType.DEMAND, {"kind": "queue"}), (FrameType.DURABLE, []), (FrameType.DURABLE, {"link": "x"}),
-    (FrameType.FORGET, {"node": 1, "id": "i"}), (FrameType.REQUEST, {"id": ["i"], "route": []}),
+    (FrameType.FORGET, {"node": 1, "id": "i"}), (FrameType.FORGET, {"node": "x" * 5000, "id": "i"}),
+    (FrameType.FORGET, {"node": "n", "id": "i" * 5000}), (FrameType.REQUEST, {"id": ["i"], "route": []}),
     (FrameType.REPLY, {"id": "i", "route": "r"}), (FrameType.DEFINITIONS, {"a": 1}),
 ])
 def test_a_proven_peers_frame_of_the_wrong_shape_is_refused(kind, body):
