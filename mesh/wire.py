@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import json
 import math
-from typing import Annotated, Any, Callable, Generic, Protocol, TypeVar
+from typing import Annotated, Any, Callable, Generic, Literal, Protocol, TypeVar
 
 import msgspec
 from msgspec import UNSET, Meta, Struct, UnsetType
@@ -61,6 +61,33 @@ MAX_NAME = 200  # characters of a node id, name, nonce, user or group in a HELLO
 _Name = Annotated[str, Meta(max_length=MAX_NAME)]
 _Key = Annotated[str, Meta(min_length=1, max_length=MAX_NAME)]
 _Address = tuple[_Name, int]
+
+# A proven peer's frames are bounded by what a node of any release sends (from 0.1.0,
+# link protocol 4), so that what this node logs and passes on to its peers stays small;
+# a frame past a bound is malformed (Body.decode: the link is refused, naming its type).
+
+# A demand path or a request's route names each node at most once: it is never longer
+# than the mesh has nodes. mesh.max_hops has no ceiling to take this from, so it is
+# chosen, far above any mesh this design serves (demand floods every link).
+MAX_PATH = 1024
+_Route = Annotated[list[_Key], Meta(max_length=MAX_PATH)]
+# A name by the one rule of names (model.names): a queue, a topic or its pattern, a
+# durable subscription; its bytes bound its characters. A peer's topic queue among
+# the bindings, "link/" + its node id, fits too.
+_ClientName = Annotated[str, Meta(max_length=MAX_NAME_BYTES)]
+# A request id is "node id:boot:count" (mesh.router.Router.request): 8 hex digits of
+# boot, and a count that would need ages to pass 20 digits.
+MAX_REQUEST_ID = MAX_NAME + len(":01234567:") + 20
+_RequestId = Annotated[str, Meta(min_length=1, max_length=MAX_REQUEST_ID)]
+# An id in STORED, BUSY, MARKERS, ASK, HAVE and RELEASED is "origin/target/message id"
+# (mesh.custody.Custody.key, mesh.forwarding.entry_name): the origin a node id, the
+# target a durable subscription or a peer's topic queue, "" or left out for a queue.
+# A message id is the broker's (gateway.broker: 8 characters of the node id, its
+# boots, a count, and a copy's suffix), under 100 characters: a node id's bound is ample.
+MAX_MESSAGE_KEY = MAX_NAME + len("/") + MAX_NAME_BYTES + len("/") + MAX_NAME
+# The kinds of demand a node of every release sends (gateway.broker.message.QUEUE,
+# TOPIC; model.definitions.DURABLE_SUBSCRIPTION): mypy checks the three against them.
+DemandKind = Literal["queue", "topic", "durable"]
 
 
 # -- the handshake --------------------------------------------------------------------------------
@@ -147,39 +174,39 @@ def decode_refuse(payload: bytes) -> Refuse:
 
 # -- established links ----------------------------------------------------------------------------
 
-_Vhost = Annotated[str, Meta(min_length=1, max_length=255)]
+_Vhost = Annotated[str, Meta(min_length=1, max_length=MAX_NAME_BYTES)]
 
 
 class DemandRecord(Struct, kw_only=True, omit_defaults=True):
     """Consumers that want an address, at the end of ``path`` (the node that has them first).
     Fields at their default are left out, so a record of "/" reads as before vhosts."""
 
-    kind: str  # queue, topic (a pattern) or durable (a durable subscription's subscriber)
-    address: str
+    kind: DemandKind  # queue, topic (a pattern) or durable (a durable subscription's subscriber)
+    address: _ClientName
+    # Unbounded but by the frame: no limit is set on a selector (a STOMP header's length is
+    # configured), and a link's selector is its consumers' joined with OR.
     selector: str | None = None
-    consumers: int = 1
-    path: Annotated[list[str], Meta(min_length=1)]
+    consumers: Annotated[int, Meta(ge=0)] = 1
+    path: Annotated[_Route, Meta(min_length=1)]
     vhost: _Vhost = "/"  # link protocol 5 (model.names.DEFAULT_VHOST)
 
 
 class DurableSubscription(Struct, omit_defaults=True):
     """Scale-down: make this durable subscription here (its backlog follows)."""
 
-    name: str
-    topic: str
-    selector: str | None = None
+    name: _ClientName
+    topic: _ClientName
+    selector: str | None = None  # unbounded, as a demand record's
     vhost: _Vhost = "/"  # another than "/" only to a peer of link protocol 5
 
 
 class LinkHandover(Struct, kw_only=True, omit_defaults=True):
     """Scale-down: keep this topic queue for a peer whose link is down (its backlog follows)."""
 
-    name: str = ""
-    link: str
-    patterns: list[str]
+    name: _ClientName = ""
+    link: _Key  # the peer's node id
+    patterns: list[_ClientName]  # as many as topics are subscribed beyond that peer
     vhost: _Vhost = "/"
-
-
 
 
 class Forget(Struct):
@@ -190,16 +217,16 @@ class Forget(Struct):
 class Request(Struct):
     """A management request on its way along ``route`` (origin first, target last)."""
 
-    id: str
-    route: list[str]
+    id: _RequestId
+    route: _Route
     body: Any = None
 
 
 class Reply(Struct, omit_defaults=True):
     """Its answer on the way back: ``answer``, or why there is none."""
 
-    id: str
-    route: list[str]
+    id: _RequestId
+    route: _Route
     answer: Any = UNSET
     unreachable: str | UnsetType = UNSET
 
@@ -250,7 +277,7 @@ def _durable(payload: bytes) -> DurableSubscription | LinkHandover:
     return msgspec.convert(body, DurableSubscription)
 
 
-IDS = Body.of(list[str], "a list of message ids")
+IDS = Body.of(list[Annotated[str, Meta(max_length=MAX_MESSAGE_KEY)]], "a list of message ids")
 DEMAND = Body.of(list[DemandRecord], "a list of demand records (kind, address, path, selector, consumers)")
 DURABLE = Body(_durable, "a durable subscription (name, topic, selector) or a link binding")
 FORGET = Body.of(Forget, "a node and a request id")

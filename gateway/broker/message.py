@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from typing import Final
 
-QUEUE = "queue"
-TOPIC = "topic"
+# Final: mesh.wire's DemandKind is checked against them (a demand record's kind).
+QUEUE: Final = "queue"
+TOPIC: Final = "topic"
 DEFAULT_PRIORITY = 4
 # Where a message was published when it went through an exchange (AMQP); a queue
 # copy made by a fan-out carries them, as its consumers are told them.

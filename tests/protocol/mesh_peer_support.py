@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Callable
 
 from twisted.test import iosim
 
@@ -30,6 +31,21 @@ def hello(node_id: str, nonce: str, **more) -> dict:
             "user": "meshgate", "nonce": nonce, "started": 1.0, "link": ["127.0.0.1", 1], "stomp": ["127.0.0.1", 2],
             "group": "", "chunks": True, "busy": True, "epoch": 0, **more}
     return {key: value for key, value in body.items() if value is not ABSENT}
+
+
+def demand(**fields) -> list[dict]:
+    """One demand record as the peer's own consumers make it (``fields`` override its fields)."""
+    return [{"kind": "queue", "address": "q", "consumers": 1, "path": ["peer-node"], **fields}]
+
+
+def route(count: int) -> list[str]:
+    """``count`` node ids, ending with the peer's: a demand path or a request route that long."""
+    return [f"node-{i}" for i in range(count - 1)] + ["peer-node"]
+
+
+def up_to(limit: int, body: Callable[[int], object]) -> tuple[object, object]:
+    """``body(limit)``, a field as long as a node may send it, and ``body(limit + 1)``."""
+    return body(limit), body(limit + 1)
 
 
 class RawPeer:

@@ -12,11 +12,13 @@ import struct
 
 import pytest
 
+from gateway.hostile_log import LINE_LIMIT
 from mesh.codec import encode_frame
 from mesh.link import LinkState
-from mesh.wire import FrameType
+from mesh.wire import MAX_MESSAGE_KEY, MAX_NAME, MAX_PATH, MAX_REQUEST_ID, FrameType
+from model.names import MAX_NAME_BYTES
 from tests.protocol.mesh_harness import MeshHarness
-from tests.protocol.mesh_peer_support import RawPeer, hello, proof
+from tests.protocol.mesh_peer_support import RawPeer, demand, hello, proof, route, up_to
 
 PASSWORD = "hostile-test-secret"
 
@@ -109,6 +111,46 @@ def test_a_proven_peers_frame_of_the_wrong_shape_is_refused(kind, body):
     peer.establish(PASSWORD)
     peer.send(kind, body)
     assert f"malformed link frame of type {kind}: expected" in peer.refusal() and peer.closed
+
+
+_IDS = (FrameType.STORED, FrameType.BUSY, FrameType.MARKERS, FrameType.ASK, FrameType.HAVE, FrameType.RELEASED)
+
+
+@pytest.mark.parametrize("kind, bodies", [
+    pytest.param(FrameType.DEMAND, (demand(kind="durable"), demand(kind="stream")), id="demand-kind"),
+    pytest.param(FrameType.DEMAND, up_to(MAX_NAME_BYTES, lambda n: demand(address="a" * n)), id="demand-address"),
+    pytest.param(FrameType.DEMAND, up_to(MAX_NAME, lambda n: demand(path=["x" * n, "peer-node"])),
+                 id="demand-path-node"),
+    pytest.param(FrameType.DEMAND, up_to(MAX_PATH, lambda n: demand(path=route(n))), id="demand-path-length"),
+    pytest.param(FrameType.DEMAND, (demand(consumers=0), demand(consumers=-1)), id="demand-consumers"),
+    pytest.param(FrameType.DURABLE, up_to(MAX_NAME_BYTES, lambda n: {"name": "d" * n, "topic": "t"}),
+                 id="durable-name"),
+    pytest.param(FrameType.DURABLE, up_to(MAX_NAME_BYTES, lambda n: {"name": "d", "topic": "t" * n}),
+                 id="durable-topic"),
+    pytest.param(FrameType.DURABLE, up_to(MAX_NAME_BYTES, lambda n: {"name": "l" * n, "link": "x", "patterns": []}),
+                 id="handover-name"),
+    pytest.param(FrameType.DURABLE, up_to(MAX_NAME, lambda n: {"link": "x" * n, "patterns": []}), id="handover-link"),
+    pytest.param(FrameType.DURABLE, up_to(MAX_NAME_BYTES, lambda n: {"link": "x", "patterns": ["t" * n]}),
+                 id="handover-pattern"),
+    *(pytest.param(kind, bodies, id=f"{kind.name.lower()}-{field}") for kind in (FrameType.REQUEST, FrameType.REPLY)
+      for field, bodies in [
+          ("id", up_to(MAX_REQUEST_ID, lambda n: {"id": "i" * n, "route": ["a", "z"]})),
+          ("route-node", up_to(MAX_NAME, lambda n: {"id": "i", "route": ["a", "z" * n]})),
+          ("route-length", up_to(MAX_PATH, lambda n: {"id": "i", "route": route(n)}))]),
+    *(pytest.param(kind, up_to(MAX_MESSAGE_KEY, lambda n: ["k" * n]), id=f"{kind.name.lower()}-id") for kind in _IDS),
+])
+def test_a_proven_peers_frame_past_what_a_node_sends_is_refused_in_a_short_line(kind, bodies, caplog):
+    """Up to the bound the link stays (no node of any release sends more), past it
+    the frame is malformed: what the node logs and passes on stays small."""
+    fits, past = bodies
+    peer = RawPeer(harness().node("b"))
+    peer.establish(PASSWORD)
+    with caplog.at_level(logging.DEBUG):
+        peer.send(kind, fits)
+        assert peer.of(FrameType.REFUSE) == [] and peer.link.state is LinkState.ESTABLISHED
+        peer.send(kind, past)
+    assert f"malformed link frame of type {kind}: expected" in peer.refusal() and peer.closed
+    assert max(len(record.getMessage()) for record in caplog.records) <= LINE_LIMIT
 
 
 @pytest.mark.parametrize("kind, payload", [(FrameType.STORED, b'["\xff"]'), (FrameType.DURABLE, b'{"name": "\xb4"}')])
