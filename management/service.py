@@ -69,7 +69,8 @@ _ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition", "vhost_add", 
 class ManagementService:
     def __init__(self, *, node_id: str, name: str, broker: Broker, mesh: MeshNode | None, state: LocalState,
                  actions: LocalActions, events: EventLog, authorizer=None, timeout: float = REQUEST_TIMEOUT,
-                 journeys: JourneyStore | None = None, doctor_thresholds: Thresholds = DEFAULT_THRESHOLDS) -> None:
+                 journeys: JourneyStore | None = None, doctor_thresholds: Thresholds = DEFAULT_THRESHOLDS,
+                 doctor: DoctorFacts | None = None) -> None:
         self.node_id = node_id
         self.name = name
         self.broker = broker
@@ -79,7 +80,7 @@ class ManagementService:
         self.events = events
         self.authorizer = authorizer
         self.timeout = timeout
-        self.doctor = DoctorFacts(state)
+        self.doctor = doctor if doctor is not None else DoctorFacts(state)  # its sampler started by the node
         self.doctor_thresholds = doctor_thresholds  # what a diagnosis request does not give ([doctor])
         self.journeys = journeys  # None: [journeys] off on this node
         self._answers: dict[str, Callable[[Any], Any]] = {
