@@ -177,11 +177,18 @@ class ManagementService:
     # -- answering --------------------------------------------------------------------------
 
     def execute(self, body: bytes, user: str, admin: bool) -> defer.Deferred:
-        """Answer a request (JSON) from ``user``: fires with a Reply, never fails."""
+        """Answer a request (JSON) a client of this node sent as ``user``: fires with a
+        Reply, never fails."""
         try:
             request = decode_request(body)
         except ManagementError as error:
             return defer.succeed(Reply(ok=False, error=error.failure()))
+        if request.remedy_of is not None:
+            # Its audit event would say the doctor did it: only apply_remedy, which runs its
+            # remedy here (and routes it on, still marked), says so.
+            return defer.succeed(Reply(action=action_of(request), ok=False, error=Failure(
+                code="bad_request", message="remedy_of is set by apply_remedy only (meshgate doctor --fix): leave "
+                                            "it out of a request")))
         return self.run(request, user, admin)
 
     def run(self, request: Request, user: str, admin: bool) -> defer.Deferred:
