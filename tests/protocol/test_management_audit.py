@@ -1,10 +1,13 @@
 """What an admin action's audit says of where it came from, on linked nodes: the
 doctor's mark (``remedy_of``) only from apply_remedy, which keeps it on a remedy routed
-to another node, never from a client's request."""
+to another node, never from a client's request; who asked, as the event and a trace
+definition's ``by`` name them."""
 
 from __future__ import annotations
 
-from model.requests import ApplyRemedy, Diagnosis, Purge
+from gateway.auth import ANONYMOUS
+from model.definitions import TRACE
+from model.requests import ApplyRemedy, DefineTrace, Diagnosis, Purge
 from tests.protocol.test_management_routing import chain, fill, snapshot
 
 
@@ -30,3 +33,18 @@ def test_apply_remedy_marks_the_remedy_it_routes_to_the_finding_node():
     assert (event.action, event.user, event.target) == ("browse", "tester for carol", "/queue/DLQ")
     assert event.result == f"doctor {finding.id}: looked at 2 of 2 message(s) from 0"
     assert a.admin_events() == [] and b.admin_events() == []
+
+
+def test_who_asked_is_the_console_user_alone_where_every_client_is_anonymous():
+    """A node without users knows the console's connection as "anonymous" (handle names a
+    request's user after its session's principal): "anonymous for admin" told nothing the
+    console's signed-in user does not. With users, the login is named too."""
+    mesh, a, b, c, _, _ = chain()
+    asked = [(ANONYMOUS.name, "admin", "admin"), ("console", "admin", "console for admin"),
+             (ANONYMOUS.name, None, "anonymous")]
+    for n, (user, on_behalf_of, named) in enumerate(asked):
+        destination = f"/queue/traced-{n}"
+        assert a.ask(DefineTrace(destination=destination, for_s=60, on_behalf_of=on_behalf_of), user=user).ok
+        (record,) = [r for r in c.broker.definitions.records() if (r.kind, r.name) == (TRACE, destination)]
+        assert record.trace is not None and record.trace.by == named, (user, on_behalf_of, record.trace)
+    assert [event.user for event in a.admin_events()] == [named for _, _, named in asked]
