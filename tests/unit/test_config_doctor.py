@@ -3,9 +3,11 @@ gives none, its sampler's period and growth window) and how the node uses them."
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from pathlib import Path
 
+import msgspec
 import pytest
 from twisted.internet import task
 
@@ -16,9 +18,10 @@ from management.doctor import DEFAULT_THRESHOLDS, Thresholds
 from management.doctor_history import WINDOW_S
 from management.doctor_node import SAMPLE_S, thresholds_of
 from management.events import EventLog
+from meshgate.admin_cli import COMMANDS, add_commands
 from meshgate.config import DoctorConfig, load_config
 from meshgate.node import Node
-from model.requests import Diagnosis
+from model.requests import Diagnosis, decode_request
 from tests.unit.config_support import error, load
 
 
@@ -99,3 +102,32 @@ def test_the_node_gives_the_sampler_its_period_and_window(tmp_path: Path):
         assert node.management.doctor_thresholds.unacked_s == 7.0
     finally:
         sampler.stop()
+
+
+class DiagnosisBeforeDoctorTable(msgspec.Struct, kw_only=True, tag="diagnosis"):
+    """The diagnosis request of a node from before [doctor]: thresholds are numbers."""
+
+    older_than_s: float | None = None
+    waiting_s: float = 60.0
+    in_doubt_s: float = 60.0
+    unacked_s: float = 300.0
+
+
+def cli_request(*options: str):
+    """The request ``meshgate doctor OPTIONS`` sends (its parser and maker, as admin_cli.run)."""
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    make_request = COMMANDS["doctor"][3]
+    return make_request(parser.parse_args(["doctor", *options]))
+
+
+def test_the_cli_leaves_out_the_thresholds_not_given_and_the_node_gives_its_own():
+    encoded = msgspec.json.encode(cli_request())
+    assert msgspec.json.decode(encoded) == {"action": "diagnosis"}
+    assert msgspec.json.decode(encoded, type=DiagnosisBeforeDoctorTable) == DiagnosisBeforeDoctorTable()
+    defaults = Thresholds.of(DoctorConfig(waiting_s=5.0, unacked_s=45.0))
+    assert thresholds_of(decode_request(encoded), defaults) == defaults
+
+    waiting = msgspec.json.encode(cli_request("--waiting", "5m"))
+    assert msgspec.json.decode(waiting) == {"action": "diagnosis", "waiting_s": 300.0}
+    assert thresholds_of(decode_request(waiting), defaults) == dataclasses.replace(defaults, waiting_s=300.0)
