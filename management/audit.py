@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.auth import ANONYMOUS
 from model.events import AdminAction
 from model.names import DEFAULT_VHOST
 from model.requests import (
@@ -38,7 +39,13 @@ def admin_action(request: Request, user: str, ok: bool, result: str) -> AdminAct
 def asker(request: Request, user: str) -> str:
     """Who asked, as events and definitions name them: ``user``, and the tool's user it
     acted for (``on_behalf_of``: the console's signed-in user)."""
-    return f"{user} for {request.on_behalf_of}" if request.on_behalf_of else user
+    if not request.on_behalf_of:
+        return user
+    if user == ANONYMOUS.name:
+        # A node without users knows every connection by this name, the console's too: it
+        # would only say the node has no users. The tool's user is who there is to name.
+        return request.on_behalf_of
+    return f"{user} for {request.on_behalf_of}"
 
 
 def outcome(action: str, result: Any) -> tuple[bool, str]:

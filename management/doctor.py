@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from management.doctor_common import age, as_json, duration, new_finding, quoted, vhost_option
 from management.doctor_consumers import stalled_findings
@@ -43,6 +43,11 @@ class Thresholds:
     paused_s: float = 60.0  # a producer's connection not read (flow control)
     durable_gone_s: float = 3600.0  # a durable subscription's subscriber gone, with messages kept for it
     stalled_s: float = 60.0  # a backlog whose consumers all take no more (prefetch full, socket backed up)
+
+    @classmethod
+    def of(cls, table: object) -> Thresholds:
+        """The thresholds among ``table``'s attributes (the ``[doctor]`` table, which has more keys)."""
+        return cls(**{threshold.name: getattr(table, threshold.name) for threshold in fields(cls)})
 
 
 DEFAULT_THRESHOLDS = Thresholds()  # as [doctor]'s defaults (meshgate/config/doctor.py)

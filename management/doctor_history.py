@@ -1,10 +1,10 @@
 """What the doctor needs over time, kept by its sampler (management/doctor_node.py):
 how each queue's dead-lettered and expired counters and its dead-letter queues'
-depths moved over the last ``WINDOW_S``, and since when each durable subscription
-has been without a subscriber here.
+depths moved over the last ``window_s`` ([doctor], ``WINDOW_S`` by default), and since
+when each durable subscription has been without a subscriber here.
 
 Each sample walks the queues and durable subscriptions (O(queues), every
-``SAMPLE_S``), never the messages; a snapshot holds only the queues that ever
+``sample_s``), never the messages; a snapshot holds only the queues that ever
 dead-lettered or expired something, and the dead-letter and expiry queues."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from model.diagnosis import DeadLetterFacts, DurableFacts, StalledFacts
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
 
-# Growth is judged over this much history (seconds): long enough that a trickle of dead
-# letters shows, short enough that an old incident does not stay a finding for long.
+# Growth is judged over this much history (seconds; the default of [doctor] window_s):
+# long enough that a trickle of dead letters shows, short enough that an old incident
+# does not stay a finding for long.
 WINDOW_S = 300.0
 
 _QueueKey = tuple[str, str]  # (vhost, queue name)
@@ -27,17 +28,17 @@ _Counts = tuple[int, int, int]  # (dead_lettered, expired, depth)
 
 
 class DeadLetterWindow:
-    """Snapshots of the counters, the oldest no older than ``WINDOW_S`` (plus one sample)."""
+    """Snapshots of the counters, the oldest no older than ``window_s`` (plus one sample)."""
 
     def __init__(self, window_s: float = WINDOW_S) -> None:
-        self._window_s = window_s
+        self.window_s = window_s
         self._snapshots: deque[tuple[float, dict[_QueueKey, _Counts]]] = deque()
 
     def sample(self, now: float, brokers: dict[str, Broker]) -> None:
         snapshots = self._snapshots
         snapshots.append((now, _snapshot(brokers)))
         # Keep the newest sample at least the window old, so the window is covered whole.
-        while len(snapshots) > 1 and snapshots[1][0] <= now - self._window_s:
+        while len(snapshots) > 1 and snapshots[1][0] <= now - self.window_s:
             snapshots.popleft()
 
     def facts(self, now: float, brokers: dict[str, Broker]) -> list[DeadLetterFacts]:

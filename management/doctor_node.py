@@ -4,7 +4,8 @@ the sampler that tells how long consumers have held unacked deliveries, and the
 management.doctor.diagnose.
 
 Nothing here is on the per-message path: facts are read when asked, and the
-sampler walks the consumers every ``SAMPLE_S`` (O(subscriptions), not messages)."""
+sampler walks the consumers every ``sample_s`` ([doctor], ``SAMPLE_S`` by default;
+O(subscriptions), not messages)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from twisted.internet import defer, task
 from gateway.auth import destination_matcher
 from gateway.broker.producer_pauses import MAX_DISK_USAGE, MEMORY_LIMIT, STORE_LIMIT
 from management.doctor import DEFAULT_THRESHOLDS, Thresholds, diagnose
-from management.doctor_history import DeadLetterWindow, DetachedDurables, StalledConsumers
+from management.doctor_history import WINDOW_S, DeadLetterWindow, DetachedDurables, StalledConsumers
 from model.diagnosis import (
     ConsumerFacts,
     DiagnosisReport,
@@ -39,8 +40,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Seconds between two looks at the consumers' oldest unacked delivery: an age is known
-# to within this much (a lower bound), at the cost of one walk over the subscriptions.
+# Seconds between two looks at the consumers' oldest unacked delivery (the default of
+# [doctor] sample_s): an age is known to within this much (a lower bound), at the cost
+# of one walk over the subscriptions.
 SAMPLE_S = 10.0
 
 _SubscriptionKey = tuple[str, str, str]  # (vhost, session name, subscription id)
@@ -52,13 +54,13 @@ class UnackedSampler:
     was seen there. The same head seen later has been unacked at least that long; no
     timestamp is kept per delivery."""
 
-    def __init__(self, brokers, clock) -> None:
+    def __init__(self, brokers, clock, window_s: float = WINDOW_S) -> None:
         self._brokers = brokers  # () -> {vhost: Broker}
         self._clock = clock
         self._heads: dict[_SubscriptionKey, tuple[str, float]] = {}
         self._loop: task.LoopingCall | None = None
         # The other histories the doctor keeps, sampled on the same tick (doctor_history.py).
-        self.dead_letters = DeadLetterWindow()
+        self.dead_letters = DeadLetterWindow(window_s)
         self.durables = DetachedDurables()
         self.stalls = StalledConsumers()
 
@@ -109,11 +111,12 @@ class UnackedSampler:
 
 
 class DoctorFacts:
-    """This node's ``node_facts`` answer."""
+    """This node's ``node_facts`` answer. ``window_s``: how far back dead-letter growth is
+    judged ([doctor] window_s); the sampler's period is its start's ([doctor] sample_s)."""
 
-    def __init__(self, state: LocalState) -> None:
+    def __init__(self, state: LocalState, window_s: float = WINDOW_S) -> None:
         self.state = state
-        self.sampler = UnackedSampler(self._brokers, state.clock)
+        self.sampler = UnackedSampler(self._brokers, state.clock, window_s)
 
     def _brokers(self) -> dict[str, Broker]:
         state = self.state

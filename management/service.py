@@ -69,7 +69,8 @@ _ASKED_NODE_ONLY = ("forget", "define_queue", "delete_definition", "vhost_add", 
 class ManagementService:
     def __init__(self, *, node_id: str, name: str, broker: Broker, mesh: MeshNode | None, state: LocalState,
                  actions: LocalActions, events: EventLog, authorizer=None, timeout: float = REQUEST_TIMEOUT,
-                 journeys: JourneyStore | None = None, doctor_thresholds: Thresholds = DEFAULT_THRESHOLDS) -> None:
+                 journeys: JourneyStore | None = None, doctor_thresholds: Thresholds = DEFAULT_THRESHOLDS,
+                 doctor: DoctorFacts | None = None) -> None:
         self.node_id = node_id
         self.name = name
         self.broker = broker
@@ -79,7 +80,7 @@ class ManagementService:
         self.events = events
         self.authorizer = authorizer
         self.timeout = timeout
-        self.doctor = DoctorFacts(state)
+        self.doctor = doctor if doctor is not None else DoctorFacts(state)  # its sampler started by the node
         self.doctor_thresholds = doctor_thresholds  # what a diagnosis request does not give ([doctor])
         self.journeys = journeys  # None: [journeys] off on this node
         self._answers: dict[str, Callable[[Any], Any]] = {
@@ -176,11 +177,18 @@ class ManagementService:
     # -- answering --------------------------------------------------------------------------
 
     def execute(self, body: bytes, user: str, admin: bool) -> defer.Deferred:
-        """Answer a request (JSON) from ``user``: fires with a Reply, never fails."""
+        """Answer a request (JSON) a client of this node sent as ``user``: fires with a
+        Reply, never fails."""
         try:
             request = decode_request(body)
         except ManagementError as error:
             return defer.succeed(Reply(ok=False, error=error.failure()))
+        if request.remedy_of is not None:
+            # Its audit event would say the doctor did it: only apply_remedy, which runs its
+            # remedy here (and routes it on, still marked), says so.
+            return defer.succeed(Reply(action=action_of(request), ok=False, error=Failure(
+                code="bad_request", message="remedy_of is set by apply_remedy only (meshgate doctor --fix): leave "
+                                            "it out of a request")))
         return self.run(request, user, admin)
 
     def run(self, request: Request, user: str, admin: bool) -> defer.Deferred:

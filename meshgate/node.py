@@ -3,7 +3,6 @@ How it comes to serve and stops serving (standby, takeover, failback) is :mod:`m
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import resource
@@ -26,6 +25,7 @@ from gateway.stomp.protocol import StompFactory, StompSettings
 from gateway.store.journal import JournalStore, StoreError
 from management.actions import LocalActions
 from management.doctor import Thresholds
+from management.doctor_node import DoctorFacts
 from management.events import EventLog
 from management.journeys import JourneyStore
 from management.service import ManagementService
@@ -264,11 +264,13 @@ class Node:
                                scale_down_and_stop=self.scale_down_and_stop,
                                failback=self.ha.failback if self.config.ha.replicated else None,
                                reload_tls=self.reload_tls, vhosts=self.vhosts)
+        doctor_config = self.config.doctor
+        doctor = DoctorFacts(state, window_s=doctor_config.window_s)
         self.management = ManagementService(node_id=node_id, name=self.config.name, broker=broker, mesh=self.mesh,
                                             state=state, actions=actions, events=events, authorizer=authorizer,
-                                            journeys=self.journeys,
-                                            doctor_thresholds=Thresholds(**dataclasses.asdict(self.config.doctor)))
-        self.management.doctor.sampler.start()
+                                            journeys=self.journeys, doctor_thresholds=Thresholds.of(doctor_config),
+                                            doctor=doctor)
+        doctor.sampler.start(doctor_config.sample_s)
         return state
 
     def _start_metrics(self, config: MetricsConfig, redis_url: str, state: LocalState, events: EventLog) -> None:

@@ -23,12 +23,15 @@ class NodeFacts(Request, kw_only=True, tag="node_facts"):
     deliveries, and its ``[mesh]`` settings (``node: "*"``: every node's)."""
 
 
-class Diagnosis(Request, kw_only=True, tag="diagnosis"):
+class Diagnosis(Request, kw_only=True, tag="diagnosis", omit_defaults=True):
     """The stuck-message doctor: the asked node gathers every node's ``node_facts``
     and answers the findings (``node`` is ignored). A backlog is stranded after
     ``waiting_s``, doubts are old after ``in_doubt_s``, unacked deliveries after
     ``unacked_s``; ``older_than_s`` sets all of them at once. One not given is the
-    asked node's ``[doctor]`` threshold."""
+    asked node's ``[doctor]`` threshold.
+
+    A threshold not given is left out of the JSON, not sent as null: a node from before
+    ``[doctor]`` declares them as numbers with defaults, and refuses a null."""
 
     older_than_s: Seconds | None = None
     waiting_s: Seconds | None = None

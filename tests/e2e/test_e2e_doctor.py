@@ -14,7 +14,7 @@ import pytest
 from e2e_support import HOST, manage, manage_result, run_meshgate, unique
 from mesh_support import mesh_fixture, send_many, wait_until  # noqa: F401  (the fixture)
 
-from model.requests import ApplyRemedy, Diagnosis, Events, Queues, Summary
+from model.requests import ApplyRemedy, CloseConnection, Diagnosis, Events, Queues, Summary
 
 
 def cli(node, *args: str):
@@ -77,6 +77,10 @@ def test_a_consumer_that_never_acks_is_found_and_closed(mesh):
     shown = cli(a, "doctor", "--json")
     assert shown.returncode == 0 and finding.id in {f["id"] for f in json.loads(shown.stdout)["result"]["findings"]}
 
+    # A client may not pass its own close off as the doctor's (the audit would say so).
+    forged = manage(a.stomp, CloseConnection(connection=finding.subject, remedy_of=finding.id))
+    assert not forged.ok and forged.error.code == "bad_request", forged
+    assert "remedy_of is set by apply_remedy only" in forged.error.message
     # It disconnects: without confirm, apply_remedy says what it would do, and does nothing.
     refused = manage(a.stomp, ApplyRemedy(finding=finding.id))
     assert refused.error.code == "bad_request" and f"would close connection {finding.subject}" in refused.error.message
