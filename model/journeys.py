@@ -36,6 +36,13 @@ Step = Literal[
     "doubt_settled",  # ``peer`` answered: ``reason`` "peer has it" (done here) or "requeued" (delivered again)
 ]
 
+
+# Who made a record: (node id, node name, vhost), the tracer's of one vhost
+# (gateway.broker.tracing.Tracer). Text only, so that a record holding it is a tuple the
+# garbage collector stops following (management.journeys).
+RecordOrigin = tuple[str, str, str]
+
+
 # Longest text kept in a record field: destinations, users, connection ids and reasons
 # come from clients, and a record's size must not follow what they chose.
 MAX_FIELD = 200

@@ -113,8 +113,8 @@ class DeadLetters:
             core.send(QUEUE, target, headers, message.body, message.persistent, message.priority)
             return
         # Recorded before its copy's own steps (the copy is traced too), then told the copy's id.
-        step = core.tracer.dead_lettered(queue, message, reason, "/queue/" + target)
+        record = core.tracer.dead_lettered(queue, message, reason, "/queue/" + target)
         copy = core.send(QUEUE, target, headers, message.body, message.persistent, message.priority,
                          from_id=message.id)
         if copy is not None:
-            step.next_id = copy.id
+            record["next_id"] = copy.id

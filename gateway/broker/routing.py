@@ -51,7 +51,7 @@ class RoutingMixin:
             if from_id is not None or "trace" in headers:
                 tracer.sent(message, session, from_id)
             elif tracer.armed:  # an arm counts down here, not in a call: most messages skip it
-                arm = tracer.armed.get((kind, address))
+                arm = (tracer.queue_arms if kind == QUEUE else tracer.topic_arms if kind == TOPIC else {}).get(address)
                 if arm is not None:
                     arm.countdown -= 1
                     if not arm.countdown and tracer.take(arm, kind, address):
@@ -79,8 +79,8 @@ class RoutingMixin:
             if tracer is not None:  # the decision, as in send
                 if from_id is not None or "x-trace" in headers:
                     tracer.published(message, session, from_id, exchange, routing_key)
-                elif tracer.armed:
-                    arm = tracer.armed.get((TOPIC, routing_key))
+                elif tracer.topic_arms:
+                    arm = tracer.topic_arms.get(routing_key)
                     if arm is not None:
                         arm.countdown -= 1
                         if not arm.countdown and tracer.take(arm, TOPIC, routing_key):
@@ -104,8 +104,8 @@ class RoutingMixin:
         if tracer is not None:  # the decision, as in send; an arm names a queue: the default exchange's
             if from_id is not None or "x-trace" in headers:
                 tracer.published(message, session, from_id, exchange, routing_key)
-            elif tracer.armed and not exchange:
-                arm = tracer.armed.get((QUEUE, routing_key))
+            elif tracer.queue_arms and not exchange:
+                arm = tracer.queue_arms.get(routing_key)
                 if arm is not None:
                     arm.countdown -= 1
                     if not arm.countdown and tracer.take(arm, QUEUE, routing_key):

@@ -1,5 +1,5 @@
 """Message journeys on one node (docs/journeys.md): which messages are traced, and the
-record each step of a traced one makes (model.journeys.JourneyStep).
+record each step of a traced one makes (a model.journeys.JourneyStep when it is read).
 
 The decision is made once, when a producer's message becomes a Message
 (gateway.broker.routing ``send``/``publish``): a STOMP ``trace: true`` header, or an
@@ -15,11 +15,10 @@ bounded); this module only makes them."""
 
 from __future__ import annotations
 
-import itertools
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from gateway.broker.message import Message
-from model.journeys import JourneyStep, Step, kept_headers, root_of, short
+from gateway.broker.message import QUEUE, TOPIC, Message
+from model.journeys import RecordOrigin, Step, kept_headers, short
 from model.names import DEFAULT_VHOST
 
 if TYPE_CHECKING:
@@ -37,8 +36,10 @@ def asks_trace(value: object) -> bool:
 
 
 class JourneySink(Protocol):
-    def add(self, step: JourneyStep) -> None:
-        """Keep one record."""
+    def add(self, origin: RecordOrigin, step: Step, message_id: str, queue: str | None,
+            fields: dict[str, Any] | None) -> None:
+        """Keep one record of ``message_id``'s ``step`` (in ``queue``); ``fields``: its other
+        model.journeys.JourneyStep fields, if any. The sink numbers and times it."""
 
 
 class Arm:
@@ -54,19 +55,18 @@ class Arm:
 
 class Tracer:
     """What a broker holds when journeys are on: one per vhost (``for_vhost``), all of a
-    node's sharing its sink and its sequence, so ``seq`` orders every step on the node.
-    ``armed``: the destinations traced without a header (``arm``), by (kind, address);
-    empty, it costs the receive path one truth test. Armed, the receive path
+    node's sharing its sink, whose ``seq`` orders every step on the node.
+    ``queue_arms``/``topic_arms``: the destinations traced without a header (``arm``), by
+    address; with none (``armed`` 0), they cost the receive path one truth test. Armed, the receive path
     (gateway.broker.routing) counts each arm down itself and calls ``take`` only when the
     count reaches 0: the messages an arm skips pay one dictionary lookup and a decrement,
     not a call."""
 
-    __slots__ = ("sink", "node", "node_name", "vhost", "seconds", "_seq", "armed", "max_header_bytes",
-                 "body_preview")
+    __slots__ = ("sink", "node", "node_name", "vhost", "origin", "seconds", "queue_arms", "topic_arms", "armed",
+                 "max_header_bytes", "body_preview")
 
     def __init__(self, sink: JourneySink, node: str, node_name: str, seconds: Callable[[], float],
-                 vhost: str = DEFAULT_VHOST, seq: Iterator[int] | None = None, max_header_bytes: int = 2048,
-                 body_preview: int = 256) -> None:
+                 vhost: str = DEFAULT_VHOST, max_header_bytes: int = 2048, body_preview: int = 256) -> None:
         self.sink = sink
         # What a received record keeps for search ([journeys] max_header_bytes, body_preview).
         self.max_header_bytes = max_header_bytes
@@ -75,36 +75,56 @@ class Tracer:
         self.node_name = node_name
         self.seconds = seconds
         self.vhost = vhost
-        self._seq = seq if seq is not None else itertools.count(1)
-        self.armed: dict[tuple[str, str], Arm] = {}  # (kind, address) -> arm; empty when none
+        self.origin: RecordOrigin = (node, node_name, vhost)  # what each record names as its maker
+        # By address alone: a string's hash is kept in it, a (kind, address) key's is made per message.
+        self.queue_arms: dict[str, Arm] = {}
+        self.topic_arms: dict[str, Arm] = {}
+        self.armed = 0  # how many arms: with none, a STOMP SEND pays one test, not the choice of its kind's arms
 
     def for_vhost(self, vhost: str) -> Tracer:
         """The tracer of vhost ``vhost``'s broker: its records name the vhost."""
-        return Tracer(self.sink, self.node, self.node_name, self.seconds, vhost, self._seq, self.max_header_bytes,
+        return Tracer(self.sink, self.node, self.node_name, self.seconds, vhost, self.max_header_bytes,
                       self.body_preview)
 
     # -- the decision, at receive ----------------------------------------------------------
+
+    def arms(self) -> dict[tuple[str, str], Arm]:
+        """Every arm, by (kind, address)."""
+        return {**{(QUEUE, address): arm for address, arm in self.queue_arms.items()},
+                **{(TOPIC, address): arm for address, arm in self.topic_arms.items()}}
 
     def arm(self, kind: str, address: str, every: int, count: int | None, seconds: float) -> None:
         """Trace every ``every``-th message of ``kind`` ("queue", "topic") sent to ``address``
         from now, ``count`` at most, for ``seconds``; a ``count`` of 0 stops it."""
         if count == 0:
-            self.armed.pop((kind, address), None)
+            self._disarm(kind, address)
         else:
-            self.armed[kind, address] = Arm(every, count, self.seconds() + seconds)
+            self._arms_of(kind)[address] = Arm(every, count, self.seconds() + seconds)
+            self.armed = len(self.queue_arms) + len(self.topic_arms)
 
     def take(self, arm: Arm, kind: str, address: str) -> bool:
         """``arm``'s countdown reached 0 on a message sent to ``address``: whether it traces
         it (the arm may have ended, or used its last count: then it goes)."""
         arm.countdown = arm.every
         if self.seconds() > arm.until:  # looked at only when it would trace: it may run past its end unseen
-            self.armed.pop((kind, address), None)
+            self._disarm(kind, address)
             return False
         if arm.left is not None:
             arm.left -= 1
             if arm.left <= 0:
-                self.armed.pop((kind, address), None)
+                self._disarm(kind, address)
         return True
+
+    def _disarm(self, kind: str, address: str) -> None:
+        self._arms_of(kind).pop(address, None)
+        self.armed = len(self.queue_arms) + len(self.topic_arms)
+
+    def _arms_of(self, kind: str) -> dict[str, Arm]:
+        if kind == QUEUE:
+            return self.queue_arms
+        if kind == TOPIC:
+            return self.topic_arms
+        raise ValueError(f"only a queue or a topic is armed, not a {kind}")
 
     def sent(self, message: Message, session: Session | None, from_id: str | None) -> None:
         """A STOMP SEND (or a management send, or a dead-letter) with a ``trace`` header, or
@@ -130,24 +150,30 @@ class Tracer:
     def _received(self, message: Message, session: Session | None, from_id: str | None, destination: str,
                   exchange: str | None, routing_key: str | None) -> None:
         message.traced = True  # its copies follow (Message.copy)
-        step = self._step("received", message, destination=short(destination), persistent=message.persistent,
-                          priority=message.priority, size=len(message.body),
-                          from_id=None if from_id is None else short(from_id),
-                          exchange=None if exchange is None else short(exchange),
-                          routing_key=None if routing_key is None else short(routing_key),
-                          headers=kept_headers(message.headers, self.max_header_bytes) or None,
-                          body_preview=message.body[:self.body_preview].decode("utf-8", "replace")
-                          if self.body_preview else None)
+        fields: dict[str, Any] = {"destination": short(destination), "persistent": message.persistent,
+                                  "priority": message.priority, "size": len(message.body)}
+        if from_id is not None:
+            fields["from_id"] = short(from_id)
+        if exchange is not None:
+            fields["exchange"], fields["routing_key"] = short(exchange), short(routing_key or "")
+        headers = kept_headers(message.headers, self.max_header_bytes)
+        if headers:
+            fields["headers"] = headers
+        if self.body_preview:
+            fields["body_preview"] = message.body[:self.body_preview].decode("utf-8", "replace")
         if session is not None:
-            _who(step, session)
-        self.sink.add(step)
+            _who(fields, session)
+        self.sink.add(self.origin, "received", message.id, None, fields)
 
     # -- the steps of a traced message -----------------------------------------------------
+    # The steps every traced message takes (queued, delivered, acked; forwarded and
+    # peer_stored across a link) are on the per-message path of a 1 % sample: each is one
+    # call of the sink with what it has at hand, no struct made (management.journeys).
 
     def queued(self, queue: Queue, message: Message) -> None:
         """Put in ``queue``: ``stored`` when the journal holds it too."""
-        kind: Step = "stored" if message.persistent and queue.durable else "queued"
-        self.sink.add(self._in(queue, kind, message))
+        step: Step = "stored" if message.persistent and queue.durable else "queued"
+        self.sink.add(self.origin, step, message.id, queue.name, None)
 
     def delivered(self, sub: Subscription, message: Message, auto_ack: bool) -> None:
         """Given to a client's consumer; in auto-ack, acked as it goes out. A mesh link's
@@ -156,113 +182,89 @@ class Tracer:
         if link is not None:
             # Why it goes: as mesh.forwarding.Forwarder decides, which runs right after this.
             redistribution = not link.durable and sub.queue.mesh.backlog and sub.prefetch
-            step = self._in(sub.queue, "forwarded", message)
-            step.peer, step.visit = link.peer, len(message.path) + 1
-            step.reason = "redistribution" if redistribution else link.role.value
-            self.sink.add(step)
+            self.sink.add(self.origin, "forwarded", message.id, sub.queue.name, {
+                "peer": link.peer, "visit": len(message.path) + 1,
+                "reason": "redistribution" if redistribution else link.role.value})
             return
-        self.sink.add(self._delivery(sub.session, sub.id, sub.ack_mode, sub.queue, message))
+        self._delivery(sub.session, sub.id, sub.ack_mode, sub.queue, message)
         if auto_ack:
             self.acked(sub.queue, message, self.seconds())
 
     def got(self, session: Session, queue: Queue, message: Message, no_ack: bool) -> None:
         """Given to an AMQP basic.get (which no subscription delivers)."""
-        self.sink.add(self._delivery(session, "get", "auto" if no_ack else "client", queue, message))
+        self._delivery(session, "get", "auto" if no_ack else "client", queue, message)
 
     def acked(self, queue: Queue, message: Message, now: float) -> None:
         created = message.created
-        step = self._in(queue, "acked", message)
-        if created:
-            step.latency_ms = round((now - created) * 1000, 3)
-        self.sink.add(step)
+        self.sink.add(self.origin, "acked", message.id, queue.name,
+                      {"latency_ms": round((now - created) * 1000, 3)} if created else None)
 
     def requeued(self, queue: Queue, message: Message, reason: str) -> None:
-        self.sink.add(self._step("requeued", message, queue=short(queue.name), reason=short(reason),
-                                 deliveries=message.deliveries))
+        self.sink.add(self.origin, "requeued", message.id, queue.name,
+                      {"reason": short(reason), "deliveries": message.deliveries})
 
-    def dead_lettered(self, queue: Queue, message: Message, reason: str, target: str) -> JourneyStep:
-        """To ``target`` (a queue, or ``exchange:X``). Returned so the caller can name the
-        copy it became (``next_id``) once it has it: the record keeps its place in ``seq``."""
-        step = self._step("dead_lettered", message, queue=short(queue.name), reason=short(reason),
-                          destination=short(target), deliveries=message.deliveries)
-        self.sink.add(step)
-        return step
+    def dead_lettered(self, queue: Queue, message: Message, reason: str, target: str) -> dict[str, Any]:
+        """To ``target`` (a queue, or ``exchange:X``). Returns the record's fields, so the caller
+        can name the copy it became (``next_id``) once it has it: the record keeps its place."""
+        fields: dict[str, Any] = {"reason": short(reason), "destination": short(target),
+                                  "deliveries": message.deliveries}
+        self.sink.add(self.origin, "dead_lettered", message.id, queue.name, fields)
+        return fields
 
     def expired(self, queue: Queue, message: Message) -> None:
-        self.sink.add(self._step("expired", message, queue=short(queue.name)))
+        self.sink.add(self.origin, "expired", message.id, queue.name, None)
 
     def dropped(self, queue: Queue | None, message: Message, reason: str) -> None:
-        self.sink.add(self._step("dropped", message, queue=None if queue is None else short(queue.name),
-                                 reason=short(reason)))
+        self.sink.add(self.origin, "dropped", message.id, None if queue is None else queue.name,
+                      {"reason": short(reason)})
 
     # -- between nodes (mesh.forwarding) ---------------------------------------------------
 
     def link_received(self, message: Message, peer: str, redistributed: bool, duplicate: bool) -> None:
         """Taken from ``peer``'s link (before it is queued here), or dropped as a copy this
         node already has."""
-        self.sink.add(self._step("duplicate_dropped" if duplicate else "link_received", message, peer=peer,
-                                 reason="redistribution" if redistributed else None, visit=len(message.path),
-                                 persistent=message.persistent))
+        fields: dict[str, Any] = {"peer": peer, "visit": len(message.path), "persistent": message.persistent}
+        if redistributed:
+            fields["reason"] = "redistribution"
+        self.sink.add(self.origin, "duplicate_dropped" if duplicate else "link_received", message.id, None, fields)
 
     def peer_stored(self, queue: Queue, message: Message, peer: str) -> None:
         """``peer`` has it (durably, when persistent): this node's copy is done."""
-        step = self._in(queue, "peer_stored", message)
-        step.peer = peer
-        self.sink.add(step)
+        self.sink.add(self.origin, "peer_stored", message.id, queue.name, {"peer": peer})
 
     def peer_busy(self, queue: Queue, message: Message, peer: str) -> None:
         """``peer`` had no room to store it: back at the head of its queue here, tried again later."""
-        self.sink.add(self._step("peer_busy", message, queue=short(queue.name), peer=peer))
+        self.sink.add(self.origin, "peer_busy", message.id, queue.name, {"peer": peer})
 
     def in_doubt(self, queue: Queue, message: Message, peers: str) -> None:
         """Held: it was in flight to ``peers`` when the link went (or this node restarted), and
         it waits until they say whether they have it."""
-        self.sink.add(self._step("in_doubt", message, queue=short(queue.name), peer=short(peers)))
+        self.sink.add(self.origin, "in_doubt", message.id, queue.name, {"peer": short(peers)})
 
     def doubt_settled(self, queue: Queue, message: Message, peer: str, outcome: str) -> None:
         """``peer`` answered (or was waited for long enough): ``outcome`` is ``peer has it``
         (done here) or ``requeued`` (delivered again from here, marked redelivered)."""
-        self.sink.add(self._step("doubt_settled", message, queue=short(queue.name), peer=peer, reason=outcome))
+        self.sink.add(self.origin, "doubt_settled", message.id, queue.name, {"peer": peer, "reason": outcome})
 
     def moved(self, queue: Queue, message: Message, target: str) -> None:
-        self.sink.add(self._step("moved", message, queue=short(queue.name), destination=short(target)))
+        self.sink.add(self.origin, "moved", message.id, queue.name, {"destination": short(target)})
 
-    # -- making records ---------------------------------------------------------------------
-
-    def _delivery(self, session: Session, consumer: str, ack_mode: str, queue: Queue, message: Message) -> JourneyStep:
-        step = self._in(queue, "delivered", message)
-        step.consumer, step.ack_mode = short(consumer), ack_mode
-        step.deliveries, step.redelivered = message.deliveries, message.redelivered
-        _who(step, session)
-        return step
-
-    # The steps every traced message takes (queued, delivered, acked; forwarded and
-    # peer_stored across a link) are made by ``_in`` and given their fields one by one:
-    # keyword packing costs more than the record itself (bench/journeys_cost.py).
-
-    def _in(self, queue: Queue, kind: Step, message: Message) -> JourneyStep:
-        step = self._step(kind, message)
-        step.queue = short(queue.name)
-        return step
-
-    def _step(self, kind: Step, message: Message, **fields) -> JourneyStep:
-        message_id = short(message.id)
-        step = JourneyStep(root=root_of(message_id), id=message_id, node=self.node, node_name=self.node_name,
-                           seq=next(self._seq), time=self.seconds(), step=kind, vhost=self.vhost)
-        for name, value in fields.items():
-            setattr(step, name, value)
-        return step
+    def _delivery(self, session: Session, consumer: str, ack_mode: str, queue: Queue, message: Message) -> None:
+        fields: dict[str, Any] = {"consumer": short(consumer), "ack_mode": ack_mode,
+                                  "deliveries": message.deliveries, "redelivered": message.redelivered}
+        _who(fields, session)
+        self.sink.add(self.origin, "delivered", message.id, queue.name, fields)
 
 
-def _who(step: JourneyStep, session: Session) -> None:
+def _who(fields: dict[str, Any], session: Session) -> None:
     """The client at the other end of ``session``: protocol, connection id, user, address."""
     info = session.connection
     if info is not None:
-        step.protocol = info.protocol
-        step.connection = short(info.name or session.name)
-        step.remote = short(info.remote)
+        fields["protocol"] = info.protocol
+        fields["connection"] = short(info.name or session.name)
+        fields["remote"] = short(info.remote)
     else:
-        step.connection = short(session.name)
+        fields["connection"] = short(session.name)
     user = getattr(session.principal, "name", None)
     if type(user) is str:
-        step.user = short(user)
+        fields["user"] = short(user)

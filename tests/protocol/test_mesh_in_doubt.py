@@ -5,6 +5,8 @@ it elsewhere at once would deliver it twice, once unmarked."""
 
 from __future__ import annotations
 
+from gateway.broker.tracing import Tracer
+from management.journeys import JourneyStore
 from tests.protocol.mesh_harness import MeshHarness
 
 TIMEOUT_MS = 5000
@@ -177,25 +179,18 @@ def test_a_node_that_scaled_down_is_not_waited_for_after_a_restart():
     assert a.broker.queues["orders"].mesh.in_doubt == 0 and a.stored == []
 
 
-def traced_on(*nodes) -> list:
-    """Each node's broker records journeys into one list (gateway.broker.tracing)."""
-    from gateway.broker.tracing import Tracer
-
-    records: list = []
-
-    class Sink:
-        def add(self, step) -> None:
-            records.append(step)
-
+def traced_on(*nodes) -> JourneyStore:
+    """Each node's broker records journeys into one store (gateway.broker.tracing)."""
+    store = JourneyStore(max_records=10_000, max_bytes=10**8, max_age_s=3600, clock=lambda: 0.0)
     for node in nodes:
-        node.broker.tracer = Tracer(Sink(), node.mesh.node_id, node.name, lambda: 0.0)
-    return records
+        node.broker.tracer = Tracer(store, node.mesh.node_id, node.name, lambda: 0.0)
+    return store
 
 
 def test_a_traced_message_held_in_doubt_records_the_doubt_and_how_it_ended():
     mesh = MeshHarness(in_doubt_timeout_ms=TIMEOUT_MS)
     a, b, c = mesh.node("a"), mesh.node("b"), mesh.node("c")
-    records = traced_on(a, b, c)
+    store = traced_on(a, b, c)
     to_b = mesh.link(a, b)
     mesh.link(a, c)
     _, at_b = b.consumer("orders")
@@ -205,7 +200,7 @@ def test_a_traced_message_held_in_doubt_records_the_doubt_and_how_it_ended():
     lose(mesh, to_b, a, b)
     mesh.link(a, b)  # b answers: it has none of a's messages
     mesh.settle()
-    on_a = [(r.step, r.peer, r.reason) for r in records if r.node == a.mesh.node_id]
+    on_a = [(r.step, r.peer, r.reason) for r in store.steps() if r.node == a.mesh.node_id]
     b_id = b.mesh.node_id
     assert ("in_doubt", b_id, None) in on_a, on_a
     assert on_a.index(("in_doubt", b_id, None)) < on_a.index(("doubt_settled", b_id, "requeued")), on_a

@@ -17,7 +17,7 @@ from gateway.store.memory import MemoryStore
 from management.journeys import RECORD_OVERHEAD, JourneyStore
 from meshgate.config import JourneysConfig, load_config
 from model.definitions import BindingSpec, ExchangeSpec
-from model.journeys import MAX_FIELD, JourneyStep
+from model.journeys import MAX_FIELD
 from tests.unit.config_support import error, load
 
 
@@ -54,7 +54,7 @@ def broker(clock, store) -> Broker:
 
 
 def steps(store: JourneyStore) -> list[str]:
-    return [record.step for record in store.records]
+    return [record.step for record in store.steps()]
 
 
 def consume(broker: Broker, queue: str, ack_mode: str = CLIENT_INDIVIDUAL, prefetch: int = 10):
@@ -83,18 +83,18 @@ def test_a_stomp_send_with_trace_true_is_traced_and_one_without_is_not(broker, s
     assert traced is not None and traced.traced
     assert plain is not None and not plain.traced
     assert refused is not None and not refused.traced
-    assert [(r.id, r.step) for r in store.records] == [(traced.id, "received"), (traced.id, "queued")]
-    received = store.records[0]
+    assert [(r.id, r.step) for r in store.steps()] == [(traced.id, "received"), (traced.id, "queued")]
+    received = store.steps()[0]
     assert (received.destination, received.size, received.node, received.node_name) == ("/queue/q", 1, "node-1", "n1")
 
 
 def test_the_amqp_header_is_x_trace_and_stomp_trace_does_not_count_for_a_publish(broker, store):
     broker.queue("q")
     broker.publish("", "q", {"trace": "true"}, b"stomp's header")
-    assert not store.records
+    assert not store.steps()
     broker.publish("", "q", {"x-trace": "true"}, b"amqp's")
     assert steps(store) == ["received", "queued"]
-    assert (store.records[0].destination, store.records[0].routing_key) == ("/queue/q", "q")
+    assert (store.steps()[0].destination, store.steps()[0].routing_key) == ("/queue/q", "q")
 
 
 def test_an_arm_picks_one_in_every_on_each_receive_path_until_its_count_or_end(broker, store, clock):
@@ -104,17 +104,32 @@ def test_an_arm_picks_one_in_every_on_each_receive_path_until_its_count_or_end(b
     broker.tracer.arm("queue", "q", 3, 2, 60)
     sent = [broker.send("queue", "q", {}, b"%d" % i) for i in range(9)]
     assert [m.traced for m in sent] == [False, False, True, False, False, True, False, False, False]  # 2, then gone
-    assert not broker.tracer.armed
+    assert not broker.tracer.arms()
     broker.tracer.arm("queue", "q", 2, None, 60)
     published = [broker.publish("", "q", {}, b"p") for _ in range(4)]
     assert published == [1] * 4
     broker.tracer.arm("topic", "prices", 1, None, 60)
     broker.publish("amq.topic", "prices", {}, b"t")
-    received = [r for r in store.records if r.step == "received"]
+    received = [r for r in store.steps() if r.step == "received"]
     assert [r.destination for r in received] == ["/queue/q"] * 4 + ["/exchange/amq.topic/prices"]
     clock.now += 61  # past its end: the next turn finds it over and removes it
     assert [broker.send("queue", "q", {}, b"late").traced for _ in range(2)] == [False, False]
-    assert ("queue", "q") not in broker.tracer.armed
+    assert ("queue", "q") not in broker.tracer.arms()
+
+
+def test_a_queue_and_a_topic_of_one_name_are_armed_apart(broker):
+    """Arms are kept by address per kind: one's end leaves the other, and a temporary
+    queue of that name is never picked."""
+    tracer = broker.tracer
+    tracer.arm("queue", "same", 1, None, 60)
+    tracer.arm("topic", "same", 1, 1, 60)
+    assert tracer.armed == 2
+    assert broker.send("topic", "same", {}, b"t").traced  # its one count: the topic's arm goes
+    assert tracer.armed == 1 and list(tracer.arms()) == [("queue", "same")]
+    assert not broker.send("topic", "same", {}, b"t").traced
+    assert broker.send("queue", "same", {}, b"q").traced
+    tracer.arm("queue", "same", 1, 0, 0)
+    assert tracer.armed == 0 and not broker.send("queue", "same", {}, b"q").traced
 
 
 def test_a_broker_without_a_tracer_traces_nothing(clock):
@@ -129,10 +144,10 @@ def test_a_fanout_copy_keeps_the_trace_and_records_under_its_own_id(broker, stor
         broker.queue(queue)
         broker.bind(BindingSpec(source="fan", destination=queue))
     broker.publish("fan", "", {"x-trace": "true"}, b"x", persistent=True)
-    root = store.records[0].id
-    assert [(r.step, r.id, r.queue) for r in store.records] == [
+    root = store.steps()[0].id
+    assert [(r.step, r.id, r.queue) for r in store.steps()] == [
         ("received", root, None), ("stored", root, "a"), ("stored", root + ".1", "b")]
-    assert store.records[0].destination == "/exchange/fan/"
+    assert store.steps()[0].destination == "/exchange/fan/"
     assert [r.id for r in store.steps_of([root])] == [root, root, root + ".1"]
     assert [r.id for r in store.steps_of([root + ".1"])] == [root + ".1"]
 
@@ -154,12 +169,12 @@ def test_nack_redelivery_and_ack_are_recorded_in_order(broker, store):
     session.settle(sub, message.id, cumulative=False, accept=False)
     session.settle(sub, message.id, cumulative=False)
     assert steps(store) == ["received", "stored", "delivered", "requeued", "delivered", "acked"]
-    delivered, requeued, redelivered, acked = store.records[2], store.records[3], store.records[4], store.records[5]
+    delivered, requeued, redelivered, acked = store.steps()[2], store.steps()[3], store.steps()[4], store.steps()[5]
     assert (delivered.consumer, delivered.connection, delivered.redelivered) == ("sub-1", "c1", False)
     assert (requeued.reason, requeued.deliveries) == ("nack", 1)
     assert redelivered.redelivered and redelivered.deliveries == 2
     assert acked.latency_ms is not None
-    assert [r.seq for r in store.records] == sorted(r.seq for r in store.records)
+    assert [r.seq for r in store.steps()] == sorted(r.seq for r in store.steps())
 
 
 def test_auto_ack_records_delivered_then_acked(broker, store):
@@ -174,10 +189,10 @@ def test_a_rollback_and_a_consumer_gone_name_their_reason(broker, store):
     session.begin("tx")
     session.settle(sub, recorder.given[-1][1].id, cumulative=False, transaction="tx")
     session.abort("tx")
-    assert (store.records[-2].step, store.records[-2].reason) == ("requeued", "rollback")
-    assert store.records[-1].step == "delivered"  # again, to the same consumer
+    assert (store.steps()[-2].step, store.steps()[-2].reason) == ("requeued", "rollback")
+    assert store.steps()[-1].step == "delivered"  # again, to the same consumer
     session.unsubscribe("sub-1")
-    assert (store.records[-1].step, store.records[-1].reason) == ("requeued", "consumer gone")
+    assert (store.steps()[-1].step, store.steps()[-1].reason) == ("requeued", "consumer gone")
 
 
 def test_refused_for_good_without_a_dead_letter_exchange_it_is_dropped(broker, store):
@@ -185,7 +200,7 @@ def test_refused_for_good_without_a_dead_letter_exchange_it_is_dropped(broker, s
     broker.send("queue", "q", {"trace": "true"}, b"a")
     message = sub.inflight.pop(recorder.given[-1][1].id)
     broker.dead_letter(sub.queue, message, "rejected")  # what an AMQP reject without requeue does
-    assert (store.records[-1].step, store.records[-1].reason, store.records[-1].queue) == ("dropped", "rejected", "q")
+    assert (store.steps()[-1].step, store.steps()[-1].reason, store.steps()[-1].queue) == ("dropped", "rejected", "q")
 
 
 def test_past_max_attempts_it_is_dead_lettered_to_a_traced_copy(broker, store):
@@ -193,11 +208,11 @@ def test_past_max_attempts_it_is_dead_lettered_to_a_traced_copy(broker, store):
     broker.send("queue", "q", {"trace": "true"}, b"a")
     for _ in range(3):
         session.settle(sub, recorder.given[-1][1].id, cumulative=False, accept=False)
-    dead = [r for r in store.records if r.step == "dead_lettered"]
+    dead = [r for r in store.steps() if r.step == "dead_lettered"]
     assert len(dead) == 1 and dead[0].reason == "max-delivery-attempts" and dead[0].destination == "/queue/DLQ"
     copy = broker.queues["DLQ"]._levels[4][0]
     assert copy.traced and dead[0].next_id == copy.id
-    received = [r for r in store.records if r.id == copy.id]
+    received = [r for r in store.steps() if r.id == copy.id]
     assert [r.step for r in received] == ["received", "queued"]
     assert received[0].from_id == dead[0].id and received[0].seq > dead[0].seq
 
@@ -207,7 +222,7 @@ def test_expiry_is_recorded_then_the_move_to_the_expiry_queue(broker, store, clo
     clock.now += 1
     assert broker.sweep_expired() == 1
     assert steps(store) == ["received", "queued", "expired", "dead_lettered", "received", "queued"]
-    assert store.records[3].destination == "/queue/EXPIRED"
+    assert store.steps()[3].destination == "/queue/EXPIRED"
 
 
 def test_purge_and_queue_deletion_drop_with_their_reason(broker, store):
@@ -215,7 +230,7 @@ def test_purge_and_queue_deletion_drop_with_their_reason(broker, store):
     broker.purge(broker.queues["q"])
     broker.send("queue", "q", {"trace": "true"}, b"b")
     broker.delete_queue("q")
-    assert [(r.step, r.reason) for r in store.records if r.step == "dropped"] == [
+    assert [(r.step, r.reason) for r in store.steps() if r.step == "dropped"] == [
         ("dropped", "purge"), ("dropped", "queue deleted")]
 
 
@@ -225,57 +240,76 @@ def test_records_keep_long_client_text_short(broker, store):
     name = "q" * 5000
     broker.queue(name)
     session.send("queue", name, {"trace": "true"}, b"a", False, 4, 0)
-    received = store.records[0]
+    received = store.steps()[0]
     assert received.user is not None and len(received.user) == MAX_FIELD
     assert received.connection is not None and len(received.connection) == MAX_FIELD
     assert received.destination is not None and len(received.destination) == MAX_FIELD
     assert store.bytes < 3 * (RECORD_OVERHEAD + 8 * MAX_FIELD)
 
 
-def test_vhost_tracers_share_the_sequence_and_name_their_vhost(store, clock):
+def test_vhost_tracers_share_the_store_s_sequence_and_name_their_vhost(store, clock):
     tracer = Tracer(store, "node-1", "n1", clock.seconds)
     other = Broker(MemoryStore(), clock=clock, tracer=tracer.for_vhost("shop"))
     default = Broker(MemoryStore(), clock=clock, tracer=tracer)
     other.send("queue", "q", {"trace": "true"}, b"a")
     default.send("queue", "q", {"trace": "true"}, b"a")
-    assert [(r.vhost, r.seq) for r in store.records] == [("shop", 1), ("shop", 2), ("/", 3), ("/", 4)]
+    assert [(r.vhost, r.seq) for r in store.steps()] == [("shop", 1), ("shop", 2), ("/", 3), ("/", 4)]
 
 
 # -- the store ---------------------------------------------------------------------------------
 
 
-def record(store: JourneyStore, message_id: str, seq: int, time: float = 1000.0) -> JourneyStep:
-    step = JourneyStep(root=message_id.partition(".")[0], id=message_id, node="n", node_name="n", seq=seq, time=time,
-                       step="queued")
-    store.add(step)
-    return step
+ORIGIN = ("n", "n", "/")
 
 
-def test_past_max_records_the_oldest_go_and_the_index_forgets_them(clock):
+def record(store: JourneyStore, message_id: str) -> None:
+    store.add(ORIGIN, "queued", message_id, None, None)
+
+
+def test_past_max_records_the_oldest_go(clock):
     store = JourneyStore(max_records=3, max_bytes=10**8, max_age_s=3600, clock=clock.seconds)
-    for seq, message_id in enumerate(["a", "b", "a", "c", "d"], 1):
-        record(store, message_id, seq)
-    assert [r.id for r in store.records] == ["a", "c", "d"]
+    for message_id in ["a", "b", "a", "c", "d"]:
+        record(store, message_id)
+    assert [r.id for r in store.steps()] == ["a", "c", "d"]
     assert [r.seq for r in store.steps_of(["a"])] == [3]
     assert store.steps_of(["b"]) == []
-    assert "b" not in store.by_root and store.evicted == 2
+    assert store.evicted == 2 and store.recorded == 5
 
 
 def test_past_max_bytes_the_oldest_go(clock):
-    store = JourneyStore(max_records=1000, max_bytes=3 * RECORD_OVERHEAD + 100, max_age_s=3600, clock=clock.seconds)
+    store = JourneyStore(max_records=1000, max_bytes=3 * (RECORD_OVERHEAD + 3), max_age_s=3600, clock=clock.seconds)
     for seq in range(1, 11):
-        record(store, f"m{seq}", seq)
+        record(store, f"m{seq:02}")
     assert len(store) == 3 and store.bytes <= store.max_bytes
-    assert [r.id for r in store.records] == ["m8", "m9", "m10"]
+    assert [r.id for r in store.steps()] == ["m08", "m09", "m10"]
 
 
 def test_the_sweep_drops_records_past_max_age(clock):
     store = JourneyStore(max_records=1000, max_bytes=10**8, max_age_s=60, clock=clock.seconds)
-    record(store, "old", 1, time=clock.now - 61)
-    record(store, "new", 2, time=clock.now - 10)
+    clock.now -= 61
+    record(store, "old")
+    clock.now += 51
+    record(store, "new")
+    clock.now += 10
     assert store.sweep() == 1
-    assert [r.id for r in store.records] == ["new"] and "old" not in store.by_root
-    assert store.bytes == sum(RECORD_OVERHEAD + 4 * len(r.id) for r in store.records)
+    assert [r.id for r in store.steps()] == ["new"] and store.steps_of(["old"]) == []
+    assert store.bytes == sum(RECORD_OVERHEAD + len(r.id) for r in store.steps())
+
+
+def test_a_root_id_finds_every_copy_and_a_copy_id_itself_alone(clock):
+    store = JourneyStore(max_records=1000, max_bytes=10**8, max_age_s=60, clock=clock.seconds)
+    for message_id in ["m", "m.1", "m.2", "mm", "x"]:
+        record(store, message_id)
+    assert [r.id for r in store.steps_of(["m"])] == ["m", "m.1", "m.2"]
+    assert [r.id for r in store.steps_of(["m.2", "x"])] == ["m.2", "x"]
+
+
+def test_a_long_id_or_queue_name_is_kept_cut(clock):
+    store = JourneyStore(max_records=1000, max_bytes=10**8, max_age_s=60, clock=clock.seconds)
+    store.add(ORIGIN, "queued", "i" * 5000, "q" * 5000, None)
+    (step,) = store.steps()
+    assert len(step.id) == MAX_FIELD and step.queue is not None and len(step.queue) == MAX_FIELD
+    assert store.bytes == RECORD_OVERHEAD + 2 * MAX_FIELD
 
 
 def test_a_message_id_finds_nothing_it_was_not_given():

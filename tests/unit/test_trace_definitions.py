@@ -54,16 +54,16 @@ def test_a_definition_traces_one_in_round_1_over_rate_until_its_end(broker, cloc
     assert record.trace == TraceSpec(rate=0.5, until=clock.now + 60, by="alice")
     assert traced(broker, 4) == [False, True, False, True]
     clock.now += 61  # past its end: the next turn finds it over
-    assert traced(broker, 2) == [False, False] and broker.tracer.armed == {}
+    assert traced(broker, 2) == [False, False] and broker.tracer.arms() == {}
     assert broker.definitions.get(TRACE, "/queue/q").trace is not None  # still listed, with its end time
 
 
 def test_deleting_it_disarms_at_once(broker):
     local = actions(broker)
     local.define_trace(DefineTrace(destination="/topic/prices", for_s=60), "alice")
-    assert ("topic", "prices") in broker.tracer.armed
+    assert ("topic", "prices") in broker.tracer.arms()
     done = local.delete_definition(TRACE, "/topic/prices")
-    assert done.target == "tracing of /topic/prices" and broker.tracer.armed == {}
+    assert done.target == "tracing of /topic/prices" and broker.tracer.arms() == {}
     assert broker.definitions.get(TRACE, "/topic/prices").deleted
 
 
@@ -72,11 +72,11 @@ def test_a_peers_definition_arms_and_the_catalog_arms_again_at_start_unless_ende
     live = peer.change(TRACE, "/queue/q", clock.now, trace=TraceSpec(until=clock.now + 60))
     ended = peer.change(TRACE, "/queue/old", clock.now, trace=TraceSpec(until=clock.now - 1))
     assert broker.merge_definition(live) and broker.merge_definition(ended)
-    assert list(broker.tracer.armed) == [("queue", "q")] and traced(broker, 1) == [True]
+    assert list(broker.tracer.arms()) == [("queue", "q")] and traced(broker, 1) == [True]
 
     restarted = traced_broker(clock, broker.store)
     restarted.recover()
-    assert list(restarted.tracer.armed) == [("queue", "q")] and traced(restarted, 1) == [True]
+    assert list(restarted.tracer.arms()) == [("queue", "q")] and traced(restarted, 1) == [True]
 
 
 def test_without_a_tracer_the_definition_is_kept_and_arms_nothing(clock):
@@ -119,4 +119,4 @@ def test_hostile_input_is_a_bad_request(broker, request_json):
     with pytest.raises(ManagementError) as refused:
         actions(broker).define_trace(decode_request(request_json), "mallory")
     assert refused.value.code == "bad_request"
-    assert broker.definitions.records() == [] and broker.tracer.armed == {}
+    assert broker.definitions.records() == [] and broker.tracer.arms() == {}
