@@ -346,6 +346,17 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = TIMEOU
         time.sleep(interval)
 
 
+def delivered_id(node: MeshMember, destination: str, headers: Mapping[str, str] | None = None) -> str:
+    """Send one message to ``destination`` through a new client of ``node`` that subscribed to it
+    first, and return the message-id it came back with: the node's own id for it, the one its
+    journey is recorded under. A new client each time, so it also works right after a restart."""
+    client = node.subscriber(destination)
+    client.send(destination, unique("m"), headers=headers, receipt=True)
+    [message] = client.listener.wait_for(1)
+    client.disconnect()
+    return message.headers["message-id"]
+
+
 def drain(node: MeshMember, destination: str, fence: str | None = None, timeout: float = TIMEOUT,
           **subscribe) -> list:
     """Subscribe a fresh consumer on ``node``, send a fence through the same node and queue, and

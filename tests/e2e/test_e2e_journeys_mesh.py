@@ -5,8 +5,10 @@ delivered, returned, redistributed, acked."""
 
 from __future__ import annotations
 
+import time
+
 from e2e_support import manage_result, run_meshgate, unique
-from mesh_support import mesh_fixture, wait_until  # noqa: F401
+from mesh_support import delivered_id, mesh_fixture, wait_until  # noqa: F401
 
 from model.definitions import TRACE
 from model.requests import DefineTrace, Definitions, JourneySearch, JourneySteps
@@ -161,6 +163,35 @@ def test_trace_on_traces_a_destination_on_every_node_at_its_rate_until_off_or_it
     wait_until(lambda: trace_held(b, queue) is not None, "B holds the short one")
     assert traced_ids(a, first := sent(1)) == set(first)
     wait_until(lambda: traced_ids(a, sent(1)) == set(), "its end passed: no longer traced", timeout=10)
+
+
+def test_a_trace_definition_is_armed_again_after_a_restart_and_a_kill_9_and_its_deletion_too(mesh):
+    """One node is enough: what is tested is its own catalog, read at start."""
+    (a,) = mesh(1, topology="none", sets=[JOURNEYS_ON])
+    queue = f"/queue/{unique('restarted')}"
+    on = run_meshgate(["trace-on", queue, "--rate", "1", "--for", "1h", "--stomp", f"127.0.0.1:{a.stomp}"])
+    assert on.returncode == 0 and "tracing every message for 3600 s" in on.stdout, on
+    defined = trace_held(a, queue)
+    end = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(defined.until))
+
+    # trace-on answers once the catalog is written, so even a kill -9 right after must not lose it.
+    for graceful in (True, False):
+        a.restart(graceful=graceful)
+        assert trace_held(a, queue) == defined  # same rate and end: not a new definition with a fresh hour
+        listed = run_meshgate(["definitions", "--stomp", f"127.0.0.1:{a.stomp}"])
+        rows = [row for row in listed.stdout.splitlines() if f"trace  {queue}" in row]
+        assert len(rows) == 1 and f"traced: every message until {end}" in rows[0] and "ended" not in rows[0], listed
+        message_id = delivered_id(a, queue)  # no trace header: only the re-armed definition can trace it
+        assert traced_ids(a, [message_id]) == {message_id}, f"not traced after restart (graceful={graceful})"
+
+    off = run_meshgate(["trace-off", queue, "--stomp", f"127.0.0.1:{a.stomp}"])
+    assert off.returncode == 0, off
+    a.restart()
+    assert trace_held(a, queue) is None
+    untraced = delivered_id(a, queue)
+    # The header still traces: the untraced message is down to the deletion, not to journeys being off.
+    asked = delivered_id(a, queue, headers={"trace": "true"})
+    assert traced_ids(a, [untraced, asked]) == {asked}
 
 
 def test_with_metrics_on_the_records_also_go_to_their_own_redis_stream(mesh, redis_server):
