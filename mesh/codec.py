@@ -9,7 +9,8 @@ import struct
 from itertools import chain, repeat
 
 from gateway.broker.message import Message
-from mesh.wire import FrameType, LinkError, encode_body
+from mesh.wire import MAX_MESSAGE_ID, MAX_NAME, MAX_PATH, FrameType, LinkError, encode_body
+from model.names import MAX_NAME_BYTES
 
 __all__ = ["LinkError", "LinkParser", "encode_control", "encode_frame", "encode_message", "decode_message"]
 
@@ -119,6 +120,16 @@ def decode_message(payload: bytes) -> tuple[Message, str, str, bool, str]:
                 mid, origin, address, path_text, target = parts[:_FIELDS]
                 headers = {parts[i]: parts[i + 1] for i in range(_FIELDS, len(parts), 2)}
             path = tuple(path_text.split(",")) if path_text else ()
+        # A text block of at most MAX_NAME bytes holds no field past its bound (none is under
+        # MAX_NAME characters, MAX_PATH far above MAX_NAME / 2 + 1 nodes): a frame with few
+        # headers pays this one compare (bench/mesh_message_decode.py, docs/performance.md).
+        if tlen > MAX_NAME:
+            if (len(mid) > MAX_MESSAGE_ID or len(origin) > MAX_NAME or len(address) > MAX_NAME_BYTES
+                    or len(target) > MAX_NAME_BYTES or len(vhost) > MAX_NAME_BYTES or len(path) > MAX_PATH):
+                raise ValueError(_past_bound(mid, origin, address, target, vhost))
+            for node in path:
+                if len(node) > MAX_NAME:
+                    raise ValueError(f"a path's node id longer than {MAX_NAME} characters")
         message = Message(mid, _KIND_NAMES[kind], address, headers, payload[end:], bool(flags & _PERSISTENT),
                           priority, expires)
     except (struct.error, ValueError, KeyError, TypeError, UnicodeDecodeError) as error:
@@ -156,6 +167,25 @@ def _vhost_or_json_text(block: bytes, flags: int) -> tuple[str, str, str, tuple[
         raise ValueError("an empty vhost name")
     headers = {parts[i]: parts[i + 1] for i in range(count, len(parts), 2)}
     return mid, origin, address, tuple(path_text.split(",")) if path_text else (), target, headers, vhost
+
+
+def _past_bound(mid: str, origin: str, address: str, target: str, vhost: str) -> str:
+    """Which field of a message is longer than a node of any release sends, in fixed text
+    (the peer's value is never quoted); the path, if none of these."""
+    # As a proven peer's control frames are (mesh.wire), its messages are bounded: the node
+    # keeps these fields, logs them and passes them on. The message id is the broker's, the
+    # origin and the path's entries node ids; the address, target (a durable subscription,
+    # or a peer's topic queue: "link/" + its node id) and vhost names by the one rule
+    # (model.names). A path names each node once, but when a durable subscription's backlog
+    # follows its subscriber back to a node: MAX_PATH is far from both. Headers are bounded
+    # by the frame alone: a client's are as long and as many as the settings of the listener
+    # it sent them to allow, and those have no ceiling.
+    for field, value, bound in (("a message id", mid, MAX_MESSAGE_ID), ("an origin", origin, MAX_NAME),
+                                ("an address", address, MAX_NAME_BYTES), ("a target", target, MAX_NAME_BYTES),
+                                ("a vhost", vhost, MAX_NAME_BYTES)):
+        if len(value) > bound:
+            return f"{field} longer than {bound} characters"
+    return f"a path of more than {MAX_PATH} nodes"
 
 
 class LinkParser:

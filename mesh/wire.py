@@ -84,7 +84,8 @@ _RequestId = Annotated[str, Meta(min_length=1, max_length=MAX_REQUEST_ID)]
 # target a durable subscription or a peer's topic queue, "" or left out for a queue.
 # A message id is the broker's (gateway.broker: 8 characters of the node id, its
 # boots, a count, and a copy's suffix), under 100 characters: a node id's bound is ample.
-MAX_MESSAGE_KEY = MAX_NAME + len("/") + MAX_NAME_BYTES + len("/") + MAX_NAME
+MAX_MESSAGE_ID = MAX_NAME
+MAX_MESSAGE_KEY = MAX_NAME + len("/") + MAX_NAME_BYTES + len("/") + MAX_MESSAGE_ID
 # The kinds of demand a node of every release sends (gateway.broker.message.QUEUE,
 # TOPIC; model.definitions.DURABLE_SUBSCRIPTION): mypy checks the three against them.
 DemandKind = Literal["queue", "topic", "durable"]

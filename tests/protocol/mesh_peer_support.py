@@ -10,8 +10,10 @@ from collections.abc import Callable
 
 from twisted.test import iosim
 
-from mesh.codec import LinkParser, encode_control
+from gateway.broker.message import QUEUE, Message
+from mesh.codec import LinkParser, encode_control, encode_frame, encode_message
 from mesh.identity import OLDEST_PROTOCOL
+from mesh.large import _LAST, _MORE
 from mesh.link import PROTOCOL_VERSION, LinkProtocol, LinkState
 from mesh.wire import FrameType, decode_control
 from tests.protocol.mesh_harness import SimNode
@@ -46,6 +48,21 @@ def route(count: int) -> list[str]:
 def up_to(limit: int, body: Callable[[int], object]) -> tuple[object, object]:
     """``body(limit)``, a field as long as a node may send it, and ``body(limit + 1)``."""
     return body(limit), body(limit + 1)
+
+
+def message(address: str = "q", message_id: str = "peer-1-1", origin: str = "peer-node",
+            path: tuple[str, ...] = ("peer-node",), target: str = "", vhost: str = "") -> bytes:
+    """A MESSAGE frame as the peer forwards one of its messages (a queue's, of "/" unless ``vhost``)."""
+    return encode_message(Message(message_id, QUEUE, address, {"content-type": "text/plain"}, b"body"), origin,
+                          path, target, vhost=vhost)
+
+
+def chunked(frame: bytes) -> bytes:
+    """A MESSAGE frame as a peer sends a large one (mesh.large): its payload in two CHUNK frames."""
+    payload = frame[len(encode_frame(0, b"")):]
+    half = len(payload) // 2
+    return encode_frame(FrameType.CHUNK, _MORE + payload[:half]) + encode_frame(FrameType.CHUNK,
+                                                                               _LAST + payload[half:])
 
 
 class RawPeer:

@@ -15,10 +15,10 @@ import pytest
 from gateway.hostile_log import LINE_LIMIT
 from mesh.codec import encode_frame
 from mesh.link import LinkState
-from mesh.wire import MAX_MESSAGE_KEY, MAX_NAME, MAX_PATH, MAX_REQUEST_ID, FrameType
-from model.names import MAX_NAME_BYTES
+from mesh.wire import MAX_MESSAGE_ID, MAX_MESSAGE_KEY, MAX_NAME, MAX_PATH, MAX_REQUEST_ID, FrameType
+from model.names import DEFAULT_VHOST, MAX_NAME_BYTES
 from tests.protocol.mesh_harness import MeshHarness
-from tests.protocol.mesh_peer_support import RawPeer, demand, hello, proof, route, up_to
+from tests.protocol.mesh_peer_support import RawPeer, chunked, demand, hello, message, proof, route, up_to
 
 PASSWORD = "hostile-test-secret"
 
@@ -150,6 +150,42 @@ def test_a_proven_peers_frame_past_what_a_node_sends_is_refused_in_a_short_line(
         assert peer.of(FrameType.REFUSE) == [] and peer.link.state is LinkState.ESTABLISHED
         peer.send(kind, past)
     assert f"malformed link frame of type {kind}: expected" in peer.refusal() and peer.closed
+    assert max(len(record.getMessage()) for record in caplog.records) <= LINE_LIMIT
+
+
+LONG_ADDRESS, LONG_VHOST = "a" * MAX_NAME_BYTES, "v" * MAX_NAME_BYTES
+
+
+@pytest.mark.parametrize("frames, address, vhost, why", [
+    pytest.param(up_to(MAX_MESSAGE_ID, lambda n: message(message_id="i" * n)), "q", DEFAULT_VHOST, "a message id",
+                 id="id"),
+    pytest.param(up_to(MAX_NAME, lambda n: message(origin="o" * n)), "q", DEFAULT_VHOST, "an origin", id="origin"),
+    pytest.param(up_to(MAX_NAME_BYTES, lambda n: message(address="a" * n)), LONG_ADDRESS, DEFAULT_VHOST,
+                 "an address", id="address"),
+    pytest.param(up_to(MAX_NAME, lambda n: message(path=("x" * n, "peer-node"))), "q", DEFAULT_VHOST,
+                 "a path's node id", id="path-node"),
+    pytest.param(up_to(MAX_PATH, lambda n: message(path=tuple(route(n)))), "q", DEFAULT_VHOST, "a path of more",
+                 id="path-length"),
+    pytest.param(up_to(MAX_NAME_BYTES, lambda n: message(target="t" * n)), "q", DEFAULT_VHOST, "a target",
+                 id="target"),
+    pytest.param(up_to(MAX_NAME_BYTES, lambda n: message(vhost="v" * n)), "q", LONG_VHOST, "a vhost", id="vhost"),
+    pytest.param(tuple(map(chunked, up_to(MAX_MESSAGE_ID, lambda n: message(message_id="i" * n)))), "q",
+                 DEFAULT_VHOST, "a message id", id="id-in-chunks"),
+])
+def test_a_proven_peers_message_past_what_a_node_sends_is_refused_in_a_short_line(frames, address, vhost, why,
+                                                                                  caplog):
+    """As its control frames: up to the bound the message arrives (a durable subscription
+    that is not there routes it), past it the frame is malformed, saying which field."""
+    fits, past = frames
+    node = harness().node("b", vhosts=() if vhost == DEFAULT_VHOST else (vhost,))
+    peer = RawPeer(node)
+    peer.establish(PASSWORD)
+    with caplog.at_level(logging.DEBUG):
+        peer.raw(fits)
+        assert len(node.vhosts.brokers[vhost].queues[address]) == 1
+        assert peer.of(FrameType.REFUSE) == [] and peer.link.state is LinkState.ESTABLISHED
+        peer.raw(past)
+    assert peer.refusal().startswith(f"malformed message frame: {why}") and peer.closed
     assert max(len(record.getMessage()) for record in caplog.records) <= LINE_LIMIT
 
 
