@@ -275,8 +275,15 @@ def open_client(broker: BrokerProcess, version: str = "1.2", *, login: str | Non
         conn.connect(login, passcode, wait=False, headers=dict(headers or {}))
     except ConnectFailedException:
         raise ConnectRefused(None) from None
-    listener.wait_until(lambda: bool(listener.connected or listener.errors or listener.disconnected),
-                        "CONNECTED", timeout)
+    try:
+        listener.wait_until(lambda: bool(listener.connected or listener.errors or listener.disconnected),
+                            "CONNECTED", timeout)
+    except AssertionError as silence:
+        # No answer at all is a refusal too: a TLS 1.3 server refuses a client certificate
+        # after the client's side of the handshake is done, and stomp.py's receiver may end
+        # on that alert without telling the listener it is disconnected.
+        client.drop()
+        raise ConnectRefused(None) from silence
     if not listener.connected:
         client.drop()
         raise ConnectRefused(listener.errors[0] if listener.errors else None)
