@@ -33,11 +33,11 @@ class TraceActions:
         """Trace what producers send to ``destination`` here: the vhost's tracer is armed;
         ``count`` 0 stops it."""
         kind, name = self._destination(destination)
-        tracer = self.broker_of(vhost).tracer
-        if tracer is None:
+        broker = self.broker_of(vhost)
+        if broker.tracer is None:
             raise ManagementError("conflict", "this node records no journeys ([journeys] enabled = false)",
                                   self.node_id)
-        tracer.arm(kind, name, every, count, seconds)
+        broker.trace_next(kind, name, every, count, seconds)
         if count == 0:
             return Done(node=self.node_id, action="trace_next", target=destination, detail="tracing stopped")
         return Done(node=self.node_id, action="trace_next", target=destination, count=count or 0,

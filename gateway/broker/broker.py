@@ -16,7 +16,7 @@ from gateway.broker.events import EventSink, NullEvents
 from gateway.broker.exchanges import Exchanges
 from gateway.broker.links import BrokerLinks
 from gateway.broker.memory import MemoryBudget
-from gateway.broker.message import Message
+from gateway.broker.message import QUEUE, Message
 from gateway.broker.names import check_name
 from gateway.broker.producer_pauses import ProducerPause
 from gateway.broker.queue import Queue, TopicBinding
@@ -145,9 +145,17 @@ class Broker(RoutingMixin, RecoveringMixin, DefiningMixin):
         queue = Queue(self, name, "Q:" + name)
         self.queues[name] = queue
         self.queues_version += 1
+        if self.tracer is not None:
+            self.tracer.queue_made(queue)
         if save:
             self.save_catalog(required=False)  # a queue works without it: recovery finds its messages' queue
         return queue
+
+    def trace_next(self, kind: str, address: str, every: int, count: int | None, seconds: float) -> None:
+        """Arm the tracer ([journeys] on; Tracer.arm): every ``every``-th message of ``kind``
+        sent to ``address``, ``count`` at most (0: stop), for ``seconds``."""
+        assert self.tracer is not None, "no tracer: [journeys] is off"
+        self.tracer.arm(kind, address, every, count, seconds, self.queues.get(address) if kind == QUEUE else None)
 
     def create_temp_queue(self, session: Session, name: str) -> Queue:
         check_name("temporary queue name", name)

@@ -117,8 +117,7 @@ class DefiningMixin:
         """Arm (or disarm) this broker's tracer as a trace definition says: one message in
         ``spec.every`` of its destination, no count limit, until its end time. Without a
         tracer ([journeys] off) the definition is only kept and passed on."""
-        tracer = self.tracer
-        if tracer is None:
+        if self.tracer is None:
             return
         try:
             kind, address = traced_destination(record.name)
@@ -128,9 +127,9 @@ class DefiningMixin:
         spec = record.trace
         now = self.seconds()
         if spec is not None and spec.until > now:
-            tracer.arm(kind, address, spec.every, None, spec.until - now)
+            self.trace_next(kind, address, spec.every, None, spec.until - now)
         else:  # deleted, or ended (a catalog read after its end): nothing stays armed to test for
-            tracer.arm(kind, address, 1, 0, 0)
+            self.trace_next(kind, address, 1, 0, 0)
 
     def declare_exchange(self: BrokerCore, name: str, spec: ExchangeSpec) -> None:
         """Make an exchange on every node (nothing changes if it exists alike)."""

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from gateway.broker.core import BrokerCore
     from gateway.broker.links import LinkSubscription
     from gateway.broker.session import Session
+    from gateway.broker.tracing import Arm
 
 AUTO = "auto"
 CLIENT = "client"
@@ -139,6 +140,8 @@ class Queue:
         self.dead_lettered = 0
         self.latency = empty_histogram()  # model.latency buckets, counted on each ack
         self.latency_sum = 0.0  # µs: the counted latencies added up (for means)
+        # Its tracer's arm, if armed (gateway.broker.tracing.Tracer.arm): a SEND to it reads it here.
+        self.arm: Arm | None = None
 
     def __len__(self) -> int:
         return self._count

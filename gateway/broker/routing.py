@@ -19,6 +19,7 @@ from gateway.broker.queue import Queue, TopicBinding
 if TYPE_CHECKING:
     from gateway.broker.core import BrokerCore
     from gateway.broker.session import Session
+    from gateway.broker.tracing import Arm
 
 TEMP = "temp"
 _TOPIC_CACHE_LIMIT = 10_000
@@ -36,10 +37,13 @@ class RoutingMixin:
             return None
         if persistent and self.store.failure is not None:
             _refuse_persistent(self)
-        if kind == TOPIC:
+        queue = None
+        if kind == QUEUE:
+            queue = self.queues.get(address)
+            if queue is None:
+                check_name("queue name", address)
+        elif kind == TOPIC:
             check_name("topic", address)
-        elif kind == QUEUE and address not in self.queues:
-            check_name("queue name", address)
         if not expires and kind == QUEUE and self.queue_settings:
             expires = _queue_expiry(self, address)
             if expires:
@@ -51,11 +55,18 @@ class RoutingMixin:
             if from_id is not None or "trace" in headers:
                 tracer.sent(message, session, from_id)
             elif tracer.armed:  # an arm counts down here, not in a call: most messages skip it
-                arm = (tracer.queue_arms if kind == QUEUE else tracer.topic_arms if kind == TOPIC else {}).get(address)
+                if queue is not None:
+                    arm = queue.arm
+                else:
+                    arm = (tracer.queue_arms if kind == QUEUE else tracer.topic_arms if kind == TOPIC
+                           else _NO_ARMS).get(address)
                 if arm is not None:
                     arm.countdown -= 1
                     if not arm.countdown and tracer.take(arm, kind, address):
                         tracer.sampled(message, session)
+        if queue is not None:  # what route would do first, the queue at hand
+            self.enqueue(queue, message)
+            return message
         return message if self.route(message, session) else None
 
     def publish(self: BrokerCore, exchange: str, routing_key: str, headers: dict[str, str], body: bytes,
@@ -182,6 +193,9 @@ class RoutingMixin:
     def bindings_changed(self: BrokerCore) -> None:
         """A topic binding came, went or changed what it matches."""
         self.topic_cache.clear()
+
+
+_NO_ARMS: dict[str, Arm] = {}  # a temporary queue's: never armed
 
 
 def _refuse_persistent(core: BrokerCore) -> None:

@@ -45,22 +45,25 @@ class JourneySink(Protocol):
 class Arm:
     """Tracing asked for a destination (management ``trace_next``): every ``every``-th
     message sent to it (``countdown`` to the next), ``left`` more at most (None: no
-    limit), until ``until``."""
+    limit), until ``until``. ``queue``: the queue that holds it too (``Queue.arm``), if
+    it names a queue that exists."""
 
-    __slots__ = ("every", "countdown", "left", "until")
+    __slots__ = ("every", "countdown", "left", "until", "queue")
 
     def __init__(self, every: int, left: int | None, until: float) -> None:
         self.every, self.countdown, self.left, self.until = every, every, left, until
+        self.queue: Queue | None = None
 
 
 class Tracer:
     """What a broker holds when journeys are on: one per vhost (``for_vhost``), all of a
     node's sharing its sink, whose ``seq`` orders every step on the node.
     ``queue_arms``/``topic_arms``: the destinations traced without a header (``arm``), by
-    address; with none (``armed`` 0), they cost the receive path one truth test. Armed, the receive path
-    (gateway.broker.routing) counts each arm down itself and calls ``take`` only when the
-    count reaches 0: the messages an arm skips pay one dictionary lookup and a decrement,
-    not a call."""
+    address; with none (``armed`` 0), they cost the receive path one truth test. An armed
+    queue that exists holds its arm too (``Queue.arm``): a SEND, which looks its queue up
+    anyway, reads it there. Armed, the receive path (gateway.broker.routing) counts each
+    arm down itself and calls ``take`` only when the count reaches 0: the messages an arm
+    skips pay a lookup (or a read of their queue's arm) and a decrement, not a call."""
 
     __slots__ = ("sink", "node", "node_name", "vhost", "origin", "seconds", "queue_arms", "topic_arms", "armed",
                  "max_header_bytes", "body_preview")
@@ -93,14 +96,23 @@ class Tracer:
         return {**{(QUEUE, address): arm for address, arm in self.queue_arms.items()},
                 **{(TOPIC, address): arm for address, arm in self.topic_arms.items()}}
 
-    def arm(self, kind: str, address: str, every: int, count: int | None, seconds: float) -> None:
+    def arm(self, kind: str, address: str, every: int, count: int | None, seconds: float,
+            queue: Queue | None) -> None:
         """Trace every ``every``-th message of ``kind`` ("queue", "topic") sent to ``address``
-        from now, ``count`` at most, for ``seconds``; a ``count`` of 0 stops it."""
-        if count == 0:
-            self._disarm(kind, address)
-        else:
-            self._arms_of(kind)[address] = Arm(every, count, self.seconds() + seconds)
+        from now, ``count`` at most, for ``seconds``; a ``count`` of 0 stops it. ``queue``:
+        the broker's queue ``address``, if it exists (Broker.trace_next finds it)."""
+        self._disarm(kind, address)
+        if count != 0:
+            arm = self._arms_of(kind)[address] = Arm(every, count, self.seconds() + seconds)
+            if queue is not None:
+                arm.queue, queue.arm = queue, arm
             self.armed = len(self.queue_arms) + len(self.topic_arms)
+
+    def queue_made(self, queue: Queue) -> None:
+        """``queue`` was made (again): it holds its arm, if it has one."""
+        arm = self.queue_arms.get(queue.name)
+        if arm is not None:
+            arm.queue, queue.arm = queue, arm
 
     def take(self, arm: Arm, kind: str, address: str) -> bool:
         """``arm``'s countdown reached 0 on a message sent to ``address``: whether it traces
@@ -116,7 +128,9 @@ class Tracer:
         return True
 
     def _disarm(self, kind: str, address: str) -> None:
-        self._arms_of(kind).pop(address, None)
+        arm = self._arms_of(kind).pop(address, None)
+        if arm is not None and arm.queue is not None and arm.queue.arm is arm:
+            arm.queue.arm = None
         self.armed = len(self.queue_arms) + len(self.topic_arms)
 
     def _arms_of(self, kind: str) -> dict[str, Arm]:

@@ -101,14 +101,14 @@ def test_an_arm_picks_one_in_every_on_each_receive_path_until_its_count_or_end(b
     """The arm's countdown runs in the receive path itself (gateway.broker.routing): a
     STOMP send, an AMQP publish to the default exchange's queue, one to amq.topic."""
     broker.create_queue("q")
-    broker.tracer.arm("queue", "q", 3, 2, 60)
+    broker.trace_next("queue", "q", 3, 2, 60)
     sent = [broker.send("queue", "q", {}, b"%d" % i) for i in range(9)]
     assert [m.traced for m in sent] == [False, False, True, False, False, True, False, False, False]  # 2, then gone
     assert not broker.tracer.arms()
-    broker.tracer.arm("queue", "q", 2, None, 60)
+    broker.trace_next("queue", "q", 2, None, 60)
     published = [broker.publish("", "q", {}, b"p") for _ in range(4)]
     assert published == [1] * 4
-    broker.tracer.arm("topic", "prices", 1, None, 60)
+    broker.trace_next("topic", "prices", 1, None, 60)
     broker.publish("amq.topic", "prices", {}, b"t")
     received = [r for r in store.steps() if r.step == "received"]
     assert [r.destination for r in received] == ["/queue/q"] * 4 + ["/exchange/amq.topic/prices"]
@@ -121,15 +121,31 @@ def test_a_queue_and_a_topic_of_one_name_are_armed_apart(broker):
     """Arms are kept by address per kind: one's end leaves the other, and a temporary
     queue of that name is never picked."""
     tracer = broker.tracer
-    tracer.arm("queue", "same", 1, None, 60)
-    tracer.arm("topic", "same", 1, 1, 60)
+    broker.trace_next("queue", "same", 1, None, 60)
+    broker.trace_next("topic", "same", 1, 1, 60)
     assert tracer.armed == 2
     assert broker.send("topic", "same", {}, b"t").traced  # its one count: the topic's arm goes
     assert tracer.armed == 1 and list(tracer.arms()) == [("queue", "same")]
     assert not broker.send("topic", "same", {}, b"t").traced
     assert broker.send("queue", "same", {}, b"q").traced
-    tracer.arm("queue", "same", 1, 0, 0)
+    broker.trace_next("queue", "same", 1, 0, 0)
     assert tracer.armed == 0 and not broker.send("queue", "same", {}, b"q").traced
+
+
+def test_a_queue_holds_its_arm_made_before_or_after_it_until_the_arm_goes(broker):
+    """A SEND reads its queue's arm (Queue.arm), not the tracer's: the queue made after
+    the arm takes it, one dropped and made again too, and a disarmed or replaced arm
+    leaves it."""
+    broker.trace_next("queue", "later", 2, None, 60)
+    assert [broker.send("queue", "later", {}, b"m").traced for _ in range(4)] == [False, True, False, True]
+    broker.drop_queue(broker.queues["later"])
+    assert [broker.send("queue", "later", {}, b"m").traced for _ in range(2)] == [False, True]
+    broker.trace_next("queue", "later", 1, 1, 60)  # replaces it: one message, then gone
+    assert [broker.send("queue", "later", {}, b"m").traced for _ in range(2)] == [True, False]
+    assert broker.queues["later"].arm is None and not broker.tracer.armed
+    broker.trace_next("queue", "later", 1, None, 60)
+    broker.trace_next("queue", "later", 1, 0, 0)
+    assert broker.queues["later"].arm is None and not broker.send("queue", "later", {}, b"m").traced
 
 
 def test_a_broker_without_a_tracer_traces_nothing(clock):
