@@ -1,6 +1,7 @@
 """CPU cost of message journeys (docs/journeys.md) on the STOMP path, in one process: no sockets.
 
     .venv/bin/python bench/journeys_cost.py [--count 50000] [--rounds 5] [--checkout DIR]
+    .venv/bin/python bench/journeys_cost.py --paired 2000 --rounds 300 [--checkout DIR]
 
 The traffic of ``stomp_path.py`` (``stomp_bench.py --scenario queue-256``: 256 B
 non-persistent SENDs to a queue, 100 per read, taken by an ``ack:auto`` consumer), run
@@ -24,11 +25,17 @@ import statistics
 import sys
 import time
 
+BATCH = 100
+MODES = {"off": None, "on": 0, "sample-1%": 100, "all": 1}  # mode -> every (0: nothing armed)
+
 
 def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--count", type=int, default=50000, help="messages per run (a multiple of 100)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--paired", type=int, metavar="SLICE",
+                        help="keep one broker a mode and feed them SLICE messages in turn, --rounds times")
+    parser.add_argument("--modes", default=",".join(MODES), help="which modes, by name, comma-separated")
     parser.add_argument("--checkout", help="import Meshgate from this checkout")
     return parser.parse_args()
 
@@ -47,44 +54,93 @@ from gateway.stomp.protocol import StompFactory, StompSettings  # noqa: E402
 from gateway.store.memory import MemoryStore  # noqa: E402
 from management.journeys import JourneyStore  # noqa: E402
 
-BATCH = 100
-MODES = {"off": None, "on": 0, "sample-1%": 100, "all": 1}  # mode -> every (0: nothing armed)
+try:
+    from meshgate.cli import tune_gc  # noqa: E402
+except ImportError:  # a --checkout from before it was public
+    from meshgate.cli import _tune_gc as tune_gc  # type: ignore[attr-defined,no-redef]  # noqa: E402
+
+
+class Rig:
+    """One broker in one mode, its STOMP producer and ``ack:auto`` consumer connected."""
+
+    def __init__(self, every: int | None) -> None:
+        self.clock = Clock()
+        self.broker = Broker(MemoryStore())
+        self.store = JourneyStore(200_000, 64 * 1024 * 1024, 3600, self.clock.seconds)
+        self.every = every
+        if every is not None:
+            self.broker.tracer = Tracer(self.store, "bench-node", "bench", self.clock.seconds)
+            if every:
+                if hasattr(self.broker, "trace_next"):
+                    self.broker.trace_next("queue", "q", every, None, 3600)
+                else:  # a --checkout from before it
+                    self.broker.tracer.arm("queue", "q", every, None, 3600)  # type: ignore[call-arg]
+        factory = StompFactory(self.broker, StompSettings(), Authenticator({}), Authorizer((), enabled=False),
+                               self.clock)
+        _, self.consumer_out = open_connection(
+            factory, "1.2", b"SUBSCRIBE\nid:s\ndestination:/queue/q\nack:auto\n\n\0")
+        self.producer, self.producer_out = open_connection(factory)
+        body = b"x" * 256
+        self.read = b"".join(f"SEND\ndestination:/queue/q\nbench-ts:{time.time_ns()}\ncontent-length:256\n\n"
+                             .encode() + body + b"\0" for _ in range(BATCH))
+
+    def feed(self, count: int) -> float:
+        """CPU seconds the reads of ``count`` messages took."""
+        spent = 0.0
+        for _ in range(count // BATCH):
+            started = time.process_time()
+            self.producer.dataReceived(self.read)
+            self.clock.advance(0)
+            spent += time.process_time() - started
+            self.consumer_out.clear()
+            self.producer_out.clear()
+        assert not len(self.broker.queues["q"])
+        return spent
 
 
 def run(count: int, every: int | None) -> tuple[float, int, int]:
-    """CPU seconds per message, the records made and the messages traced."""
-    clock = Clock()
-    broker = Broker(MemoryStore())
-    store = JourneyStore(200_000, 64 * 1024 * 1024, 3600, clock.seconds)
-    if every is not None:
-        broker.tracer = Tracer(store, "bench-node", "bench", clock.seconds)
-        if every:
-            broker.tracer.arm("queue", "q", every, None, 3600)
-    factory = StompFactory(broker, StompSettings(), Authenticator({}), Authorizer((), enabled=False), clock)
-    _, consumer_out = open_connection(factory, "1.2", b"SUBSCRIBE\nid:s\ndestination:/queue/q\nack:auto\n\n\0")
-    producer, producer_out = open_connection(factory)
-    body = b"x" * 256
-    read = b"".join(f"SEND\ndestination:/queue/q\nbench-ts:{time.time_ns()}\ncontent-length:256\n\n".encode()
-                    + body + b"\0" for _ in range(BATCH))
-    spent = 0.0
-    for _ in range(count // BATCH):
-        started = time.process_time()
-        producer.dataReceived(read)
-        clock.advance(0)
-        spent += time.process_time() - started
-        consumer_out.clear()
-        producer_out.clear()
-    assert not len(broker.queues["q"])
-    return spent / count, store.recorded, count // every if every else 0
+    """CPU seconds per message on a new broker, the records made and the messages traced."""
+    rig = Rig(every)
+    spent = rig.feed(count)
+    return spent / count, rig.store.recorded, count // every if every else 0
+
+
+def paired(order: list[str], slice_count: int, rounds: int) -> None:
+    """Every mode's broker kept, fed ``slice_count`` messages in turn, round after round
+    (in an order that reverses each round): host contention that lasts longer than a
+    round weighs on every mode alike, so each round's ratio against ``off`` is fair. The
+    garbage collector is tuned as a node tunes it."""
+    rigs = {mode: Rig(MODES[mode]) for mode in order}
+    for rig in rigs.values():
+        rig.feed(slice_count)  # warm-up
+    tune_gc()  # as a node does once it is up
+    times: dict[str, list[float]] = {mode: [] for mode in order}
+    for round_number in range(rounds):
+        for mode in order if round_number % 2 == 0 else reversed(order):
+            times[mode].append(rigs[mode].feed(slice_count) / slice_count * 1e6)
+    print(f"{rounds} rounds of {slice_count} messages a mode")
+    print("| mode | µs/msg: best, median | cost vs off: median of the rounds' ratios (quartiles) | "
+          "records kept |")
+    print("|---|---|---|---:|")
+    for mode in order:
+        ratios = sorted(t / off - 1 for t, off in zip(times[mode], times["off"], strict=True))
+        q1, median, q3 = statistics.quantiles(ratios, n=4)
+        print(f"| {mode} | {min(times[mode]):.2f}, {statistics.median(times[mode]):.2f} | "
+              f"{median * 100:+.1f} % ({q1 * 100:+.1f} … {q3 * 100:+.1f}) | {len(rigs[mode].store)} |")
 
 
 def main() -> None:
-    if ARGS.count % BATCH:
-        sys.exit(f"--count must be a multiple of {BATCH}")
+    if ARGS.count % BATCH or (ARGS.paired or 0) % BATCH:
+        sys.exit(f"--count and --paired must be multiples of {BATCH}")
     import gateway
-    print(f"Meshgate from {gateway.__file__.rsplit('/gateway/', 1)[0]}: {ARGS.count} messages a run, "
-          f"{ARGS.rounds} rounds")
-    order = list(MODES)
+    print(f"Meshgate from {gateway.__file__.rsplit('/gateway/', 1)[0]}")
+    order = ARGS.modes.split(",")
+    if "off" not in order or not set(order) <= set(MODES):
+        sys.exit(f"--modes: off and any of {', '.join(MODES)}")
+    if ARGS.paired:
+        paired(order, ARGS.paired, ARGS.rounds)
+        return
+    print(f"{ARGS.count} messages a run, {ARGS.rounds} rounds")
     for mode in order:
         run(ARGS.count // 5, MODES[mode])  # warm-up
     times: dict[str, list[float]] = {mode: [] for mode in order}

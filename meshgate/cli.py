@@ -289,7 +289,7 @@ def _broker(args: argparse.Namespace) -> int:
 
     def started(node: Node) -> None:
         reactor.addSystemEventTrigger("before", "shutdown", node.stop)
-        _tune_gc()
+        tune_gc()
         serving(node)
         _, host, port = node.addresses()[0]
         print(f"connect with any STOMP client, e.g. python -c \"import stomp; c = stomp.Connection([('{host}', "
@@ -315,11 +315,7 @@ def _broker(args: argparse.Namespace) -> int:
     return outcome["status"]
 
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
-def _tune_gc() -> None:
+def tune_gc() -> None:
     """Messages are freed by reference counting; the cycle collector only costs.
     With the defaults it ran every ~700 net allocations and re-scanned every
     queued message and in-flight forward on each full pass (a tenth of a
@@ -327,3 +323,7 @@ def _tune_gc() -> None:
     messages) is frozen out of its scans; young objects are scanned less often."""
     gc.freeze()
     gc.set_threshold(_GC_YOUNG_THRESHOLD, 20, 20)
+
+
+if __name__ == "__main__":  # last: main() needs every function above
+    sys.exit(main())
