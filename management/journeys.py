@@ -18,19 +18,18 @@ from collections import deque
 from typing import Any, Callable, Final, Iterable
 
 from model.journey_requests import MAX_HITS
-from model.journeys import MAX_FIELD, JourneyStep, JourneySummary, RecordOrigin, Step, root_of, short
+from model.journeys import MAX_FIELD, JourneyStep, JourneySummary, RecordClient, RecordOrigin, Step, root_of, short
 
 # What one record costs beyond its text (the tuple, its deque slot, the id's string): an
 # estimate, so that a flood of small records still meets max_bytes.
 RECORD_OVERHEAD = 200
-FIELD_OVERHEAD = 60  # a field's dictionary entry, beyond its text
-HEADER_OVERHEAD = 100  # a kept header's dictionary entry and string objects, beyond its text
 # Records one ``steps_of`` answer holds at most: a request must not build a reply of any size.
 MAX_ANSWER = 10_000
 
 # A record: (seq, time, origin, step, message id, queue name or None, the step's other
-# JourneyStep fields or None, its size in bytes as counted against max_bytes).
-Record = tuple[int, float, RecordOrigin, Step, str, str | None, dict[str, Any] | None, int]
+# JourneyStep fields or None, its size in bytes as counted against max_bytes, the client
+# it names or None).
+Record = tuple[int, float, RecordOrigin, Step, str, str | None, dict[str, Any] | None, int, RecordClient | None]
 _TIME: Final = 1
 _ORIGIN: Final = 2
 _STEP: Final = 3
@@ -40,23 +39,13 @@ _FIELDS: Final = 6
 _SIZE: Final = 7
 
 
-def fields_size(fields: dict[str, Any]) -> int:
-    """The approximate bytes a record's other fields hold (their texts are bounded:
-    model.journeys.short, [journeys] max_header_bytes and body_preview)."""
-    size = FIELD_OVERHEAD * len(fields)
-    for value in fields.values():
-        if type(value) is str:
-            size += len(value)
-        elif type(value) is dict:  # a received record's headers: text (model.journeys.kept_headers)
-            size += HEADER_OVERHEAD * len(value) + sum(map(len, value)) + sum(map(len, value.values()))
-    return size
-
-
 def step_of(record: Record) -> JourneyStep:
     """``record`` as the model's JourneyStep."""
-    seq, time, (node, node_name, vhost), step, message_id, queue, fields, _ = record
+    seq, time, (node, node_name, vhost), step, message_id, queue, fields, _, client = record
     made = JourneyStep(root=root_of(message_id), id=message_id, node=node, node_name=node_name,
                        seq=seq, time=time, step=step, vhost=vhost, queue=queue)
+    if client is not None:
+        made.protocol, made.connection, made.remote, made.user = client
     if fields:
         for name, value in fields.items():
             setattr(made, name, value)
@@ -83,21 +72,20 @@ class JourneyStore:
         return len(self.records)
 
     def add(self, origin: RecordOrigin, step: Step, message_id: str, queue: str | None,
-            fields: dict[str, Any] | None) -> None:
+            fields: dict[str, Any] | None, fields_bytes: int, client: RecordClient | None) -> None:
         """Keep one record of ``message_id``'s ``step`` (in ``queue``) made by ``origin``'s tracer;
         ``fields``: its other JourneyStep fields, if any (text, numbers, a dictionary of text:
-        the garbage collector stops following a record of those)."""
+        the garbage collector stops following a record of those), holding ``fields_bytes``
+        (model.journeys.fields_size); ``client``: the client it names, if any."""
         if len(message_id) > MAX_FIELD:  # ids and queue names are short but for a hostile peer's or client's
             message_id = short(message_id)
-        size = RECORD_OVERHEAD + len(message_id)
+        size = RECORD_OVERHEAD + len(message_id) + fields_bytes
         if queue is not None:
             if len(queue) > MAX_FIELD:
                 queue = short(queue)
             size += len(queue)
-        if fields is not None:
-            size += fields_size(fields)
         records = self.records
-        record = (next(self._seq), self.clock(), origin, step, message_id, queue, fields, size)
+        record = (next(self._seq), self.clock(), origin, step, message_id, queue, fields, size, client)
         records.append(record)
         self.bytes += size
         self.recorded += 1

@@ -9,7 +9,7 @@ that message names it (``next_id``) when it is known."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -42,10 +42,34 @@ Step = Literal[
 # garbage collector stops following (management.journeys).
 RecordOrigin = tuple[str, str, str]
 
+# The client a ``received`` or ``delivered`` record names: (protocol, connection id, remote
+# address, user), each cut to MAX_FIELD; protocol, remote and user None for a session no
+# client holds (a mesh link's). Made once a session (gateway.broker.tracing), shared by
+# its records.
+RecordClient = tuple[str | None, str, str | None, str | None]
+
 
 # Longest text kept in a record field: destinations, users, connection ids and reasons
 # come from clients, and a record's size must not follow what they chose.
 MAX_FIELD = 200
+
+# What a record's fields cost beyond their text, in the bytes a JourneyStore counts
+# against its bound (an estimate: a flood of small records must still meet it).
+FIELD_OVERHEAD = 60  # a field's dictionary entry
+HEADER_OVERHEAD = 100  # a kept header's dictionary entry and string objects
+
+
+def fields_size(fields: dict[str, Any]) -> int:
+    """The bytes a record's ``fields`` hold, as counted against a store's bound (their texts
+    are bounded: ``short``, [journeys] max_header_bytes and body_preview). The tracer's
+    frequent steps count theirs as they make them, to the same sum."""
+    size = FIELD_OVERHEAD * len(fields)
+    for value in fields.values():
+        if type(value) is str:
+            size += len(value)
+        elif type(value) is dict:  # a received record's headers: text (``kept_headers``)
+            size += HEADER_OVERHEAD * len(value) + sum(map(len, value)) + sum(map(len, value.values()))
+    return size
 
 
 def short(text: str) -> str:
@@ -58,10 +82,11 @@ def short(text: str) -> str:
 MAX_HEADERS = 64
 
 
-def kept_headers(headers: dict, max_bytes: int) -> dict[str, str]:
-    """What a received record keeps of a message's headers for search: each name and value
-    cut to MAX_FIELD characters (a value that is not text as its text), in order until
-    their characters reach ``max_bytes`` (the last value cut to fit), MAX_HEADERS at most.
+def kept_headers(headers: dict, max_bytes: int) -> tuple[dict[str, str], int]:
+    """What a received record keeps of a message's headers for search, and the bytes that
+    holds (as ``fields_size`` counts a dictionary of headers): each name and value cut to
+    MAX_FIELD characters (a value that is not text as its text), in order until their
+    characters reach ``max_bytes`` (the last value cut to fit), MAX_HEADERS at most.
     Headers that already fit are kept as they are, not copied: a message's headers are
     never changed in place (gateway.broker.message), and this runs for every traced one."""
     if len(headers) <= MAX_HEADERS:
@@ -72,7 +97,7 @@ def kept_headers(headers: dict, max_bytes: int) -> dict[str, str]:
             size += len(name) + len(value)
         else:
             if size <= max_bytes:
-                return headers
+                return headers, size + HEADER_OVERHEAD * len(headers)
     kept: dict[str, str] = {}
     left = max_bytes
     for name, value in headers.items():
@@ -85,7 +110,7 @@ def kept_headers(headers: dict, max_bytes: int) -> dict[str, str]:
         text = text[:left - len(name)]
         kept[name] = text
         left -= len(name) + len(text)
-    return kept
+    return kept, max_bytes - left + HEADER_OVERHEAD * len(kept)
 
 
 def root_of(message_id: str) -> str:

@@ -15,6 +15,7 @@ from model.names import quoted
 if TYPE_CHECKING:
     from gateway.broker.broker import Broker
     from gateway.broker.links import LinkSubscription
+    from model.journeys import RecordClient
     from model.mesh import Connection
 
 
@@ -74,6 +75,9 @@ class Session:
         # anything the client wrote into a message.
         self.principal: object = None
         self.connection: ConnectionInfo | None = None  # None for the mesh's link sessions
+        # The client as journey records name it, and its size: made by gateway.broker.tracing
+        # at its first traced message, once the session is connected and its principal known.
+        self.journey_client: tuple[RecordClient, int] | None = None
         # When the adapter last read from the client (its clock): the time a SEND is
         # accepted and an ACK given, without a clock read per message. 0: read the clock.
         self.received_at = 0.0

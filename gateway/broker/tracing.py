@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from gateway.broker.message import QUEUE, TOPIC, Message
-from model.journeys import RecordOrigin, Step, kept_headers, short
+from model.journeys import FIELD_OVERHEAD, RecordClient, RecordOrigin, Step, fields_size, kept_headers, short
 from model.names import DEFAULT_VHOST
 
 if TYPE_CHECKING:
@@ -37,9 +37,11 @@ def asks_trace(value: object) -> bool:
 
 class JourneySink(Protocol):
     def add(self, origin: RecordOrigin, step: Step, message_id: str, queue: str | None,
-            fields: dict[str, Any] | None) -> None:
+            fields: dict[str, Any] | None, fields_bytes: int, client: RecordClient | None) -> None:
         """Keep one record of ``message_id``'s ``step`` (in ``queue``); ``fields``: its other
-        model.journeys.JourneyStep fields, if any. The sink numbers and times it."""
+        model.journeys.JourneyStep fields, if any, holding ``fields_bytes``
+        (model.journeys.fields_size, the client's counted as fields too); ``client``: the
+        client it names, if any. The sink numbers and times it."""
 
 
 class Arm:
@@ -164,30 +166,41 @@ class Tracer:
     def _received(self, message: Message, session: Session | None, from_id: str | None, destination: str,
                   exchange: str | None, routing_key: str | None) -> None:
         message.traced = True  # its copies follow (Message.copy)
-        fields: dict[str, Any] = {"destination": short(destination), "persistent": message.persistent,
+        destination = short(destination)
+        fields: dict[str, Any] = {"destination": destination, "persistent": message.persistent,
                                   "priority": message.priority, "size": len(message.body)}
+        size = len(destination)
         if from_id is not None:
-            fields["from_id"] = short(from_id)
+            fields["from_id"] = from_id = short(from_id)
+            size += len(from_id)
         if exchange is not None:
-            fields["exchange"], fields["routing_key"] = short(exchange), short(routing_key or "")
-        headers = kept_headers(message.headers, self.max_header_bytes)
+            exchange, routing_key = short(exchange), short(routing_key or "")
+            fields["exchange"], fields["routing_key"] = exchange, routing_key
+            size += len(exchange) + len(routing_key)
+        headers, headers_bytes = kept_headers(message.headers, self.max_header_bytes)
         if headers:
             fields["headers"] = headers
+            size += headers_bytes
         if self.body_preview:
-            fields["body_preview"] = message.body[:self.body_preview].decode("utf-8", "replace")
-        if session is not None:
-            _who(fields, session)
-        self.sink.add(self.origin, "received", message.id, None, fields)
+            fields["body_preview"] = preview = message.body[:self.body_preview].decode("utf-8", "replace")
+            size += len(preview)
+        size += FIELD_OVERHEAD * len(fields)
+        if session is None:
+            self.sink.add(self.origin, "received", message.id, None, fields, size, None)
+        else:
+            client, client_bytes = _client_of(session)
+            self.sink.add(self.origin, "received", message.id, None, fields, size + client_bytes, client)
 
     # -- the steps of a traced message -----------------------------------------------------
     # The steps every traced message takes (queued, delivered, acked; forwarded and
     # peer_stored across a link) are on the per-message path of a 1 % sample: each is one
-    # call of the sink with what it has at hand, no struct made (management.journeys).
+    # call of the sink with what it has at hand, no struct made (management.journeys), its
+    # size counted as it is made; the rarer steps' sizes are counted by ``fields_size``.
 
     def queued(self, queue: Queue, message: Message) -> None:
         """Put in ``queue``: ``stored`` when the journal holds it too."""
         step: Step = "stored" if message.persistent and queue.durable else "queued"
-        self.sink.add(self.origin, step, message.id, queue.name, None)
+        self.sink.add(self.origin, step, message.id, queue.name, None, 0, None)
 
     def delivered(self, sub: Subscription, message: Message, auto_ack: bool) -> None:
         """Given to a client's consumer; in auto-ack, acked as it goes out. A mesh link's
@@ -196,9 +209,10 @@ class Tracer:
         if link is not None:
             # Why it goes: as mesh.forwarding.Forwarder decides, which runs right after this.
             redistribution = not link.durable and sub.queue.mesh.backlog and sub.prefetch
-            self.sink.add(self.origin, "forwarded", message.id, sub.queue.name, {
-                "peer": link.peer, "visit": len(message.path) + 1,
-                "reason": "redistribution" if redistribution else link.role.value})
+            peer, reason = link.peer, "redistribution" if redistribution else link.role.value
+            self.sink.add(self.origin, "forwarded", message.id, sub.queue.name,
+                          {"peer": peer, "visit": len(message.path) + 1, "reason": reason},
+                          3 * FIELD_OVERHEAD + len(peer) + len(reason), None)
             return
         self._delivery(sub.session, sub.id, sub.ack_mode, sub.queue, message)
         if auto_ack:
@@ -210,27 +224,29 @@ class Tracer:
 
     def acked(self, queue: Queue, message: Message, now: float) -> None:
         created = message.created
-        self.sink.add(self.origin, "acked", message.id, queue.name,
-                      {"latency_ms": round((now - created) * 1000, 3)} if created else None)
+        # To the µs, without round(x, 3): that formats and parses the float (dtoa), ~5 µs cold.
+        if created:
+            self.sink.add(self.origin, "acked", message.id, queue.name,
+                          {"latency_ms": int((now - created) * 1_000_000) / 1000}, FIELD_OVERHEAD, None)
+        else:
+            self.sink.add(self.origin, "acked", message.id, queue.name, None, 0, None)
 
     def requeued(self, queue: Queue, message: Message, reason: str) -> None:
-        self.sink.add(self.origin, "requeued", message.id, queue.name,
-                      {"reason": short(reason), "deliveries": message.deliveries})
+        self._record("requeued", message.id, queue.name, {"reason": short(reason), "deliveries": message.deliveries})
 
     def dead_lettered(self, queue: Queue, message: Message, reason: str, target: str) -> dict[str, Any]:
         """To ``target`` (a queue, or ``exchange:X``). Returns the record's fields, so the caller
         can name the copy it became (``next_id``) once it has it: the record keeps its place."""
         fields: dict[str, Any] = {"reason": short(reason), "destination": short(target),
                                   "deliveries": message.deliveries}
-        self.sink.add(self.origin, "dead_lettered", message.id, queue.name, fields)
+        self._record("dead_lettered", message.id, queue.name, fields)
         return fields
 
     def expired(self, queue: Queue, message: Message) -> None:
-        self.sink.add(self.origin, "expired", message.id, queue.name, None)
+        self.sink.add(self.origin, "expired", message.id, queue.name, None, 0, None)
 
     def dropped(self, queue: Queue | None, message: Message, reason: str) -> None:
-        self.sink.add(self.origin, "dropped", message.id, None if queue is None else queue.name,
-                      {"reason": short(reason)})
+        self._record("dropped", message.id, None if queue is None else queue.name, {"reason": short(reason)})
 
     # -- between nodes (mesh.forwarding) ---------------------------------------------------
 
@@ -240,45 +256,51 @@ class Tracer:
         fields: dict[str, Any] = {"peer": peer, "visit": len(message.path), "persistent": message.persistent}
         if redistributed:
             fields["reason"] = "redistribution"
-        self.sink.add(self.origin, "duplicate_dropped" if duplicate else "link_received", message.id, None, fields)
+        self._record("duplicate_dropped" if duplicate else "link_received", message.id, None, fields)
 
     def peer_stored(self, queue: Queue, message: Message, peer: str) -> None:
         """``peer`` has it (durably, when persistent): this node's copy is done."""
-        self.sink.add(self.origin, "peer_stored", message.id, queue.name, {"peer": peer})
+        self._record("peer_stored", message.id, queue.name, {"peer": peer})
 
     def peer_busy(self, queue: Queue, message: Message, peer: str) -> None:
         """``peer`` had no room to store it: back at the head of its queue here, tried again later."""
-        self.sink.add(self.origin, "peer_busy", message.id, queue.name, {"peer": peer})
+        self._record("peer_busy", message.id, queue.name, {"peer": peer})
 
     def in_doubt(self, queue: Queue, message: Message, peers: str) -> None:
         """Held: it was in flight to ``peers`` when the link went (or this node restarted), and
         it waits until they say whether they have it."""
-        self.sink.add(self.origin, "in_doubt", message.id, queue.name, {"peer": short(peers)})
+        self._record("in_doubt", message.id, queue.name, {"peer": short(peers)})
 
     def doubt_settled(self, queue: Queue, message: Message, peer: str, outcome: str) -> None:
         """``peer`` answered (or was waited for long enough): ``outcome`` is ``peer has it``
         (done here) or ``requeued`` (delivered again from here, marked redelivered)."""
-        self.sink.add(self.origin, "doubt_settled", message.id, queue.name, {"peer": peer, "reason": outcome})
+        self._record("doubt_settled", message.id, queue.name, {"peer": peer, "reason": outcome})
 
     def moved(self, queue: Queue, message: Message, target: str) -> None:
-        self.sink.add(self.origin, "moved", message.id, queue.name, {"destination": short(target)})
+        self._record("moved", message.id, queue.name, {"destination": short(target)})
 
     def _delivery(self, session: Session, consumer: str, ack_mode: str, queue: Queue, message: Message) -> None:
-        fields: dict[str, Any] = {"consumer": short(consumer), "ack_mode": ack_mode,
-                                  "deliveries": message.deliveries, "redelivered": message.redelivered}
-        _who(fields, session)
-        self.sink.add(self.origin, "delivered", message.id, queue.name, fields)
+        consumer = short(consumer)
+        client, client_bytes = _client_of(session)
+        self.sink.add(self.origin, "delivered", message.id, queue.name,
+                      {"consumer": consumer, "ack_mode": ack_mode, "deliveries": message.deliveries,
+                       "redelivered": message.redelivered},
+                      4 * FIELD_OVERHEAD + len(consumer) + len(ack_mode) + client_bytes, client)
+
+    def _record(self, step: Step, message_id: str, queue: str | None, fields: dict[str, Any]) -> None:
+        self.sink.add(self.origin, step, message_id, queue, fields, fields_size(fields), None)
 
 
-def _who(fields: dict[str, Any], session: Session) -> None:
-    """The client at the other end of ``session``: protocol, connection id, user, address."""
-    info = session.connection
-    if info is not None:
-        fields["protocol"] = info.protocol
-        fields["connection"] = short(info.name or session.name)
-        fields["remote"] = short(info.remote)
-    else:
-        fields["connection"] = short(session.name)
-    user = getattr(session.principal, "name", None)
-    if type(user) is str:
-        fields["user"] = short(user)
+def _client_of(session: Session) -> tuple[RecordClient, int]:
+    """The client at the other end of ``session`` as records name it (protocol, connection
+    id, address, user), and the bytes it holds counted as fields: made once a session."""
+    known = session.journey_client
+    if known is None:
+        user = getattr(session.principal, "name", None)
+        user = short(user) if type(user) is str else None
+        info = session.connection
+        client: RecordClient = ((info.protocol, short(info.name or session.name), short(info.remote), user)
+                                if info is not None else (None, short(session.name), None, user))
+        texts = [text for text in client if text is not None]
+        known = session.journey_client = (client, FIELD_OVERHEAD * len(texts) + sum(map(len, texts)))
+    return known

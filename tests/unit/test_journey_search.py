@@ -14,12 +14,12 @@ from twisted.internet.task import Clock
 from gateway.broker.broker import Broker
 from gateway.broker.tracing import Tracer
 from gateway.store.memory import MemoryStore
-from management.journeys import RECORD_OVERHEAD, JourneyStore, fields_size
+from management.journeys import RECORD_OVERHEAD, JourneyStore
 from meshgate.cli_args import moment
 from meshgate.trace_cli import format_traces
 from model.definitions import BindingSpec, ExchangeSpec
 from model.journey_requests import MAX_HITS, JourneySearch
-from model.journeys import MAX_FIELD, MAX_HEADERS, JourneySummary, kept_headers, merge_summaries
+from model.journeys import MAX_FIELD, MAX_HEADERS, JourneySummary, fields_size, kept_headers, merge_summaries
 
 
 @pytest.fixture
@@ -56,19 +56,25 @@ def test_a_body_preview_of_0_keeps_no_body(store, clock):
 
 
 def test_kept_headers_are_bounded_however_many_and_long_they_are():
-    kept = kept_headers({"n" * 5000: "v" * 5000, "small": "1"}, 2048)
-    assert [len(name) + len(value) for name, value in kept.items()] == [2 * MAX_FIELD, 6]
-    many = kept_headers({f"h{i}": str(i) for i in range(10_000)}, 10**6)
-    assert len(many) == MAX_HEADERS
-    assert sum(len(n) + len(v) for n, v in kept_headers({f"h{i}": "x" * 150 for i in range(100)}, 1000).items()) == 1000
-    assert kept_headers({"priority": 4, "flag": True}, 100) == {"priority": "4", "flag": "True"}
-    assert kept_headers({"a": "b"}, 0) == {}
+    def kept(headers: dict, max_bytes: int) -> dict[str, str]:
+        kept, size = kept_headers(headers, max_bytes)
+        assert size == fields_size({"headers": kept}) - fields_size({"headers": {}})  # as the store counts them
+        return kept
+
+    assert [len(name) + len(value) for name, value in kept({"n" * 5000: "v" * 5000, "small": "1"}, 2048).items()] == [
+        2 * MAX_FIELD, 6]
+    assert len(kept({f"h{i}": str(i) for i in range(10_000)}, 10**6)) == MAX_HEADERS
+    assert sum(len(n) + len(v) for n, v in kept({f"h{i}": "x" * 150 for i in range(100)}, 1000).items()) == 1000
+    assert kept({"priority": 4, "flag": True}, 100) == {"priority": "4", "flag": "True"}
+    assert kept({"a": "b"}, 0) == {}
+    fitting = {"a": "b", "c": "d"}
+    assert kept_headers(fitting, 100)[0] is fitting  # kept as it is, not copied
 
 
 def test_the_store_counts_the_kept_text(store, clock):
     broker_of(store, clock).send("queue", "q", {"trace": "true", "k": "v" * 150}, b"b" * 1000)
     received, queued = store.records
-    fields = received[-2]
+    fields = received[6]
     assert fields is not None and fields["headers"]["k"] == "v" * 150 and len(fields["body_preview"]) == 256
     plain = {name: value for name, value in fields.items() if name not in ("headers", "body_preview")}
     assert fields_size(fields) >= fields_size(plain) + 256 + 150 + 1

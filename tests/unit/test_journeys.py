@@ -12,12 +12,13 @@ import pytest
 from gateway.broker.broker import Broker
 from gateway.broker.message import Message
 from gateway.broker.queue import AUTO, CLIENT_INDIVIDUAL, Subscription
+from gateway.broker.session import ConnectionInfo
 from gateway.broker.tracing import Tracer, asks_trace
 from gateway.store.memory import MemoryStore
 from management.journeys import RECORD_OVERHEAD, JourneyStore
 from meshgate.config import JourneysConfig, load_config
 from model.definitions import BindingSpec, ExchangeSpec
-from model.journeys import MAX_FIELD
+from model.journeys import MAX_FIELD, fields_size
 from tests.unit.config_support import error, load
 
 
@@ -148,6 +149,14 @@ def test_a_queue_holds_its_arm_made_before_or_after_it_until_the_arm_goes(broker
     assert broker.queues["later"].arm is None and not broker.send("queue", "later", {}, b"m").traced
 
 
+def test_an_acked_record_keeps_the_latency_to_the_microsecond(broker, store):
+    queue = broker.create_queue("q")
+    message = broker.send("queue", "q", {"trace": "true"}, b"m")
+    message.created = 100.0
+    broker.tracer.acked(queue, message, 100.0123456)
+    assert store.steps()[-1].latency_ms == 12.345
+
+
 def test_a_broker_without_a_tracer_traces_nothing(clock):
     plain = Broker(MemoryStore(), clock=clock)
     message = plain.send("queue", "q", {"trace": "true"}, b"a")
@@ -263,6 +272,21 @@ def test_records_keep_long_client_text_short(broker, store):
     assert store.bytes < 3 * (RECORD_OVERHEAD + 8 * MAX_FIELD)
 
 
+def test_a_record_counts_its_fields_and_its_client_as_fields_size_does(broker, store):
+    session, _, _ = consume(broker, "q", ack_mode=AUTO)
+    session.connection = ConnectionInfo("stomp", "1.2", "127.0.0.1:40000", 0.0, lambda reason: None, name="conn-7")
+    session.principal = type("P", (), {"name": "alice"})()
+    session.send("queue", "q", {"trace": "true", "k": "v"}, b"body", False, 4, 0)
+    assert steps(store) == ["received", "queued", "delivered", "acked"]
+    client = {"protocol": "stomp", "connection": "conn-7", "remote": "127.0.0.1:40000", "user": "alice"}
+    for named in (store.steps()[0], store.steps()[2]):  # received, delivered
+        assert {name: getattr(named, name) for name in client} == client
+    for _, _, _, step, message_id, queue, fields, size, named in store.records:
+        assert size == (RECORD_OVERHEAD + len(message_id) + len(queue or "") + fields_size(fields or {})
+                        + (fields_size(client) if named else 0)), step
+    assert store.bytes == sum(record[7] for record in store.records)
+
+
 def test_vhost_tracers_share_the_store_s_sequence_and_name_their_vhost(store, clock):
     tracer = Tracer(store, "node-1", "n1", clock.seconds)
     other = Broker(MemoryStore(), clock=clock, tracer=tracer.for_vhost("shop"))
@@ -279,7 +303,7 @@ ORIGIN = ("n", "n", "/")
 
 
 def record(store: JourneyStore, message_id: str) -> None:
-    store.add(ORIGIN, "queued", message_id, None, None)
+    store.add(ORIGIN, "queued", message_id, None, None, 0, None)
 
 
 def test_past_max_records_the_oldest_go(clock):
@@ -322,7 +346,7 @@ def test_a_root_id_finds_every_copy_and_a_copy_id_itself_alone(clock):
 
 def test_a_long_id_or_queue_name_is_kept_cut(clock):
     store = JourneyStore(max_records=1000, max_bytes=10**8, max_age_s=60, clock=clock.seconds)
-    store.add(ORIGIN, "queued", "i" * 5000, "q" * 5000, None)
+    store.add(ORIGIN, "queued", "i" * 5000, "q" * 5000, None, 0, None)
     (step,) = store.steps()
     assert len(step.id) == MAX_FIELD and step.queue is not None and len(step.queue) == MAX_FIELD
     assert store.bytes == RECORD_OVERHEAD + 2 * MAX_FIELD
