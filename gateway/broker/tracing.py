@@ -184,12 +184,9 @@ class Tracer:
         if self.body_preview:
             fields["body_preview"] = preview = message.body[:self.body_preview].decode("utf-8", "replace")
             size += len(preview)
-        size += FIELD_OVERHEAD * len(fields)
-        if session is None:
-            self.sink.add(self.origin, "received", message.id, None, fields, size, None)
-        else:
-            client, client_bytes = _client_of(session)
-            self.sink.add(self.origin, "received", message.id, None, fields, size + client_bytes, client)
+        client, client_bytes = (None, 0) if session is None else _client_of(session)
+        self.sink.add(self.origin, "received", message.id, None, fields,
+                      size + FIELD_OVERHEAD * len(fields) + client_bytes, client)
 
     # -- the steps of a traced message -----------------------------------------------------
     # The steps every traced message takes (queued, delivered, acked; forwarded and
@@ -225,11 +222,9 @@ class Tracer:
     def acked(self, queue: Queue, message: Message, now: float) -> None:
         created = message.created
         # To the µs, without round(x, 3): that formats and parses the float (dtoa), ~5 µs cold.
-        if created:
-            self.sink.add(self.origin, "acked", message.id, queue.name,
-                          {"latency_ms": int((now - created) * 1_000_000) / 1000}, FIELD_OVERHEAD, None)
-        else:
-            self.sink.add(self.origin, "acked", message.id, queue.name, None, 0, None)
+        self.sink.add(self.origin, "acked", message.id, queue.name,
+                      {"latency_ms": int((now - created) * 1_000_000) / 1000} if created else None,
+                      FIELD_OVERHEAD if created else 0, None)
 
     def requeued(self, queue: Queue, message: Message, reason: str) -> None:
         self._record("requeued", message.id, queue.name, {"reason": short(reason), "deliveries": message.deliveries})
